@@ -1,0 +1,109 @@
+"""Measured auto-tuning of PyTorch convolution settings.
+
+advice = advisor.advise(model, (x,), mode="train")     # search (imports optuna lazily)
+advice.save("tuned.json")
+tuned = advisor.apply("tuned.json", model)             # at training start: no optuna, no pandas
+with tuned.autocast():
+    loss = tuned.model(x).sum()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings  # noqa: E402
+from advisor.config import Config, config_schema, load_config, save_config  # noqa: E402
+from advisor.environment import Environment, current_environment  # noqa: E402
+from advisor.errors import AdvisorError  # noqa: E402
+from advisor.knobs import Settings  # noqa: E402
+from advisor.workload import LayerSpec, layer_spec  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torch import nn
+
+    from advisor.advice import Advice
+    from advisor.search import Progress
+
+
+def advise(
+    model: nn.Module | None = None,
+    inputs: Any = None,
+    *,
+    layer: str | dict[str, Any] | None = None,
+    input_shape: str | list[int] | tuple[int, ...] | None = None,
+    dtype: str | None = None,
+    model_file: str | None = None,
+    input_shapes: list[Any] | None = None,
+    batch_sizes: list[int] | None = None,
+    shape_weights: list[float] | None = None,
+    mode: str = "infer",
+    device: str = "auto",
+    space: str | None = None,
+    trials: int | None = None,
+    storage: str | None = "memory",
+    study_name: str | None = None,
+    fresh: bool = False,
+    isolate: bool = False,
+    trial_timeout_s: float = 600.0,
+    max_memory_mb: float | None = None,
+    objectives: tuple[str, ...] = ("time",),
+    progress: Callable[[Progress], None] | None = None,
+) -> Advice:
+    """Search the settings for a model (with example inputs), a layer spec, or a model file.
+
+    `input_shapes` (several shapes) or `batch_sizes`, with optional `shape_weights`, tune for a
+    shape set: the weighted time over those shapes.
+    Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
+    `storage` is 'memory' (default for the API), None for the embedded default study file, or a
+    database URL / journal path; a stored study resumes where it stopped (`fresh=True`
+    discards it first).
+    """
+    from advisor.service import run_advise  # the search engine: optuna and pandas load here
+
+    return run_advise(
+        model=model,
+        inputs=inputs,
+        layer=layer,
+        input_shape=input_shape,
+        dtype=dtype,
+        model_file=model_file,
+        input_shapes=input_shapes,
+        batch_sizes=batch_sizes,
+        shape_weights=shape_weights,
+        mode=mode,
+        device=device,
+        space=space,
+        trials=trials,
+        storage=storage,
+        study_name=study_name,
+        fresh=fresh,
+        isolate=isolate,
+        trial_timeout_s=trial_timeout_s,
+        max_memory_mb=max_memory_mb,
+        objectives=objectives,
+        progress=progress,
+    )
+
+
+__all__ = [
+    "AdvisorError",
+    "AdvisorWarning",
+    "Config",
+    "Environment",
+    "LayerSpec",
+    "Settings",
+    "Tuned",
+    "__version__",
+    "advise",
+    "apply",
+    "apply_settings",
+    "config_schema",
+    "current_environment",
+    "layer_spec",
+    "load_config",
+    "save_config",
+]

@@ -1,0 +1,226 @@
+"""What a search returns: the recommendation (a Config), every measured candidate, and exports."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor import __version__
+from advisor.config import Config, Result, Timing, atomic_write, save_config
+from advisor.per_layer import LayerChoice
+from advisor.pick import Pick, pick_best
+from advisor.runner import TrialResult
+from advisor.search import SearchOutcome
+from advisor.timing import Measurement, speedup
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def timing_of(m: Measurement) -> Timing:
+    return Timing(
+        median_ms=m.median_ms,
+        ci_low_ms=m.ci_low_ms,
+        ci_high_ms=m.ci_high_ms,
+        iqr_ms=m.iqr_ms,
+        samples=len(m.samples_ms),
+    )
+
+
+class Advice:
+    """The recommendation and the evidence behind it.
+
+    `settings` are the tuned settings, `config` the file contents, `trials` a DataFrame of every
+    candidate, `save(path)` writes the config (JSON) and the trials table (CSV) beside it.
+    """
+
+    def __init__(
+        self,
+        outcome: SearchOutcome,
+        config: Config,
+        pick: Pick,
+        layer_choices: list[LayerChoice] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.config = config
+        self.pick = pick
+        self.layer_choices = layer_choices or []
+
+    @property
+    def settings(self):  # noqa: ANN201 - Settings; kept light for readers
+        return self.config.settings
+
+    @property
+    def results(self) -> list[TrialResult]:
+        return self.outcome.results
+
+    @property
+    def baseline(self) -> TrialResult:
+        return self.outcome.baseline
+
+    @property
+    def best(self) -> TrialResult:
+        return self.pick.chosen
+
+    @property
+    def speedup(self) -> float:
+        return self.config.result.speedup if self.config.result else 1.0
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        import pandas as pd
+
+        pareto = self.outcome.pareto  # time,memory mode: the Pareto set (else empty)
+        return pd.DataFrame(
+            [
+                {**trial_row(n, r, self.baseline), "pareto": any(r is p for p in pareto)}
+                for n, r in zip(self.outcome.trial_numbers, self.results, strict=True)
+            ]
+        )
+
+    @property
+    def layer_trials(self) -> pd.DataFrame:
+        """Per-layer measurements: one row per (layer group, implementation)."""
+        import pandas as pd
+
+        rows = []
+        for c in self.layer_choices:
+            base = c.results["native"]
+            for impl, r in c.results.items():
+                row = trial_row(-1, r, base)
+                row.update(
+                    layers=",".join(c.group.names),
+                    layer=c.group.description,
+                    impl=impl,
+                    chosen=impl == c.chosen,
+                )
+                rows.append(row)
+            for impl, why in c.skipped.items():
+                rows.append(
+                    {
+                        "layers": ",".join(c.group.names),
+                        "layer": c.group.description,
+                        "impl": impl,
+                        "status": "not applicable",
+                        "reason": why,
+                        "chosen": False,
+                    }
+                )
+        return pd.DataFrame(rows)
+
+    def save(self, path: str | Path, trials_csv: bool = True) -> Path:
+        path = Path(path)
+        save_config(self.config, path)
+        if trials_csv:
+            csv = path.with_name(path.stem + ".trials.csv")
+            atomic_write(csv, self.trials.to_csv(index=False))
+            if self.layer_choices:
+                csv = path.with_name(path.stem + ".layers.csv")
+                atomic_write(csv, self.layer_trials.to_csv(index=False))
+        return path
+
+    def __repr__(self) -> str:
+        return f"Advice({self.settings.label()}, {self.speedup:.2f}x vs default)"
+
+
+def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
+    m = r.measurement
+    row: dict[str, Any] = {
+        "trial": number if number >= 0 else None,
+        **r.settings.model_dump(exclude={"layers"}),
+    }
+    row["layers"] = ";".join(f"{k}={v}" for k, v in r.settings.layers.items())
+    row.update(
+        label=r.settings.label(),
+        status=r.status,
+        reason=r.reason or "",
+        median_ms=m.median_ms if m else math.nan,
+        ci_low_ms=m.ci_low_ms if m else math.nan,
+        ci_high_ms=m.ci_high_ms if m else math.nan,
+        iqr_ms=m.iqr_ms if m else math.nan,
+        samples=len(m.samples_ms) if m else 0,
+        first_call_ms=m.first_call_ms if m else math.nan,
+        speedup=baseline.median_ms / m.median_ms if m else math.nan,
+        rel_error=r.rel_error if r.rel_error is not None else math.nan,
+        grad_error=r.grad_error if r.grad_error is not None else math.nan,
+        precision=r.precision,
+        tolerance=r.tolerance,
+        grad_tolerance=r.grad_tolerance,
+        peak_memory_mb=r.peak_memory_mb,
+    )
+    return row
+
+
+def _first_calls(r: TrialResult) -> list[float]:
+    ms = r.per_shape or ([r.measurement] if r.measurement else [])
+    return [m.first_call_ms or 0.0 for m in ms]
+
+
+def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
+    """Whether cudnn.benchmark pays for this shape set: its per-step saving against the search it
+    runs once per new input shape (seen in the first call of each shape)."""
+    on = chosen.settings.model_copy(update={"cudnn_benchmark": True})
+    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
+    r_on = next((r for r in results if r.settings == on and r.status == "ok"), None)
+    r_off = next((r for r in results if r.settings == off and r.status == "ok"), None)
+    if r_on is None or r_off is None:
+        return None
+    shapes = len(_first_calls(r_on))
+    cost = sum(
+        max(0.0, a - b) for a, b in zip(_first_calls(r_on), _first_calls(r_off), strict=True)
+    )
+    saving = r_off.median_ms - r_on.median_ms
+    if saving <= 0:
+        return (
+            f"cudnn.benchmark does not pay here: no faster per step ({r_on.median_ms:.3f} vs "
+            f"{r_off.median_ms:.3f} ms) and its search costs {cost:.0f} ms over {shapes} shape(s)"
+        )
+    steps = math.ceil(cost / saving) if cost > 0 else 0
+    return (
+        f"cudnn.benchmark saves {saving:.3f} ms per step and its search costs {cost:.0f} ms "
+        f"over {shapes} shape(s): it pays after about {steps} steps"
+    )
+
+
+def build_advice(
+    outcome: SearchOutcome,
+    workload_info: dict[str, Any],
+    mode: str,
+    space_name: str,
+    min_gain: float = 0.02,
+    layer_choices: list[LayerChoice] | None = None,
+    retimed: int = 0,
+) -> Advice:
+    pick = pick_best(outcome.results, outcome.baseline, min_gain)
+    chosen, base = pick.chosen, outcome.baseline
+    assert chosen.measurement is not None and base.measurement is not None
+    ratio, lo, hi = speedup(base.measurement, chosen.measurement)
+    result = Result(
+        baseline=timing_of(base.measurement),
+        tuned=timing_of(chosen.measurement),
+        speedup=ratio,
+        speedup_ci=(lo, hi),
+        rel_error=chosen.rel_error or 0.0,
+        grad_error=chosen.grad_error,
+        precision=chosen.precision,
+        tolerance=chosen.tolerance or 0.0,
+        peak_memory_mb=chosen.peak_memory_mb,
+        why=pick.why
+        + (f" (after an interleaved re-time of {retimed} finalists)" if retimed else ""),
+        benchmark_note=benchmark_note(outcome.results, chosen),
+        trials=len(outcome.results),
+        rejected=sum(r.status == "rejected" for r in outcome.results),
+        failed=sum(r.status == "failed" for r in outcome.results),
+        tuning_s=outcome.elapsed_s,
+    )
+    config = Config(
+        advisor_version=__version__,
+        mode=mode,  # type: ignore[arg-type]
+        settings=chosen.settings,
+        environment=outcome.environment,
+        workload={**workload_info, "study": outcome.study_name},
+        space=space_name,
+        result=result,
+    )
+    return Advice(outcome, config, pick, layer_choices)

@@ -1,0 +1,206 @@
+"""Training-start application of settings: flags, memory format, conv implementations, AMP.
+
+This module (and `advisor.apply`) imports neither optuna nor pandas: applying a tuned config at
+training start costs a JSON read. The search times candidates through `apply_settings` too, so what
+was measured is exactly what is applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from advisor import impls
+from advisor.config import Config, load_config
+from advisor.environment import current_environment, resolve_device
+from advisor.knobs import GlobalFlags, Settings, memory_format_for
+
+_AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class AdvisorWarning(UserWarning):
+    """Something in a config could not be applied as written, or was tuned elsewhere."""
+
+
+class Tuned:
+    """A model with settings applied. Use `with tuned.autocast():` around each step.
+
+    `scaler` is a GradScaler when fp16 autocast is chosen for training, else None.
+    `restore()` puts PyTorch's global flags back as they were before.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        settings: Settings,
+        device: torch.device,
+        flags: GlobalFlags,
+        layer_impls: dict[str, str],
+        scaler: Any | None,
+    ) -> None:
+        self.model = model
+        self.settings = settings
+        self.device = device
+        self.layer_impls = layer_impls  # what each conv layer actually runs with
+        self.scaler = scaler
+        self._flags = flags
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        return _AMP_DTYPES.get(self.settings.amp)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def inputs(self, *xs: Any) -> tuple[Any, ...]:
+        """Inputs moved to the device in the chosen memory format (other values untouched)."""
+        return tuple(_to_format(x, self.device, self.settings.memory_format) for x in xs)
+
+    def restore(self) -> None:
+        self._flags.restore()
+
+    def __enter__(self) -> Tuned:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def __repr__(self) -> str:
+        return f"Tuned({self.settings.label()} on {self.device})"
+
+
+def _to_format(x: Any, device: torch.device, memory_format: str) -> Any:
+    if not torch.is_tensor(x):
+        return x
+    x = x.to(device)
+    fmt = memory_format_for(x.dim(), memory_format)
+    return x.contiguous(memory_format=fmt) if fmt is not None else x
+
+
+def _compute_dtype(module: nn.Module, settings: Settings) -> torch.dtype:
+    if settings.amp in _AMP_DTYPES:
+        return _AMP_DTYPES[settings.amp]
+    weight = getattr(module, "weight", None)
+    return weight.dtype if weight is not None else torch.float32
+
+
+def swap_layers(
+    model: nn.Module, settings: Settings, device: torch.device, *, warn: bool = True
+) -> dict[str, str]:
+    """Swap each conv layer to its implementation in place; returns name -> impl actually used.
+
+    An implementation that cannot run a layer here falls back to `native`, with a warning that
+    names the layer when `warn` is set (a hand-edited or foreign config).
+    """
+    used: dict[str, str] = {}
+    for name, module in impls.conv_modules(model):
+        wanted = settings.layers.get(name, settings.conv_impl)
+        reason = impls.why_not(
+            wanted, module, device=device, dtype=_compute_dtype(module, settings)
+        )
+        if reason is not None:
+            if warn and wanted != "native":
+                warnings.warn(
+                    f"layer {name!r}: {wanted} cannot run here ({reason}); using native",
+                    AdvisorWarning,
+                    stacklevel=3,
+                )
+            wanted = "native"
+        impls.swap(module, wanted)
+        used[name] = wanted
+    unknown = set(settings.layers) - set(used)
+    if unknown and warn:
+        warnings.warn(
+            f"config names layers this model does not have: {', '.join(sorted(unknown))}",
+            AdvisorWarning,
+            stacklevel=3,
+        )
+    return used
+
+
+def apply_settings(
+    settings: Settings,
+    model: nn.Module,
+    device: str | torch.device | None = None,
+    *,
+    training: bool = True,
+    warn: bool = True,
+) -> Tuned:
+    """Apply `settings` to `model` (in place) and to PyTorch's global flags."""
+    dev = resolve_device(device)
+    model.to(dev)
+    fmt_ndim = _model_ndim(model)
+    fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None
+    if fmt is not None:
+        model.to(memory_format=fmt)
+    used = swap_layers(model, settings, dev, warn=warn)
+    flags = GlobalFlags()
+    flags.apply(settings)
+    scaler = None
+    if training and settings.amp == "fp16":
+        scaler = torch.amp.GradScaler(dev.type)
+    return Tuned(model, settings, dev, flags, used, scaler)
+
+
+def _model_ndim(model: nn.Module) -> int:
+    """Tensor rank that the model's convs take (4 for Conv2d, 5 for Conv3d), 0 if none."""
+    ranks = {m.weight.dim() for _, m in impls.conv_modules(model) if m.weight is not None}
+    if 5 in ranks:
+        return 5
+    return 4 if 4 in ranks else 0
+
+
+@contextlib.contextmanager
+def applied(
+    settings: Settings, model: nn.Module, device: torch.device, **kw: Any
+) -> Iterator[Tuned]:
+    tuned = apply_settings(settings, model, device, **kw)
+    try:
+        yield tuned
+    finally:
+        tuned.restore()
+
+
+def apply(
+    config: str | Path | Config,
+    model: nn.Module | None = None,
+    *,
+    device: str | torch.device | None = None,
+    training: bool | None = None,
+) -> Tuned:
+    """Apply a tuned config at training start: `tuned = advisor.apply("tuned.json", model)`.
+
+    Sets the global flags, converts the model's memory format, swaps conv layers, and returns a
+    `Tuned` with `.model`, `.autocast()` and `.scaler`. Warns (does not fail) when the config was
+    tuned on another machine or library versions.
+    """
+    cfg = config if isinstance(config, Config) else load_config(config)
+    if device is None and cfg.environment.device_type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            "config was tuned on CUDA, which is not available here: applying on CPU",
+            AdvisorWarning,
+            stacklevel=2,
+        )
+        device = "cpu"
+    dev = resolve_device(device if device is not None else cfg.environment.device_type)
+    here = current_environment(dev)
+    if here.fingerprint != cfg.environment.fingerprint:
+        diffs = "; ".join(here.differences(cfg.environment)) or "fingerprint differs"
+        warnings.warn(
+            f"config was tuned in another environment ({diffs}): re-tune for best results",
+            AdvisorWarning,
+            stacklevel=2,
+        )
+    if training is None:
+        training = cfg.mode == "train"
+    if model is None:
+        model = nn.Identity()
+    return apply_settings(cfg.settings, model, dev, training=training)

@@ -1,0 +1,143 @@
+"""Which machine and library versions we are on, and a fingerprint that tells two apart."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from advisor.errors import DeviceError
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """'auto' (or None) -> CUDA when available, else CPU; anything else must exist here."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda[:N]") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {device!r} asked for, but CUDA is not available here")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise DeviceError(
+                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type != "cpu":
+        raise DeviceError(f"unsupported device {device!r}; use auto, cpu or cuda[:N]")
+    return dev
+
+
+class Environment(BaseModel):
+    """What a measurement depends on. Configs record it; apply() compares fingerprints."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device_type: str
+    device_name: str
+    capability: str | None = None
+    device_memory_gb: float | None = None
+    cpu_threads: int
+    torch: str
+    cuda: str | None = None
+    cudnn: str | None = None
+    triton: str | None = None
+    driver: str | None = None
+    python: str
+    platform: str
+    fingerprint: str
+
+    def differences(self, other: Environment) -> list[str]:
+        """Fields (of those in the fingerprint) that differ, as 'name: ours vs theirs'."""
+        out = []
+        for name in _FINGERPRINT_FIELDS:
+            a, b = getattr(self, name), getattr(other, name)
+            if a != b:
+                out.append(f"{name}: {a} vs {b}")
+        return out
+
+
+# What decides which configuration is fastest: the hardware and the kernel libraries.
+_FINGERPRINT_FIELDS = (
+    "device_type",
+    "device_name",
+    "capability",
+    "cpu_threads",
+    "torch",
+    "cuda",
+    "cudnn",
+    "triton",
+    "driver",
+)
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        if word[:1].isdigit() and word.count(".") >= 1:
+            return word
+    return None
+
+
+@lru_cache(maxsize=8)
+def _environment(device_type: str, index: int) -> Environment:
+    fields: dict[str, object] = {
+        "device_type": device_type,
+        "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": _package_version("triton"),
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+    }
+    if device_type == "cuda":
+        props = torch.cuda.get_device_properties(index)
+        fields["device_name"] = props.name
+        fields["capability"] = f"{props.major}.{props.minor}"
+        fields["device_memory_gb"] = round(props.total_memory / 2**30, 1)
+        cudnn = torch.backends.cudnn.version()
+        fields["cudnn"] = str(cudnn) if cudnn else None
+        fields["driver"] = _nvidia_driver()
+    else:
+        fields["device_name"] = _cpu_name()
+        fields["cudnn"] = None
+    key = "|".join(f"{k}={fields.get(k)}" for k in _FINGERPRINT_FIELDS)
+    fields["fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return Environment(**fields)  # type: ignore[arg-type]
+
+
+def current_environment(device: str | torch.device | None = "auto") -> Environment:
+    dev = resolve_device(device)
+    index = (dev.index or torch.cuda.current_device()) if dev.type == "cuda" else 0
+    return _environment(dev.type, index)
+
+
+def triton_interpreter_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"

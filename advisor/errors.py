@@ -1,0 +1,50 @@
+"""Errors the advisor raises on bad input. The CLI prints each as one line and exits with code 2."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+
+def validation_message(e: ValidationError, what: str) -> str:
+    """A pydantic error as one line naming the first invalid field."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    return f"invalid {what}: {loc}: {msg}" if loc else f"invalid {what}: {msg}"
+
+
+class AdvisorError(Exception):
+    """Base class: a problem the user can fix, reported as one line."""
+
+
+class SpecError(AdvisorError):
+    """A layer spec or input shape that does not describe a valid layer."""
+
+
+class ModelFileError(AdvisorError):
+    """A model file that is missing, does not import, or whose factories fail."""
+
+
+class SpaceError(AdvisorError):
+    """A search-space file that is missing or invalid."""
+
+
+class ConfigError(AdvisorError):
+    """A config file that is missing, corrupt, or not an advisor config."""
+
+
+class DeviceError(AdvisorError):
+    """A device that does not exist or is not available here."""
+
+
+class ImplError(AdvisorError):
+    """An unknown convolution implementation, or one that cannot run a layer."""
+
+
+class StorageError(AdvisorError):
+    """A study storage that cannot be opened or is corrupt."""

@@ -1,0 +1,1 @@
+"""Bundled example workloads (model files) for the README and the tests."""

@@ -1,0 +1,214 @@
+"""Swap a conv module's computation without touching its parameters.
+
+`swap_module` retargets the module's class to a cached subclass of its original class whose
+`forward` calls an implementation function. Parameters, buffers, hooks and state_dict keys stay
+exactly those of the original module (no copies, so optimizers keep working), `isinstance` against
+the original class still holds, and `native` unwraps by restoring `_advisor_original_class`.
+
+The subclasses are created at run time, so pickling by class name would fail; `__reduce_ex__`
+rebuilds them from (original class, impl name) instead, which makes `torch.save(model)`,
+`pickle` and `copy.deepcopy` work.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from advisor.errors import ImplError
+from advisor.impls.base import ConvImpl, ConvSignature
+
+# The conv a forward computes, given the module and an input that needs no more padding_mode work:
+# forward(module, input, padding, output_padding) -> output. output_padding is None for plain convs.
+ForwardFn = Callable[[nn.Module, Tensor, "tuple[int, ...] | str", "list[int] | None"], Tensor]
+
+_FORWARDS: dict[str, ForwardFn] = {}
+_CLASS_NAMES: dict[str, str] = {}
+_CLASSES: dict[tuple[type[nn.Module], str], type[nn.Module]] = {}
+
+
+def register_forward(impl_name: str, class_prefix: str, forward: ForwardFn) -> None:
+    """Declare how implementation `impl_name` computes a conv module's forward."""
+    _FORWARDS[impl_name] = forward
+    _CLASS_NAMES[impl_name] = class_prefix
+
+
+def original_class(module: nn.Module) -> type[nn.Module]:
+    return getattr(type(module), "_advisor_original_class", type(module))
+
+
+def swapped_class(original: type[nn.Module], impl_name: str) -> type[nn.Module]:
+    """The cached subclass of `original` whose forward runs implementation `impl_name`."""
+    key = (original, impl_name)
+    cls = _CLASSES.get(key)
+    if cls is None:
+        name = f"{_CLASS_NAMES[impl_name]}{original.__name__}"
+        namespace = {
+            "_advisor_original_class": original,
+            "_advisor_impl": impl_name,
+            "forward": _swapped_forward,
+            "__reduce_ex__": _reduce_ex,
+            "__module__": __name__,
+            "__qualname__": name,
+        }
+        cls = type(name, (original,), namespace)
+        _CLASSES[key] = cls
+    return cls
+
+
+def swap_module(module: nn.Module, impl_name: str) -> nn.Module:
+    """Make `module` (in place, also returned) compute its forward with `impl_name`."""
+    module.__class__ = swapped_class(original_class(module), impl_name)
+    return module
+
+
+def _swapped_forward(
+    self: nn.Module, input: Tensor, output_size: list[int] | None = None
+) -> Tensor:
+    m: nn.modules.conv._ConvNd = self  # type: ignore[assignment]
+    forward = _FORWARDS[type(self)._advisor_impl]  # type: ignore[attr-defined]
+    ndim = len(m.kernel_size)
+    if m.transposed:
+        if m.padding_mode != "zeros":
+            raise ValueError(f"Only `zeros` padding mode is supported for {type(m).__name__}")
+        output_padding = m._output_padding(  # type: ignore[operator]
+            input, output_size, m.stride, m.padding, m.kernel_size, ndim, m.dilation
+        )
+        return forward(self, input, tuple(m.padding), list(output_padding))
+    if output_size is not None:
+        raise TypeError("output_size is only accepted by transposed convolutions")
+    if m.padding_mode != "zeros":
+        # What nn.ConvNd does: pad explicitly with the mode, then convolve without padding.
+        input = F.pad(input, m._reversed_padding_repeated_twice, mode=m.padding_mode)
+        return forward(self, input, (0,) * ndim, None)
+    padding = m.padding if isinstance(m.padding, str) else tuple(m.padding)
+    return forward(self, input, padding, None)
+
+
+def _rebuild(original: type[nn.Module], impl_name: str) -> nn.Module:
+    if impl_name not in _FORWARDS:
+        import advisor.impls  # noqa: F401  (registers every implementation's forward)
+    cls = swapped_class(original, impl_name)
+    return cls.__new__(cls)
+
+
+def _reduce_ex(self: nn.Module, protocol: int) -> tuple:
+    reduced = object.__reduce_ex__(self, protocol)
+    cls = type(self)
+    rebuild_args = (cls._advisor_original_class, cls._advisor_impl)  # type: ignore[attr-defined]
+    return (_rebuild, rebuild_args, *reduced[2:])
+
+
+# ---- helpers shared by the implementations ------------------------------------------------------
+
+
+def resolve_padding(
+    padding: Sequence[int] | int | str,
+    kernel_size: Sequence[int],
+    dilation: Sequence[int],
+    stride: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(left, right) zero padding per spatial dim; 'same' may be asymmetric, like PyTorch's."""
+    ndim = len(kernel_size)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * ndim
+        if padding != "same":
+            raise ValueError(f"unknown padding {padding!r}")
+        if any(s != 1 for s in stride):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        pads = []
+        for k, d in zip(kernel_size, dilation):
+            total = d * (k - 1)
+            pads.append((total // 2, total - total // 2))
+        return pads
+    if isinstance(padding, int):
+        padding = (padding,) * ndim
+    return [(p, p) for p in padding]
+
+
+def conv_out_size(size: int, k: int, s: int, d: int, pad: tuple[int, int]) -> int:
+    return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
+
+
+def ntuple(value: int | Sequence[int], ndim: int) -> tuple[int, ...]:
+    return (value,) * ndim if isinstance(value, int) else tuple(value)
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The autocast dtype in force for `device_type`, or None when autocast is off."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+def cast_for_autocast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Cast floating tensors as autocast would for a conv, for ops autocast does not cover."""
+    first = next(t for t in tensors if t is not None)
+    dtype = autocast_dtype(first.device.type)
+    if dtype is None:
+        return tensors
+    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class SwappingImpl(ConvImpl):
+    """A `ConvImpl` whose `wrap` retargets the module's class (see `swap_module`).
+
+    Subclasses say which layers they can run in `layer_reason` (device independent) and add the
+    device and dtype rules in `why_not`; `wrap` refuses a layer `layer_reason` rejects.
+    """
+
+    class_prefix: ClassVar[str]
+    # Functional forms with F.conv{N}d's / F.conv_transpose{N}d's argument order, for the default
+    # `module_forward`; implementations with other signatures override `module_forward` instead.
+    conv_fn: ClassVar[Callable[..., Tensor] | None] = None
+    conv_transpose_fn: ClassVar[Callable[..., Tensor] | None] = None
+
+    @abstractmethod
+    def layer_reason(self, sig: ConvSignature) -> str | None:
+        """None if the layer's kind and arguments are supported, else why not."""
+
+    def why_not(
+        self, sig: ConvSignature, *, device: torch.device, dtype: torch.dtype
+    ) -> str | None:
+        """Default rule: any floating dtype on any device, then the layer rules."""
+        if dtype not in FLOAT_DTYPES:
+            return f"dtype {dtype} is not a floating type"
+        return self.layer_reason(sig)
+
+    def module_forward(
+        self,
+        module: nn.Module,
+        input: Tensor,
+        padding: tuple[int, ...] | str,
+        output_padding: list[int] | None,
+    ) -> Tensor:
+        """The output of `module` for `input`, computed by this implementation."""
+        m: nn.modules.conv._ConvNd = module  # type: ignore[assignment]
+        if output_padding is None:
+            assert self.conv_fn is not None, f"{self.name} has no conv_fn"
+            return type(self).conv_fn(
+                input, m.weight, m.bias, m.stride, padding, m.dilation, m.groups
+            )
+        assert self.conv_transpose_fn is not None, f"{self.name} has no conv_transpose_fn"
+        return type(self).conv_transpose_fn(
+            input, m.weight, m.bias, m.stride, padding, output_padding, m.groups, m.dilation
+        )
+
+    def __init__(self) -> None:
+        register_forward(self.name, self.class_prefix, self.module_forward)
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        sig = ConvSignature.from_module(module)
+        reason = self.layer_reason(sig)
+        if reason is not None:
+            raise ImplError(f"{self.name} cannot run this {sig.kind}: {reason}")
+        return swap_module(module, self.name)

@@ -1,0 +1,424 @@
+"""Triton implicit-GEMM convolution: forward, grad input and grad weight are Triton kernels.
+
+Covers Conv1d/2d/3d and ConvTranspose1d/2d/3d with any stride, padding (ints, 'same', 'valid'),
+dilation, groups, output_padding and bias, in fp32 (TF32 only when PyTorch's matmul TF32 flag is
+on), fp16 and bf16 (fp32 accumulation), for contiguous and channels-last tensors (via strides).
+A transposed conv is the grad-input of a plain conv, so the three kernels serve both directions.
+
+Triton is imported lazily: `import advisor.impls` must not pay for it, and `why_not` reports a
+missing triton instead of raising. TRITON_INTERPRET is read by `triton.jit` when a kernel is
+decorated, so the kernels (in `_triton_kernels.py`) are loaded on first use, once per value of
+TRITON_INTERPRET: set it before the first call, not necessarily before the import.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from advisor.impls._swap import (
+    SwappingImpl,
+    cast_for_autocast,
+    conv_out_size,
+    ntuple,
+    resolve_padding,
+)
+from advisor.impls.base import ConvSignature
+from advisor.impls.unfold_gemm import is_channels_last
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_MAX_GRID_YZ = 65535  # CUDA limit on grid axes 1 and 2
+
+# Test hook: fill every output buffer with NaN before the kernels write it, so an element a kernel
+# forgets to write shows up as NaN instead of as leftover memory.
+POISON_OUTPUTS = False
+
+_KERNELS: dict[bool, ModuleType] = {}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def triton_import_problem() -> str | None:
+    """None if triton imports, else why not (cached: an import is not retried)."""
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (pip install 'conv-advisor[triton]')"
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # a broken install raises anything, not only ImportError
+        return f"triton does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def kernels() -> ModuleType:
+    """The kernel module, decorated under the current TRITON_INTERPRET setting."""
+    interpret = interpreting()
+    module = _KERNELS.get(interpret)
+    if module is None:
+        problem = triton_import_problem()
+        if problem is not None:
+            raise RuntimeError(problem)
+        name = f"advisor.impls._triton_kernels_{'interpreted' if interpret else 'compiled'}"
+        path = os.path.join(os.path.dirname(__file__), "_triton_kernels.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _KERNELS[interpret] = module
+    return module
+
+
+# ---- geometry and buffers -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Conv arguments padded to 3 spatial dims (depth, height, width); pad is the left pad."""
+
+    stride: tuple[int, int, int]
+    pad: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    groups: int
+
+    @classmethod
+    def make(
+        cls, stride: Sequence[int], pad: Sequence[int], dilation: Sequence[int], groups: int
+    ) -> _Geometry:
+        fill = 3 - len(stride)
+        return cls(
+            (1,) * fill + tuple(stride),  # type: ignore[arg-type]
+            (0,) * fill + tuple(pad),  # type: ignore[arg-type]
+            (1,) * fill + tuple(dilation),  # type: ignore[arg-type]
+            groups,
+        )
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        return (*self.stride, *self.pad, *self.dilation)
+
+
+def _to5d(t: Tensor) -> Tensor:
+    """N, C, *spatial (1-3 dims) -> N, C, D, H, W as a view (unit dims in front)."""
+    while t.dim() < 5:
+        t = t.unsqueeze(2)
+    return t
+
+
+def _from5d(t: Tensor, ndim: int) -> Tensor:
+    return t.flatten(1, 4 - ndim) if ndim < 3 else t  # unit dims: a view
+
+
+def _empty(shape: Sequence[int], like: Tensor, channels_last: bool, dtype: torch.dtype) -> Tensor:
+    """A 5-D buffer, channels innermost when `channels_last` (the layout of `like`)."""
+    n, c, *spatial = shape
+    if channels_last:
+        out = torch.empty((n, *spatial, c), device=like.device, dtype=dtype).permute(0, 4, 1, 2, 3)
+    else:
+        out = torch.empty(tuple(shape), device=like.device, dtype=dtype)
+    if POISON_OUTPUTS:
+        out.fill_(float("nan"))
+    return out
+
+
+def _precision(dtype: torch.dtype) -> str:
+    """'tf32' for fp32 when PyTorch's matmul TF32 flag is on (new or legacy API), else 'ieee'."""
+    if dtype != torch.float32:
+        return "ieee"  # ignored by tl.dot for 16-bit inputs
+    matmul = torch.backends.cuda.matmul
+    if getattr(matmul, "fp32_precision", None) == "tf32" or torch._C._get_cublas_allow_tf32():
+        return "tf32"
+    return "ieee"
+
+
+def _flags(dtype: torch.dtype) -> dict[str, Any]:
+    # The interpreter's tl.dot multiplies bf16 bit patterns as integers: upcast there (exact,
+    # since a bf16 x bf16 product fits fp32, the same as the hardware's fp32 accumulation).
+    upcast = interpreting() and dtype == torch.bfloat16
+    return {"PRECISION": _precision(dtype), "UPCAST": upcast}
+
+
+# ---- the three kernel launches (all tensors 5-D) ------------------------------------------------
+
+
+def _forward(
+    x: Tensor, w: Tensor, b: Tensor | None, geo: _Geometry, out_spatial: Sequence[int]
+) -> Tensor:
+    """y = conv(x, w) + b, with output spatial size `out_spatial`."""
+    k = kernels()
+    n, _, d, h, wd = x.shape
+    cout, cgi = w.shape[:2]
+    cgo = cout // geo.groups
+    y = _empty((n, cout, *out_spatial), x, is_channels_last(x), x.dtype)
+    m = n * out_spatial[0] * out_spatial[1] * out_spatial[2]
+
+    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
+        return (
+            triton_cdiv(m, meta["BLOCK_M"]),
+            triton_cdiv(cgo, meta["BLOCK_N"]),
+            geo.groups,
+        )
+
+    k.conv_fwd_kernel[grid](
+        x, w, b if b is not None else w, y,
+        m, d, h, wd, *out_spatial, *w.shape[2:], *geo.args, cgi, cgo,
+        *x.stride(), *w.stride(), *y.stride(),
+        HAS_BIAS=b is not None, **_flags(x.dtype),
+    )  # fmt: skip
+    return y
+
+
+def _grad_input(
+    gy: Tensor, w: Tensor, b: Tensor | None, geo: _Geometry, in_spatial: Sequence[int], like: Tensor
+) -> Tensor:
+    """gx = conv's grad-input for grad-output `gy` (plus b: a transposed conv's forward)."""
+    k = kernels()
+    n, cout = gy.shape[:2]
+    cgi = w.shape[1]
+    cgo = cout // geo.groups
+    gx = _empty((n, cgi * geo.groups, *in_spatial), gy, is_channels_last(like), gy.dtype)
+    m = n * in_spatial[0] * in_spatial[1] * in_spatial[2]
+
+    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
+        return (
+            triton_cdiv(m, meta["BLOCK_M"]),
+            triton_cdiv(cgi, meta["BLOCK_N"]),
+            geo.groups,
+        )
+
+    k.conv_dgrad_kernel[grid](
+        gy, w, b if b is not None else w, gx,
+        m, *in_spatial, *gy.shape[2:], *w.shape[2:], *geo.args, cgi, cgo,
+        *gy.stride(), *w.stride(), *gx.stride(),
+        HAS_BIAS=b is not None, **_flags(gy.dtype),
+    )  # fmt: skip
+    return gx
+
+
+def _split_count(p: int, base_programs: int, device: torch.device) -> int:
+    """How many ways to split the grad-weight reduction so the GPU has enough programs."""
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        want = max(1, (4 * sms) // max(base_programs, 1))
+        return max(1, min(want, p // 1024, 128))
+    # Interpreter: split in two whenever there is enough work, so the split path is exercised.
+    return 2 if p >= 64 else 1
+
+
+def _grad_weight(x: Tensor, gy: Tensor, geo: _Geometry, w_shape: Sequence[int]) -> Tensor:
+    """gw = conv's grad-weight for input `x` and grad-output `gy` (fp32 partials, then summed)."""
+    k = kernels()
+    n, _, d, h, wd = x.shape
+    cout, cgi, kd, kh, kw = w_shape
+    cgo = cout // geo.groups
+    od, oh, ow = gy.shape[2:]
+    p = n * od * oh * ow
+    kk = kd * kh * kw
+    base = triton_cdiv(cgo, 64) * triton_cdiv(cgi, 64) * kk * geo.groups
+    split = _split_count(p, base, x.device)
+    split = max(1, min(split, _MAX_GRID_YZ // geo.groups))
+    part = torch.empty((split, cout, cgi, kk), device=x.device, dtype=torch.float32)
+    if POISON_OUTPUTS:
+        part.fill_(float("nan"))
+
+    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
+        tiles = triton_cdiv(cgo, meta["BLOCK_M"]) * triton_cdiv(cgi, meta["BLOCK_N"])
+        return (tiles, kk, geo.groups * split)
+
+    k.conv_wgrad_kernel[grid](
+        x, gy, part,
+        p, d, h, wd, od, oh, ow, kd, kh, kw, *geo.args, cgi, cgo, geo.groups, split,
+        *x.stride(), *gy.stride(),
+        **_flags(x.dtype),
+    )  # fmt: skip
+    return part.sum(0).view(tuple(w_shape)).to(x.dtype)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _grad_bias(gy: Tensor) -> Tensor:
+    return gy.sum(dim=(0, 2, 3, 4), dtype=torch.float32).to(gy.dtype)
+
+
+# ---- autograd functions -------------------------------------------------------------------------
+
+
+class _ConvFn(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        geo: _Geometry,
+        out_spatial: tuple[int, int, int],
+    ) -> Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.geo = geo
+        ctx.has_bias = b is not None
+        return _forward(x, w, b, geo, out_spatial)
+
+    @staticmethod
+    def backward(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
+        x, w = ctx.saved_tensors
+        geo: _Geometry = ctx.geo
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _grad_input(gy, w, None, geo, x.shape[2:], like=x)
+        if ctx.needs_input_grad[1]:
+            gw = _grad_weight(x, gy, geo, w.shape)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = _grad_bias(gy)
+        return gx, gw, gb, None, None
+
+
+class _ConvTransposeFn(torch.autograd.Function):
+    """conv_transpose(x, w) is the grad-input of conv(., w): the kernels swap roles."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        w: Tensor,
+        b: Tensor | None,
+        geo: _Geometry,
+        out_spatial: tuple[int, int, int],
+    ) -> Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.geo = geo
+        ctx.has_bias = b is not None
+        return _grad_input(x, w, b, geo, out_spatial, like=x)
+
+    @staticmethod
+    def backward(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
+        x, w = ctx.saved_tensors
+        geo: _Geometry = ctx.geo
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            # Only the first x-sized window of gy: output_padding adds rows no input reached.
+            gx = _forward(gy, w, None, geo, x.shape[2:])
+        if ctx.needs_input_grad[1]:
+            gw = _grad_weight(gy, x, geo, w.shape)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = _grad_bias(gy)
+        return gx, gw, gb, None, None
+
+
+# ---- public functions ---------------------------------------------------------------------------
+
+
+def _prepare(
+    x: Tensor, weight: Tensor, bias: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+    ndim = weight.dim() - 2
+    unbatched = x.dim() == ndim + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    x, weight, bias = cast_for_autocast(x, weight, bias)  # type: ignore[assignment]
+    if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise TypeError(f"input {x.dtype} and weight {weight.dtype} (and bias) must match")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"triton conv supports {_DTYPES}, not {x.dtype}")
+    return x, weight, bias, unbatched
+
+
+def triton_conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | str = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
+    """Same result as F.conv{1,2,3}d, computed (forward and backward) by Triton kernels."""
+    ndim = weight.dim() - 2
+    x, weight, bias, unbatched = _prepare(x, weight, bias)
+    stride, dilation = ntuple(stride, ndim), ntuple(dilation, ndim)
+    kernel = tuple(weight.shape[2:])
+    pads = resolve_padding(padding, kernel, dilation, stride)
+    out = tuple(
+        conv_out_size(n, k, s, d, p)
+        for n, k, s, d, p in zip(x.shape[2:], kernel, stride, dilation, pads)
+    )
+    if any(o <= 0 for o in out):
+        raise ValueError(f"output size {out} is too small for input {tuple(x.shape)}")
+    geo = _Geometry.make(stride, [p[0] for p in pads], dilation, groups)
+    out5 = (1,) * (3 - ndim) + out
+    y = _ConvFn.apply(_to5d(x), _to5d(weight), bias, geo, out5)
+    y = _from5d(y, ndim)
+    return y.squeeze(0) if unbatched else y
+
+
+def triton_conv_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """Same result as F.conv_transpose{1,2,3}d, computed by Triton kernels."""
+    ndim = weight.dim() - 2
+    x, weight, bias, unbatched = _prepare(x, weight, bias)
+    stride, padding = ntuple(stride, ndim), ntuple(padding, ndim)
+    output_padding, dilation = ntuple(output_padding, ndim), ntuple(dilation, ndim)
+    out = tuple(
+        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for i, k, s, p, op, d in zip(
+            x.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation
+        )
+    )
+    geo = _Geometry.make(stride, padding, dilation, groups)
+    out5 = (1,) * (3 - ndim) + out
+    y = _ConvTransposeFn.apply(_to5d(x), _to5d(weight), bias, geo, out5)
+    y = _from5d(y, ndim)
+    return y.squeeze(0) if unbatched else y
+
+
+# ---- the registered implementation --------------------------------------------------------------
+
+
+class TritonImpl(SwappingImpl):
+    name = "triton"
+    description = "Triton implicit-GEMM kernels (forward, grad input, grad weight)"
+    class_prefix = "Triton"
+    conv_fn = triton_conv
+    conv_transpose_fn = triton_conv_transpose
+
+    def layer_reason(self, sig: ConvSignature) -> str | None:
+        if sig.groups > _MAX_GRID_YZ:
+            return f"groups={sig.groups} exceeds the grid limit {_MAX_GRID_YZ}"
+        return None
+
+    def why_not(
+        self, sig: ConvSignature, *, device: torch.device, dtype: torch.dtype
+    ) -> str | None:
+        problem = triton_import_problem()
+        if problem is not None:
+            return problem
+        device = torch.device(device)
+        if device.type == "cpu" and not interpreting():
+            return "triton runs on CPU tensors only under TRITON_INTERPRET=1 (for testing)"
+        if device.type not in ("cpu", "cuda"):
+            return f"triton kernels need a CUDA device, not {device.type}"
+        if device.type == "cuda" and not torch.cuda.is_available():
+            return "CUDA is not available"
+        if dtype not in _DTYPES:
+            return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
+        return self.layer_reason(sig)

@@ -1,0 +1,196 @@
+"""Convolution as im2col (unfold) + one batched GEMM; transposed 1-D/2-D conv as GEMM + col2im.
+
+Backward comes from autograd through the unfold, matmul and fold ops. Memory-format aware: for a
+channels-last input the columns are built with channels innermost and the GEMM writes a
+channels-last output directly, so no layout copy is added around the GEMM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from advisor.impls._swap import (
+    SwappingImpl,
+    conv_out_size,
+    ntuple,
+    resolve_padding,
+)
+from advisor.impls.base import ConvSignature
+
+
+def is_channels_last(x: Tensor) -> bool:
+    """True when channels are the innermost dim of a batched N,C,*spatial tensor (not NCHW)."""
+    if x.dim() < 3 or x.is_contiguous():
+        return False
+    return x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+
+
+def unfold_gemm_conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] | str = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
+    """Same result as F.conv{1,2,3}d(x, weight, bias, stride, padding, dilation, groups)."""
+    ndim = weight.dim() - 2
+    unbatched = x.dim() == ndim + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    stride, dilation = ntuple(stride, ndim), ntuple(dilation, ndim)
+    kernel = tuple(weight.shape[2:])
+    pads = resolve_padding(padding, kernel, dilation, stride)
+    channels_last = is_channels_last(x)
+    cout = weight.shape[0]
+    # (G, Cout/G, Cin/G * prod(kernel)) with the K order matching the columns built below.
+    if channels_last:
+        w2 = weight.permute(0, *range(2, ndim + 2), 1).reshape(groups, cout // groups, -1)
+    else:
+        w2 = weight.reshape(groups, cout // groups, -1)
+
+    if all(k == 1 for k in kernel) and all(p == (0, 0) for p in pads):
+        # Pointwise: the input already is the column matrix (after subsampling for stride).
+        if any(s > 1 for s in stride):
+            x = x[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
+        out_spatial = tuple(x.shape[2:])
+        cols = _pointwise_cols(x, groups, channels_last)
+    else:
+        out_spatial = tuple(
+            conv_out_size(n, k, s, d, p)
+            for n, k, s, d, p in zip(x.shape[2:], kernel, stride, dilation, pads)
+        )
+        cols = _im2col(x, kernel, stride, dilation, pads, groups, channels_last)
+    gemm = _gemm_channels_last if channels_last else _gemm_channels_first
+    out = gemm(cols, w2, x.shape[0], out_spatial)
+    if bias is not None:
+        out = out + bias.to(out.dtype).view(1, -1, *([1] * ndim))
+    return out.squeeze(0) if unbatched else out
+
+
+def _pointwise_cols(x: Tensor, groups: int, channels_last: bool) -> Tensor:
+    n, c = x.shape[:2]
+    if channels_last:
+        return x.permute(0, *range(2, x.dim()), 1).reshape(-1, groups, c // groups)
+    return x.reshape(n, groups, c // groups, -1)
+
+
+def _im2col(
+    x: Tensor,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    pads: list[tuple[int, int]],
+    groups: int,
+    channels_last: bool,
+) -> Tensor:
+    """Columns: (N, G, Cg*K, L) channels-first, or (N*L, G, K*Cg) channels-last."""
+    ndim = len(kernel)
+    n, c = x.shape[:2]
+    if channels_last:
+        x = x.permute(0, *range(2, ndim + 2), 1)  # N, *spatial, C: a contiguous view
+        first = 1
+        flat_pad = [0, 0] + [v for p in reversed(pads) for v in p]
+    else:
+        first = 2
+        flat_pad = [v for p in reversed(pads) for v in p]
+    if any(flat_pad):
+        x = F.pad(x, flat_pad)
+    # Tensor.unfold per spatial dim: a strided view (N, C?, *out, C?, *kernel); dilation by slicing.
+    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation)):
+        x = x.unfold(first + i, d * (k - 1) + 1, s)
+        if d > 1:
+            x = x[..., ::d]
+    if channels_last:
+        # (N, *out, G, Cg, *kernel) -> (N, *out, G, *kernel, Cg): channels innermost.
+        x = x.unflatten(ndim + 1, (groups, c // groups))
+        x = x.permute(*range(ndim + 2), *range(ndim + 3, 2 * ndim + 3), ndim + 2)
+        return x.reshape(-1, groups, c // groups * prod(kernel))
+    # (N, C, *out, *kernel) -> (N, C, *kernel, *out)
+    x = x.permute(0, 1, *range(ndim + 2, 2 * ndim + 2), *range(2, ndim + 2))
+    return x.reshape(n, groups, c // groups * prod(kernel), -1)
+
+
+def _gemm_channels_first(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
+    # (G, Cog, CK) @ (N, G, CK, L) -> (N, G, Cog, L): one batched GEMM, output already NC*.
+    out = torch.matmul(w2, cols)
+    return out.reshape(n, -1, *out_spatial)
+
+
+def _gemm_channels_last(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
+    groups = w2.shape[0]
+    if groups == 1:
+        out = cols[:, 0] @ w2[0].t()  # (N*L, Cout): channels innermost
+    else:
+        out = torch.bmm(cols.transpose(0, 1), w2.transpose(1, 2))  # (G, N*L, Cog)
+        out = out.transpose(0, 1).reshape(cols.shape[0], -1)
+    out = out.view(n, *out_spatial, -1)
+    return out.permute(0, -1, *range(1, len(out_spatial) + 1))  # channels-last strides
+
+
+def unfold_gemm_conv_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """Same result as F.conv_transpose{1,2}d: GEMM to columns, then col2im (F.fold)."""
+    ndim = weight.dim() - 2
+    if ndim not in (1, 2):
+        raise ValueError("unfold_gemm transposed conv needs 1-D or 2-D (F.fold is 2-D only)")
+    unbatched = x.dim() == ndim + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    stride, padding = ntuple(stride, ndim), ntuple(padding, ndim)
+    output_padding, dilation = ntuple(output_padding, ndim), ntuple(dilation, ndim)
+    if any(op >= s for op, s in zip(output_padding, stride)):
+        raise ValueError("output_padding >= stride is not supported by col2im")
+    channels_last = is_channels_last(x)
+    n, cin = x.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    cog = weight.shape[1]
+    out_spatial = [
+        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for i, k, s, p, op, d in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
+    ]
+    # (G, Cog*K, Cig) @ (N, G, Cig, L) -> (N, G, Cog*K, L): one batched GEMM.
+    w3 = weight.reshape(groups, cin // groups, cog * prod(kernel)).transpose(1, 2)
+    cols = torch.matmul(w3, x.reshape(n, groups, cin // groups, -1))
+    cols = cols.reshape(n, groups * cog * prod(kernel), -1)
+    if ndim == 1:  # col2im is 2-D only: a 1-D conv is a 2-D one of height 1
+        kernel, stride, dilation = ((1, *t) for t in (kernel, stride, dilation))
+        padding = (0, *padding)
+        out = F.fold(cols, (1, *out_spatial), kernel, dilation, padding, stride).squeeze(2)
+    else:
+        out = F.fold(cols, out_spatial, kernel, dilation, padding, stride)
+    if bias is not None:
+        out = out + bias.to(out.dtype).view(1, -1, *([1] * ndim))
+    if channels_last and ndim == 2:
+        out = out.contiguous(memory_format=torch.channels_last)
+    return out.squeeze(0) if unbatched else out
+
+
+class UnfoldGemmImpl(SwappingImpl):
+    name = "unfold_gemm"
+    description = "im2col (unfold) + one batched GEMM; transposed 1-D/2-D via GEMM + col2im"
+    class_prefix = "UnfoldGemm"
+    conv_fn = unfold_gemm_conv
+    conv_transpose_fn = unfold_gemm_conv_transpose
+
+    def layer_reason(self, sig: ConvSignature) -> str | None:
+        if sig.transposed:
+            if sig.ndim == 3:
+                return "transposed 3-D conv needs a 3-D col2im (F.fold is 2-D only)"
+            if any(op >= s for op, s in zip(sig.output_padding, sig.stride)):
+                return "output_padding >= stride does not fit col2im"
+        return None

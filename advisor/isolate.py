@@ -1,0 +1,283 @@
+"""Isolated trials: candidates run in a spawned worker process with a time limit.
+
+A crash (segfault, abort, CUDA illegal address), a hang (killed at the limit) or an out-of-memory
+becomes a failed trial with its reason, and the worker is replaced where its state may be bad; the
+study goes on. Workers are spawned, never forked, so a parent that already initialised CUDA is safe.
+
+Protocol over a pipe: the worker starts (imports, rebuilds the workload, computes the fp32
+reference) and sends ("ready", pid) or ("error", reason); then for each settings JSON it receives
+it sends ("result", TrialResult JSON). The time limit covers a candidate's own evaluation only:
+start-up has its own, larger limit, so the first trial does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from advisor.knobs import GlobalFlags, Settings, precision_of
+from advisor.runner import Mode, TrialResult
+from advisor.space import SearchSpace
+
+# Messages after which a CUDA context cannot be trusted: the worker is replaced.
+_POISONED = (
+    "CUDA error",
+    "illegal memory access",
+    "device-side assert",
+    "CUBLAS_STATUS",
+    "cuDNN error",
+    "CUDNN_STATUS",
+)
+_OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
+STARTUP_TIMEOUT_S = 300.0  # importing torch, building the workload and the fp32 reference
+
+
+def recreatable(info: dict[str, Any]) -> bool:
+    """Whether a worker can rebuild this workload from its description alone."""
+    return info.get("kind") == "layer" or (info.get("kind") == "model" and "build" in info)
+
+
+def classify(result: TrialResult) -> TrialResult:
+    """Name an out-of-memory failure as such, whatever library raised it."""
+    reason = result.reason or ""
+    if result.status != "failed" or reason.startswith("out of memory"):
+        return result
+    for marker in _OOM:
+        at = reason.find(marker)
+        if at >= 0:
+            detail = reason[at:].split(". Error", 1)[0][:160]
+            return result.model_copy(update={"reason": f"out of memory ({detail})"})
+    return result
+
+
+def poisoned(result: TrialResult) -> bool:
+    """Whether the failure may have left the process's CUDA context unusable."""
+    return result.status == "failed" and any(s in (result.reason or "") for s in _POISONED)
+
+
+def global_state() -> dict[str, Any]:
+    """Process-wide state a candidate might change: the flags the advisor sets, and more."""
+    return {
+        **GlobalFlags.read(),
+        "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+
+
+def restore_global_state(saved: dict[str, Any]) -> None:
+    """Put back what `global_state()` saved, so no flag leaks from one trial into the next."""
+    if global_state() == saved:
+        return
+    GlobalFlags._write(saved)
+    torch.set_default_dtype(saved["default_dtype"])
+    torch.set_grad_enabled(saved["grad_enabled"])
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when its parent dies (even by kill -9), so no orphan keeps
+    the GPU busy while the study is resumed."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Spawn would re-run the caller's main script in the worker (a training script run twice,
+    or an error without an `if __name__ == "__main__"` guard). The worker needs nothing from it:
+    hide it while the process starts."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main and k in main.__dict__}
+    try:
+        for k in saved:
+            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
+def _worker_main(
+    conn: Connection, info: dict[str, Any], device: str, mode: Mode, space_json: str
+) -> None:
+    """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    _die_with_parent()
+    from advisor.runner import evaluate, reference
+    from advisor.workload import workload_from_info
+
+    pristine = global_state()
+    try:
+        dev = torch.device(device)
+        space = SearchSpace.model_validate_json(space_json)
+        workload = workload_from_info(info)
+        ref = reference(workload, dev, mode)
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        conn.send(("error", f"{type(e).__name__}: {first}"))
+        return
+    restore_global_state(pristine)
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, ref)
+        restore_global_state(pristine)  # the next trial starts from the same state
+        try:
+            conn.send(("result", result.model_dump_json()))
+        except (BrokenPipeError, OSError):
+            return
+
+
+class IsolatedEvaluator:
+    """Evaluates each candidate in a worker subprocess, replacing it after a crash or hang."""
+
+    def __init__(
+        self,
+        info: dict[str, Any],
+        device: torch.device,
+        mode: Mode,
+        space: SearchSpace,
+        timeout_s: float = 600.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.info, self.device, self.mode, self.space = info, device, mode, space
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = max(startup_timeout_s, timeout_s)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self.starts = 0  # workers started so far; > 1 means one was replaced
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> str | None:
+        """Start a worker and wait until it is ready; None, or why it could not start."""
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child, self.info, str(self.device), self.mode, self.space.model_dump_json()),
+            daemon=True,
+        )
+        with _main_hidden():
+            self._proc.start()
+        self.starts += 1
+        child.close()
+        self._conn = parent
+        msg = self._receive(self.startup_timeout_s)
+        if isinstance(msg, tuple) and msg[0] == "ready":
+            return None
+        if isinstance(msg, tuple) and msg[0] == "error":
+            why = f"worker failed to start: {msg[1]}"
+        elif msg == "timeout":
+            why = f"worker did not start within {self.startup_timeout_s:g} s"
+        else:
+            why = f"worker failed to start: {self._exit_reason()}"
+        self._kill()
+        return why
+
+    def _receive(self, timeout_s: float) -> Any:
+        """The worker's next message, 'timeout', or 'dead' when it died or closed the pipe."""
+        assert self._conn is not None and self._proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._conn.poll(0.1):
+                try:
+                    return self._conn.recv()
+                except (EOFError, OSError):
+                    return "dead"
+            if not self._proc.is_alive():
+                # It may have sent its last message just before exiting.
+                return self._conn.recv() if self._conn.poll(0) else "dead"
+        return "timeout"
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+    def _failed(self, settings: Settings, reason: str) -> TrialResult:
+        precision = precision_of(settings, self.device)
+        return TrialResult(
+            settings=settings,
+            status="failed",
+            reason=reason,
+            precision=precision,
+            tolerance=self.space.tolerances.for_precision(precision),
+        )
+
+    def __call__(self, settings: Settings) -> TrialResult:
+        if self._proc is None or not self._proc.is_alive():
+            self._kill()
+            why = self._start()
+            if why is not None:
+                return self._failed(settings, why)
+        assert self._conn is not None
+        try:
+            self._conn.send(settings.model_dump_json())
+        except (BrokenPipeError, OSError):
+            return self._crashed(settings)
+        msg = self._receive(self.timeout_s)
+        if msg == "timeout":
+            self._kill()
+            return self._failed(settings, f"timed out after {self.timeout_s:g} s (killed)")
+        if not (isinstance(msg, tuple) and msg[0] == "result"):
+            return self._crashed(settings)
+        result = classify(TrialResult.model_validate_json(msg[1]))
+        if poisoned(result):
+            self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
+        return result
+
+    def _exit_reason(self) -> str:
+        proc = self._proc
+        if proc is not None:
+            proc.join(timeout=5)
+        code = proc.exitcode if proc is not None else None
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            why = f"worker crashed ({name})"
+            if -code == signal.SIGKILL:
+                why += ": killed, possibly by the out-of-memory killer"
+            return why
+        return f"worker exited with code {code}"
+
+    def _crashed(self, settings: Settings) -> TrialResult:
+        why = self._exit_reason()
+        self._kill()
+        return self._failed(settings, why)
+
+    def close(self) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self._conn.send(None)
+                self._proc.join(timeout=5)
+        self._kill()

@@ -1,0 +1,215 @@
+"""The knobs the advisor searches, and the one door through which PyTorch's global flags change.
+
+`Settings` is what a config file records. `GlobalFlags` sets TF32 and cudnn.benchmark, remembers
+the old values and restores them; the search and `apply` both go through it, so what was timed is
+what is applied. Memory format, AMP and conv implementations act on the model and the step, not on
+global state: `advisor.apply` handles those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MemoryFormat = Literal["contiguous", "channels_last"]
+Tf32 = Literal["off", "conv", "on"]
+Amp = Literal["off", "fp16", "bf16"]
+
+
+class Settings(BaseModel):
+    """One candidate configuration. The defaults are PyTorch's own defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_format: MemoryFormat = Field(
+        "contiguous",
+        description="channels_last means channels_last_3d for 5-D tensors (Conv3d).",
+    )
+    tf32: Tf32 = Field(
+        "conv",
+        description=(
+            "off: fp32 everywhere; conv: TF32 for cuDNN convs only (PyTorch's default); "
+            "on: TF32 for convs and matmuls (unfold+GEMM, Triton)."
+        ),
+    )
+    amp: Amp = Field("off", description="autocast dtype for the step; fp16 adds a GradScaler.")
+    cudnn_benchmark: bool = Field(False, description="torch.backends.cudnn.benchmark")
+    conv_impl: str = Field("native", description="implementation for conv layers not in `layers`")
+    layers: dict[str, str] = Field(
+        default_factory=dict, description="per-layer implementation: module name -> impl name"
+    )
+
+    @field_validator("memory_format", mode="before")
+    @classmethod
+    def _alias_3d(cls, v: Any) -> Any:
+        return "channels_last" if v == "channels_last_3d" else v
+
+    def changes(self) -> dict[str, Any]:
+        """The knobs that differ from PyTorch's defaults."""
+        default = Settings()
+        out = {k: v for k, v in self.model_dump().items() if v != getattr(default, k)}
+        out.pop("layers", None)
+        if any(impl != self.conv_impl for impl in self.layers.values()):
+            out["layers"] = dict(self.layers)
+        return out
+
+    def label(self) -> str:
+        """Short human label, e.g. 'channels_last+bf16' or 'default'."""
+        parts = []
+        for name, value in self.changes().items():
+            if name == "layers":
+                counts: dict[str, int] = {}
+                for impl in value.values():
+                    counts[impl] = counts.get(impl, 0) + 1
+                parts.append("layers: " + ", ".join(f"{n}x {i}" for i, n in counts.items()))
+            elif isinstance(value, bool):
+                parts.append(f"{name}={'on' if value else 'off'}")
+            else:
+                parts.append(f"{name}={value}")
+        return ", ".join(parts) or "default"
+
+
+KNOB_NAMES: tuple[str, ...] = ("memory_format", "tf32", "amp", "cudnn_benchmark", "conv_impl")
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    values: tuple[Any, ...]
+    cuda_only: bool
+    why: str  # what it changes, for `advisor env` and reports
+
+    @property
+    def default(self) -> Any:
+        return Settings.model_fields[self.name].default
+
+    def why_not(self, device: torch.device) -> str | None:
+        if self.cuda_only and device.type != "cuda":
+            return "CUDA only: no effect on CPU"
+        return None
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob(
+            "memory_format",
+            ("contiguous", "channels_last"),
+            False,
+            "NHWC/NDHWC layout for model and inputs; most convs prefer it under AMP",
+        ),
+        Knob("tf32", ("off", "conv", "on"), True, "TensorFloat-32 math on Ampere and later GPUs"),
+        Knob("amp", ("off", "fp16", "bf16"), False, "autocast to half precision for the step"),
+        Knob("cudnn_benchmark", (False, True), True, "let cuDNN time its algorithms per shape"),
+        Knob("conv_impl", ("native",), False, "which implementation computes conv layers"),
+    )
+}
+
+
+def amp_why_not(amp: str, device: torch.device) -> str | None:
+    """fp16 autocast on CPU is slow and poorly supported: searched on CUDA only."""
+    if amp == "fp16" and device.type != "cuda":
+        return "fp16 autocast is CUDA only here (bf16 is the CPU half precision)"
+    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "this GPU has no bf16 support"
+    return None
+
+
+def precision_of(settings: Settings, device: torch.device) -> str:
+    """The numeric precision a candidate computes in: its tolerance class."""
+    if settings.amp != "off":
+        return settings.amp
+    if device.type == "cuda" and settings.tf32 != "off":
+        return "tf32"
+    return "fp32"
+
+
+def _has_fp32_precision_api() -> bool:
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    return hasattr(conv, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+class GlobalFlags:
+    """Sets TF32 and cudnn.benchmark for a Settings, remembering the old values to restore.
+
+    TF32 goes through `torch.backends.*.fp32_precision` where this torch has it and the
+    `allow_tf32` flags otherwise, never a mix: PyTorch rejects reading one API after the other
+    was written.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] | None = None
+
+    @staticmethod
+    def read() -> dict[str, Any]:
+        if _has_fp32_precision_api():
+            tf32 = {
+                "conv": torch.backends.cudnn.conv.fp32_precision,
+                "matmul": torch.backends.cuda.matmul.fp32_precision,
+            }
+        else:
+            tf32 = {
+                "conv": torch.backends.cudnn.allow_tf32,
+                "matmul": torch.backends.cuda.matmul.allow_tf32,
+            }
+        return {"tf32": tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+    @staticmethod
+    def _write(state: dict[str, Any]) -> None:
+        tf32 = state["tf32"]
+        if _has_fp32_precision_api():
+            torch.backends.cudnn.conv.fp32_precision = tf32["conv"]
+            torch.backends.cuda.matmul.fp32_precision = tf32["matmul"]
+        else:
+            torch.backends.cudnn.allow_tf32 = tf32["conv"]
+            torch.backends.cuda.matmul.allow_tf32 = tf32["matmul"]
+        torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
+
+    @staticmethod
+    def wanted(settings: Settings) -> dict[str, Any]:
+        conv_on = settings.tf32 in ("conv", "on")
+        matmul_on = settings.tf32 == "on"
+        if _has_fp32_precision_api():
+            tf32 = {
+                "conv": "tf32" if conv_on else "ieee",
+                "matmul": "tf32" if matmul_on else "ieee",
+            }
+        else:
+            tf32 = {"conv": conv_on, "matmul": matmul_on}
+        return {"tf32": tf32, "cudnn_benchmark": settings.cudnn_benchmark}
+
+    def apply(self, settings: Settings) -> None:
+        if self._saved is None:
+            self._saved = self.read()
+        self._write(self.wanted(settings))
+
+    @classmethod
+    def switch_to(cls, settings: Settings) -> None:
+        """Set the flags for `settings` without saving: for switching between candidates that
+        are each held by their own GlobalFlags (which restore the original state)."""
+        cls._write(cls.wanted(settings))
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            self._write(self._saved)
+            self._saved = None
+
+    def __enter__(self) -> GlobalFlags:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def memory_format_for(ndim: int, memory_format: str) -> torch.memory_format | None:
+    """The torch memory format for a tensor of `ndim` dims, or None where it has no meaning."""
+    if memory_format == "contiguous":
+        return torch.contiguous_format
+    if ndim == 4:
+        return torch.channels_last
+    if ndim == 5:
+        return torch.channels_last_3d
+    return None

@@ -1,0 +1,233 @@
+"""Per-layer implementation choice for models: the second stage of the search.
+
+After the global knobs are chosen, each conv layer is timed alone (with its input shape as seen in
+the model, under the chosen settings) with every implementation that qualifies for it; layers with
+the same signature and input shape share one measurement. The fastest beyond noise wins per layer
+(ties go to `native`). The combination is then measured on the whole model and kept only if it
+beats the global-knob winner beyond noise.
+
+Measurements are stored in a companion optuna study ("<study>/layers") so a resumed search does
+not repeat them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from advisor import impls
+from advisor.apply import apply_settings
+from advisor.knobs import Settings
+from advisor.pick import pick_best
+from advisor.runner import Mode, TrialResult
+from advisor.space import SearchSpace
+from advisor.workload import Workload, layer_workload_from_module
+
+_AMP = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Conv layers that share a signature and an input shape: one measurement serves them all."""
+
+    key: str
+    names: tuple[str, ...]
+    description: str
+    workload: Workload
+
+
+@dataclass
+class LayerChoice:
+    group: LayerGroup
+    results: dict[str, TrialResult]  # impl name -> result
+    chosen: str
+    why: str
+    skipped: dict[str, str]  # impl name -> why it does not qualify
+
+
+def conv_input_shapes(
+    workload: Workload, settings: Settings, device: torch.device
+) -> dict[str, tuple[int, ...]]:
+    """Input shape of every conv layer in the model, from one forward pass."""
+    model = workload.make_model().eval()
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def hook(name: str) -> Callable[..., None]:
+        def record(_module: Any, args: tuple[Any, ...]) -> None:  # returns None: args unchanged
+            shapes.setdefault(name, tuple(args[0].shape))
+
+        return record
+
+    hooks = [m.register_forward_pre_hook(hook(name)) for name, m in impls.conv_modules(model)]
+    tuned = apply_settings(settings, model, device, training=False, warn=False)
+    try:
+        with torch.no_grad(), tuned.autocast():
+            model(*tuned.inputs(*workload.make_inputs(device)))
+    finally:
+        tuned.restore()
+        for h in hooks:
+            h.remove()
+    return shapes
+
+
+def layer_groups(workload: Workload, settings: Settings, device: torch.device) -> list[LayerGroup]:
+    shapes = conv_input_shapes(workload, settings, device)
+    model = workload.make_model()
+    groups: dict[str, list[str]] = {}
+    modules = dict(impls.conv_modules(model))
+    for name, module in modules.items():
+        if name not in shapes:
+            continue  # never called in the forward pass
+        sig = impls.ConvSignature.from_module(module)
+        key = f"{sig}|{shapes[name]}"
+        groups.setdefault(key, []).append(name)
+    out = []
+    for key, names in groups.items():
+        first = modules[names[0]]
+        wl = layer_workload_from_module(first, shapes[names[0]])
+        out.append(LayerGroup(key, tuple(names), wl.name, wl))
+    return out
+
+
+def _compute_dtype(settings: Settings) -> torch.dtype:
+    return _AMP.get(settings.amp, torch.float32)
+
+
+def _layers_study(storage: Any, study_name: str) -> optuna.Study:
+    return optuna.create_study(
+        storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
+    )
+
+
+def _stored(study: optuna.Study) -> dict[tuple[str, str], TrialResult]:
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        if "result" in t.user_attrs and "key" in t.user_attrs:
+            out[(t.user_attrs["key"], t.user_attrs["impl"])] = TrialResult.model_validate(
+                t.user_attrs["result"]
+            )
+    return out
+
+
+def _store(study: optuna.Study, group: LayerGroup, impl: str, result: TrialResult) -> None:
+    attrs = {
+        "key": group.key,
+        "impl": impl,
+        "names": list(group.names),
+        "description": group.description,
+        "spec": group.workload.info["spec"],  # for per-layer roofline in reports
+    }
+    _add(study, result, attrs)
+
+
+def _add(study: optuna.Study, result: TrialResult, attrs: dict[str, Any]) -> None:
+    ok = result.status == "ok"
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.COMPLETE if ok else TrialState.FAIL,
+            value=result.median_ms if ok else None,
+            params={},
+            distributions={},
+            user_attrs={**attrs, "result": result.model_dump(mode="json")},
+        )
+    )
+
+
+def stored_model_result(storage: Any, study_name: str, settings: Settings) -> TrialResult | None:
+    """The whole-model measurement of a per-layer combination, if a previous run stored it."""
+    key = settings.model_dump_json()
+    for t in _layers_study(storage, study_name).get_trials(deepcopy=False):
+        if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
+            return TrialResult.model_validate(t.user_attrs["result"])
+    return None
+
+
+def store_model_result(storage: Any, study_name: str, result: TrialResult) -> None:
+    """Keep the combination's whole-model measurement (for resuming and for reports)."""
+    attrs = {
+        "kind": "model",
+        "settings": result.settings.model_dump_json(),
+        "label": result.settings.label(),
+    }
+    _add(_layers_study(storage, study_name), result, attrs)
+
+
+def choose_layer_impls(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    make_evaluator: Callable[[Workload], Callable[[Settings], TrialResult]],
+    storage: Any,
+    study_name: str,
+    min_gain: float = 0.02,
+    progress: Callable[[int, int, TrialResult | None], None] | None = None,
+) -> list[LayerChoice]:
+    """Time each qualifying implementation per layer group under `settings`; pick per group."""
+    wanted = [n for n in space.knobs.get("conv_impl", ["native"]) if n in impls.names()]
+    if wanted == ["native"] or not wanted:
+        return []
+    if "native" not in wanted:
+        wanted = ["native", *wanted]
+    groups = layer_groups(workload, settings, device)
+    study = _layers_study(storage, study_name)
+    done = _stored(study)
+    dtype = _compute_dtype(settings)
+    plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
+    for g in groups:
+        module = g.workload.make_model()
+        usable, skipped = [], {}
+        for name in wanted:
+            reason = impls.why_not(name, module, device=device, dtype=dtype)
+            if reason is None:
+                usable.append(name)
+            else:
+                skipped[name] = reason
+        plan.append((g, usable, skipped))
+    total = sum(len(u) for _, u, _ in plan if len(u) > 1)
+    count = 0
+    choices = []
+    for g, usable, skipped in plan:
+        if len(usable) < 2:
+            continue
+        results: dict[str, TrialResult] = {}
+        evaluator: Callable[[Settings], TrialResult] | None = None
+        for name in usable:
+            key = (g.key, name)
+            if key not in done:
+                if evaluator is None:
+                    evaluator = make_evaluator(g.workload)
+                res = evaluator(settings.model_copy(update={"conv_impl": name, "layers": {}}))
+                _store(study, g, name, res)
+                done[key] = res
+            results[name] = done[key]
+            count += 1
+            if progress is not None:
+                progress(count, total, results[name])
+        if evaluator is not None and hasattr(evaluator, "close"):
+            evaluator.close()
+        base = results["native"]
+        if base.status != "ok":
+            chosen, why = "native", f"native failed on this layer ({base.reason}): kept"
+        else:
+            pick = pick_best(list(results.values()), base, min_gain)
+            chosen = pick.chosen.settings.conv_impl
+            why = pick.why
+        choices.append(LayerChoice(g, results, chosen, why, skipped))
+    return choices
+
+
+def layers_map(choices: list[LayerChoice], default_impl: str = "native") -> dict[str, str]:
+    """module name -> implementation, for layers whose choice differs from the default."""
+    out = {}
+    for c in choices:
+        if c.chosen != default_impl:
+            for name in c.group.names:
+                out[name] = c.chosen
+    return out

@@ -1,0 +1,242 @@
+"""The advise pipeline, top to bottom: workload -> space -> search -> per-layer stage -> Advice.
+
+Shared by `advisor.advise()` and the CLI so both do exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from advisor.advice import Advice, build_advice
+from advisor.environment import resolve_device
+from advisor.errors import AdvisorError
+from advisor.per_layer import (
+    LayerChoice,
+    choose_layer_impls,
+    layers_map,
+    store_model_result,
+    stored_model_result,
+)
+from advisor.pick import pick_best
+from advisor.retime import finalists, retime
+from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
+from advisor.space import SearchSpace, load_space
+from advisor.storage import open_storage
+from advisor.timing import machine_load_warning
+from advisor.workload import (
+    Workload,
+    layer_spec,
+    layer_workload,
+    model_workload,
+    object_workload,
+    with_shape_set,
+)
+
+log = logging.getLogger("advisor")
+
+
+def make_workload(
+    *,
+    model: nn.Module | None = None,
+    inputs: Any = None,
+    layer: str | dict[str, Any] | None = None,
+    layer_file: str | None = None,
+    input_shape: Any = None,
+    dtype: str | None = None,
+    model_file: str | None = None,
+    build: str = "build_model",
+    inputs_fn: str = "example_inputs",
+    input_shapes: list[Any] | None = None,
+    batch_sizes: list[int] | None = None,
+    shape_weights: list[float] | None = None,
+) -> Workload:
+    """The workload to tune. Several input shapes or batch sizes (with weights) make a shape set:
+    the objective is then the weighted time over those shapes."""
+    workload = _base_workload(
+        model,
+        inputs,
+        layer,
+        layer_file,
+        input_shape or (input_shapes[0] if input_shapes else None),
+        dtype,
+        model_file,
+        build,
+        inputs_fn,
+    )
+    shapes = [_shape(s) for s in input_shapes] if input_shapes and len(input_shapes) > 1 else None
+    if shapes or batch_sizes or shape_weights:
+        workload = with_shape_set(
+            workload, shapes=shapes, batch_sizes=batch_sizes, weights=shape_weights
+        )
+    return workload
+
+
+def _shape(s: Any) -> tuple[int, ...]:
+    if isinstance(s, str):
+        try:
+            return tuple(int(p) for p in s.replace("x", ",").split(",") if p.strip())
+        except ValueError:
+            raise AdvisorError(f"not a comma-separated list of integers: {s!r}") from None
+    return tuple(int(v) for v in s)
+
+
+def _base_workload(
+    model: nn.Module | None,
+    inputs: Any,
+    layer: str | dict[str, Any] | None,
+    layer_file: str | None,
+    input_shape: Any,
+    dtype: str | None,
+    model_file: str | None,
+    build: str,
+    inputs_fn: str,
+) -> Workload:
+    given = [x is not None for x in (model, layer or layer_file, model_file)]
+    if sum(given) != 1:
+        raise AdvisorError("give exactly one of: a model with inputs, a layer spec, a model file")
+    if model is not None:
+        if inputs is None:
+            raise AdvisorError("a model needs example inputs: advise(model, (x,))")
+        return object_workload(model, inputs)
+    if model_file is not None:
+        return model_workload(model_file, build=build, inputs=inputs_fn)
+    spec = layer_spec(layer, input_shape=input_shape, dtype=dtype, file=layer_file)
+    return layer_workload(spec)
+
+
+def per_layer_stage(
+    workload: Workload,
+    outcome: SearchOutcome,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+) -> list[LayerChoice]:
+    """Choose conv implementations per layer under the best global settings; if that changes any
+    layer, measure the combination on the whole model and add it to the outcome's candidates."""
+    best = pick_best(outcome.results, outcome.baseline, space.min_gain).chosen
+    start = time.perf_counter()
+
+    def report(done: int, total: int, last: Any) -> None:
+        if options.progress is not None:
+            options.progress(
+                Progress(
+                    done,
+                    total,
+                    None,
+                    last,
+                    time.perf_counter() - start,
+                    stage="per-layer implementations",
+                )
+            )
+
+    storage = open_storage(options.storage)
+    choices = choose_layer_impls(
+        workload,
+        best.settings,
+        device,
+        options.mode,
+        space,
+        lambda wl: make_evaluator(wl, device, space, options),
+        storage,
+        outcome.study_name,
+        space.min_gain,
+        report,
+    )
+    layers = layers_map(choices, best.settings.conv_impl)
+    if not layers:
+        return choices
+    combined = best.settings.model_copy(update={"layers": layers})
+    if any(r.settings == combined for r in outcome.results):
+        return choices
+    result = stored_model_result(storage, outcome.study_name, combined)
+    if result is None:
+        evaluator = make_evaluator(workload, device, space, options)
+        try:
+            result = evaluator(combined)
+        finally:
+            if hasattr(evaluator, "close"):
+                evaluator.close()
+        store_model_result(storage, outcome.study_name, result)
+    outcome.results.append(result)
+    outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
+    return choices
+
+
+def retime_finalists(
+    workload: Workload,
+    outcome: SearchOutcome,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+) -> int:
+    """Re-time the finalists interleaved and put the fresh measurements in the outcome.
+
+    Returns how many were re-timed (0 when skipped: too few, or they no longer fit together).
+    """
+    fin = finalists(outcome.results, outcome.baseline, space.retime_top) if space.retime_top else []
+    if len(fin) < 2:
+        return 0
+    try:
+        fresh = retime(workload, fin, device, options.mode, space.timing.policy())
+    except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big to hold together
+        log.warning("interleaved re-time skipped: %s", str(e).splitlines()[0][:200])
+        return 0
+    for old, new in zip(fin, fresh, strict=True):
+        outcome.results[next(i for i, r in enumerate(outcome.results) if r is old)] = new
+        if old is outcome.baseline:
+            outcome.baseline = new
+        outcome.pareto = [new if p is old else p for p in outcome.pareto]
+    return len(fin)
+
+
+def run_advise(
+    *,
+    mode: str = "infer",
+    device: str = "auto",
+    space: str | None = None,
+    trials: int | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    isolate: bool = False,
+    trial_timeout_s: float = 600.0,
+    max_memory_mb: float | None = None,
+    objectives: tuple[str, ...] = ("time",),
+    progress: Callable[[Progress], None] | None = None,
+    fresh: bool = False,
+    **workload_args: Any,
+) -> Advice:
+    if mode not in ("infer", "train"):
+        raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
+    dev = resolve_device(device)
+    sp = load_space(space, dev)
+    workload = make_workload(**workload_args)
+    options = SearchOptions(
+        mode=mode,  # type: ignore[arg-type]
+        trials=trials,
+        storage=storage,
+        study_name=study_name,
+        isolate=isolate,
+        trial_timeout_s=trial_timeout_s,
+        max_memory_mb=max_memory_mb,
+        objectives=objectives,
+        progress=progress,
+        fresh=fresh,
+    )
+    busy = [w for w in (machine_load_warning(dev),) if w]
+    outcome = search(workload, dev, sp, options)
+    busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]
+    choices: list[LayerChoice] = []
+    if workload.info.get("kind") == "model" and sp.per_layer:
+        choices = per_layer_stage(workload, outcome, dev, sp, options)
+    retimed = retime_finalists(workload, outcome, dev, sp, options)
+    advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed)
+    if busy and advice.config.result is not None:
+        result = advice.config.result.model_copy(update={"warnings": busy[:1]})
+        advice.config = advice.config.model_copy(update={"result": result})
+    return advice

@@ -1,0 +1,207 @@
+"""Search-space files: which knob values to try, what to skip, the budget, tolerances, timing.
+
+Spaces are YAML (or JSON) files validated by a frozen pydantic model. `candidates()` expands one
+into the concrete Settings to measure on a device, dropping (with a reason) what cannot apply there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from advisor.errors import SpaceError, validation_message
+from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
+from advisor.timing import TimingPolicy
+
+SPACE_SCHEMA_VERSION = 1
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    trials: int = Field(64, gt=0, description="most candidates measured")
+    time_s: float = Field(900.0, gt=0, description="stop starting new trials after this")
+
+
+class Tolerances(BaseModel):
+    """Largest accepted ‖out−ref‖/‖ref‖ against fp32 with TF32 off, per precision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    fp32: float = Field(1e-4, gt=0)
+    tf32: float = Field(5e-3, gt=0)
+    fp16: float = Field(1e-2, gt=0)
+    bf16: float = Field(2e-2, gt=0)
+
+    def for_precision(self, precision: str) -> float:
+        return float(getattr(self, precision))
+
+
+class TimingSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    warmup_runs: int = Field(2, ge=0)
+    warmup_s: float = Field(0.05, ge=0)
+    min_samples: int = Field(7, ge=3)
+    max_samples: int = Field(200, ge=3)
+    target_rel_ci: float = Field(0.02, gt=0)
+    max_time_s: float = Field(1.5, gt=0)
+
+    def policy(self) -> TimingPolicy:
+        return TimingPolicy(**self.model_dump())
+
+
+class SearchSpace(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SPACE_SCHEMA_VERSION
+    name: str
+    description: str = ""
+    device: Literal["cpu", "cuda", "any"] = "any"
+    knobs: dict[str, list[Any]]
+    skip: list[dict[str, Any]] = Field(
+        default_factory=list, description="partial assignments never to try"
+    )
+    budget: Budget = Budget()
+    tolerances: Tolerances = Tolerances()
+    grad_tolerances: Tolerances = Field(
+        Tolerances(fp32=1e-4, tf32=1e-2, fp16=1e-1, bf16=1e-1),
+        description="for all parameter gradients together (train mode); see check.py",
+    )
+    timing: TimingSettings = TimingSettings()
+    min_gain: float = Field(
+        0.02, ge=0, description="a change must be faster by this fraction (and significantly)"
+    )
+    retime_top: int = Field(
+        3, ge=0, description="re-time this many finalists (and the default) interleaved; 0: off"
+    )
+    per_layer: bool = Field(True, description="choose conv implementations per layer for models")
+
+    @field_validator("knobs")
+    @classmethod
+    def _known_knobs(cls, knobs: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        out = {}
+        for name, values in knobs.items():
+            if name not in KNOBS:
+                raise ValueError(f"unknown knob {name!r}; knobs: {', '.join(KNOB_NAMES)}")
+            if not values:
+                raise ValueError(f"knob {name!r} has no values")
+            # YAML 1.1 reads bare off/on as booleans: take them back for the string-valued knobs.
+            if name in ("tf32", "amp"):
+                values = [("on" if v else "off") if isinstance(v, bool) else v for v in values]
+            for v in values:
+                Settings(**{name: v})  # each value must be valid for its knob
+            out[name] = list(dict.fromkeys(values))
+        return out
+
+    @field_validator("skip")
+    @classmethod
+    def _known_skip_keys(cls, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for rule in rules:
+            for key in rule:
+                if key not in KNOBS and key != "device":
+                    raise ValueError(f"skip rule names unknown knob {key!r}")
+        return rules
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A knob value, or a combination, that is not searched here, and why."""
+
+    what: str
+    reason: str
+
+
+def builtin_space_names() -> list[str]:
+    files = resources.files("search_spaces")
+    return sorted(p.name.removesuffix(".yaml") for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchSpace:
+    """A built-in space by name ('cpu', 'cuda', ...), a file path, or the default for `device`."""
+    if name_or_path is None:
+        name_or_path = "cuda" if device.type == "cuda" else "cpu"
+    text: str
+    where = str(name_or_path)
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        if not path.is_file():
+            raise SpaceError(f"search-space file not found: {path}")
+        text = path.read_text()
+    else:
+        builtin = resources.files("search_spaces") / f"{name_or_path}.yaml"
+        if not builtin.is_file():
+            raise SpaceError(
+                f"unknown search space {name_or_path!r}; built-in: {', '.join(builtin_space_names())}"
+            )
+        text = builtin.read_text()
+    try:
+        data = json.loads(text) if where.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise SpaceError(f"cannot parse search space {where}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpaceError(f"search space {where} must be a mapping")
+    try:
+        space = SearchSpace(**data)
+    except ValidationError as e:
+        raise SpaceError(validation_message(e, f"search space {where}")) from None
+    if space.device != "any" and space.device != device.type:
+        raise SpaceError(f"search space {space.name!r} is for {space.device}, not {device.type}")
+    return space
+
+
+def _matches(rule: dict[str, Any], settings: Settings, device: torch.device) -> bool:
+    for key, value in rule.items():
+        actual = device.type if key == "device" else getattr(settings, key)
+        if actual != value:
+            return False
+    return True
+
+
+def candidates(
+    space: SearchSpace, device: torch.device, impls: list[str] | None = None
+) -> tuple[list[Settings], list[Dropped]]:
+    """Every Settings to try on `device` (PyTorch's default first) and what was left out, why.
+
+    `impls`, when given, restricts conv_impl to those values (the ones that can run the workload).
+    """
+    dropped: list[Dropped] = []
+    axes: dict[str, list[Any]] = {}
+    for name in KNOB_NAMES:
+        knob = KNOBS[name]
+        values = space.knobs.get(name, [knob.default])
+        reason = knob.why_not(device)
+        if reason:
+            if values != [knob.default]:
+                dropped.append(Dropped(name, reason))
+            values = [knob.default]
+        if name == "amp":
+            kept = []
+            for v in values:
+                why = amp_why_not(v, device)
+                if why:
+                    dropped.append(Dropped(f"amp={v}", why))
+                else:
+                    kept.append(v)
+            values = kept or ["off"]
+        if name == "conv_impl" and impls is not None:
+            for v in values:
+                if v not in impls:
+                    dropped.append(Dropped(f"conv_impl={v}", "cannot run this workload here"))
+            values = [v for v in values if v in impls] or ["native"]
+        axes[name] = values
+    out: list[Settings] = []
+    default = Settings()
+    for combo in itertools.product(*axes.values()):
+        s = Settings(**dict(zip(axes, combo, strict=True)))
+        if s != default and any(_matches(rule, s, device) for rule in space.skip):
+            continue
+        out.append(s)
+    if default in out:
+        out.remove(default)
+    return [default, *out], dropped

@@ -1,0 +1,251 @@
+"""Honest timing: synchronised, warmed up, repeated until the median is known, raw samples kept.
+
+`measure()` runs a step once (its first-call cost recorded apart: lazy init, cuDNN's benchmark
+search, Triton compilation), warms up, then samples until the median's 95% confidence interval is
+within `target_rel_ci` of it or `max_time_s` is spent. On CUDA each sample is bracketed by CUDA
+events; elsewhere by the host clock (injectable, so tests of the statistics are exact).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, computed_field
+
+Clock = Callable[[], float]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ci(sorted_samples: list[float], z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free confidence interval for the median, from order statistics."""
+    n = len(sorted_samples)
+    if n == 0:
+        return (math.nan, math.nan)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return sorted_samples[lo], sorted_samples[max(lo, hi)]
+
+
+def _quantile(sorted_samples: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    pos = (len(sorted_samples) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_samples) - 1)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+class Measurement(BaseModel):
+    """Raw samples (ms) and what derives from them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    samples_ms: list[float]
+    first_call_ms: float | None = None
+    warmup_runs: int = 0
+
+    @property
+    def _sorted(self) -> list[float]:
+        return sorted(self.samples_ms)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def median_ms(self) -> float:
+        return _quantile(self._sorted, 0.5) if self.samples_ms else math.nan
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def iqr_ms(self) -> float:
+        s = self._sorted
+        return _quantile(s, 0.75) - _quantile(s, 0.25) if s else math.nan
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ci_low_ms(self) -> float:
+        return median_ci(self._sorted)[0]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ci_high_ms(self) -> float:
+        return median_ci(self._sorted)[1]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rel_ci(self) -> float:
+        """Half-width of the median's CI relative to the median."""
+        return (
+            (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.samples_ms else math.inf
+        )
+
+    def overlaps(self, other: Measurement) -> bool:
+        """True when the two medians' intervals overlap: the difference is within noise."""
+        return self.ci_low_ms <= other.ci_high_ms and other.ci_low_ms <= self.ci_high_ms
+
+    def warnings(self) -> list[str]:
+        out = []
+        if len(self.samples_ms) < 5:
+            out.append(f"only {len(self.samples_ms)} samples")
+        if self.samples_ms and max(self.samples_ms) > 3 * self.median_ms:
+            out.append("outliers over 3x the median: the machine may be busy")
+        if self.first_call_ms is not None and self.first_call_ms > 10 * self.median_ms:
+            out.append(f"first call took {self.first_call_ms:.1f} ms (lazy init or autotuning)")
+        return out
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).
+
+    More powerful than comparing median CIs on few samples (7 vs 7 fully separated samples give
+    p ≈ 0.002 while their order-statistic CIs span min..max and may overlap).
+    """
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks = [0.0] * len(pooled)
+    ties = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    r1 = sum(r for r, (_, g) in zip(ranks, pooled, strict=True) if g == 0)
+    u = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)  # continuity correction
+    return math.erfc(max(z, 0.0) / math.sqrt(2))
+
+
+def clearly_faster(fast: Measurement, slow: Measurement, min_gain: float = 0.02) -> bool:
+    """`fast` beats `slow` beyond noise: significant (p < 0.05) and by at least `min_gain`."""
+    if fast.median_ms * (1 + min_gain) > slow.median_ms:
+        return False
+    return mann_whitney_p(fast.samples_ms, slow.samples_ms) < 0.05
+
+
+def machine_load_warning(device: torch.device) -> str | None:
+    """A warning when other work competes for the CPU: with every core busy, a step's threads
+    wait on the scheduler and times can grow many-fold, so comparisons become unreliable."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    # On a GPU only the launching thread matters; on a CPU every core does.
+    busy = load > cores * (0.75 if device.type == "cpu" else 1.5)
+    if busy:
+        return f"the machine was busy while tuning (load average {load:.1f} on {cores} cores)"
+    return None
+
+
+def speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
+    """Baseline/tuned medians, with a conservative interval from the two CIs."""
+    return (
+        baseline.median_ms / tuned.median_ms,
+        baseline.ci_low_ms / tuned.ci_high_ms,
+        baseline.ci_high_ms / tuned.ci_low_ms,
+    )
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How long to measure. Search-space files set these (see space.py)."""
+
+    warmup_runs: int = 2
+    warmup_s: float = 0.05
+    min_samples: int = 7
+    max_samples: int = 200
+    target_rel_ci: float = 0.02
+    max_time_s: float = 1.5
+
+
+class _L2Flusher:
+    """Writes a buffer larger than L2 so a per-layer sample does not start from a warm cache."""
+
+    def __init__(self, device: torch.device) -> None:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+        self._buf = torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self._buf.zero_()
+
+
+def l2_flusher(device: torch.device) -> Callable[[], None] | None:
+    return _L2Flusher(device) if device.type == "cuda" else None
+
+
+def measure(
+    fn: Callable[[], object],
+    device: torch.device,
+    policy: TimingPolicy = TimingPolicy(),
+    *,
+    clock: Clock | None = None,
+    flush: Callable[[], None] | None = None,
+) -> Measurement:
+    """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample."""
+    use_events = device.type == "cuda" and clock is None
+    clock = clock or time.perf_counter
+
+    synchronize(device)
+    t0 = clock()
+    fn()
+    synchronize(device)
+    first_ms = (clock() - t0) * 1e3
+
+    warm_start = clock()
+    warm = 0
+    while warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s:
+        fn()
+        warm += 1
+        if warm >= 1000:
+            break
+    synchronize(device)
+
+    samples: list[float] = []
+    start = clock()
+    while True:
+        if flush is not None:
+            flush()
+        if use_events:
+            ev0 = torch.cuda.Event(enable_timing=True)
+            ev1 = torch.cuda.Event(enable_timing=True)
+            ev0.record()
+            fn()
+            ev1.record()
+            ev1.synchronize()
+            samples.append(ev0.elapsed_time(ev1))
+        else:
+            synchronize(device)
+            t = clock()
+            fn()
+            synchronize(device)
+            samples.append((clock() - t) * 1e3)
+        n = len(samples)
+        if n >= policy.max_samples:
+            break
+        if n >= policy.min_samples:
+            s = sorted(samples)
+            lo, hi = median_ci(s)
+            med = _quantile(s, 0.5)
+            if med > 0 and (hi - lo) / 2 / med <= policy.target_rel_ci:
+                break
+            if clock() - start >= policy.max_time_s:
+                break
+    return Measurement(samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm)

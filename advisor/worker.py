@@ -1,0 +1,41 @@
+"""`advisor worker`: evaluate trials of a shared study, e.g. one worker per GPU on a cluster.
+
+A worker takes the same workload and search options as `advisor advise`, so both name the same
+study (workload, mode, space and this machine's environment fingerprint). It enqueues the grid
+(skipping points already there), evaluates trials until every point has a result, prints one
+summary line and writes no config: `advisor advise` with the same arguments then collects the
+results and writes the config without measuring anything again. See docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from advisor.cli import check_workload_args, search_kwargs, workload_kwargs
+from advisor.errors import AdvisorError
+
+
+def cli_worker(args: argparse.Namespace) -> int:
+    """Join the study named by these arguments and evaluate its trials until it is done."""
+    if not args.storage or args.storage == "memory":
+        raise AdvisorError(
+            "advisor worker needs --storage shared with the other workers: a postgresql:// URL "
+            "(many machines), or a sqlite:/// file or journal path (one machine)"
+        )
+    check_workload_args(args)
+    from advisor.environment import resolve_device
+    from advisor.search import SearchOptions, work
+    from advisor.service import make_workload
+    from advisor.space import load_space
+
+    device = resolve_device(args.device)
+    space = load_space(args.space, device)
+    workload = make_workload(**workload_kwargs(args))
+    options = SearchOptions(**search_kwargs(args))
+    s = work(workload, device, space, options)
+    failed = f" ({s.failed_here} failed)" if s.failed_here else ""
+    print(
+        f"advisor worker: study {s.study_name}: evaluated {s.evaluated_here} trial(s) here"
+        f"{failed}; {s.evaluated}/{s.total} points done in {s.elapsed_s:.1f} s"
+    )
+    return 0

@@ -1,0 +1,61 @@
+"""Shared fixtures. GPU tests skip without CUDA; PostgreSQL tests skip without the server."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import settings
+
+# Property tests explore fixed example sequences: CI must not fail on a new random draw.
+settings.register_profile("advisor", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "advisor"))
+
+DATA = Path(__file__).parent / "data"
+FAST_SPACE = str(DATA / "fast_cpu.yaml")
+
+
+def _postgres_up() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    no_gpu = pytest.mark.skip(reason="needs a CUDA device; none here")
+    no_pg = pytest.mark.skip(reason="needs PostgreSQL on 127.0.0.1:5432 (runs in CI)")
+    has_gpu = torch.cuda.is_available()
+    has_pg = _postgres_up()
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(no_gpu)
+        if "postgres" in item.keywords and not has_pg:
+            item.add_marker(no_pg)
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored studies go to a temporary cache, never the user's."""
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def fast_space() -> str:
+    return FAST_SPACE
+
+
+@pytest.fixture
+def small_model_file() -> str:
+    return str(DATA / "tiny_cnn.py")
+
+
+def run_env() -> dict[str, str]:
+    """Environment for subprocesses: the repository importable, the temporary cache kept."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    return env

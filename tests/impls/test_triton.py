@@ -1,0 +1,158 @@
+"""Triton kernels under TRITON_INTERPRET=1 on CPU: forward, grad input and grad weight.
+
+The kernels are decorated on first use under the current TRITON_INTERPRET value (see
+advisor.impls.triton_conv), so a fixture setting the variable is enough: no import-order tricks,
+and other test modules keep their environment. Every output buffer is pre-filled with NaN
+(POISON_OUTPUTS), so an element a kernel forgets to write fails the finiteness check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+pytest.importorskip("triton")
+
+from advisor.impls import triton_conv as tc  # noqa: E402
+from advisor.impls.base import ConvSignature  # noqa: E402
+from tests.impls.conv_cases import Case, cases, check  # noqa: E402
+
+# The interpreter is slow: few, tiny examples; fixed cases below cover the rest.
+INTERP = settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+SMALL = {"max_channels": 2, "max_size": 5}
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(tc, "POISON_OUTPUTS", True)
+
+
+@INTERP
+@given(cases(ndims=(1, 2), **SMALL))
+def test_conv_fp32(case: Case) -> None:
+    check(tc.triton_conv, case)
+
+
+@INTERP
+@given(cases(ndims=(1, 2), transposed=True, **SMALL))
+def test_conv_transpose_fp32(case: Case) -> None:
+    check(tc.triton_conv_transpose, case)
+
+
+BASE = Case(
+    transposed=False,
+    n=2,
+    cin=4,
+    cout=6,
+    size=(5, 6),
+    kernel=(3, 3),
+    stride=(1, 1),
+    padding=(1, 1),
+    dilation=(1, 1),
+    groups=1,
+    bias=True,
+    channels_last=False,
+)
+FIXED = {
+    "plain": BASE,
+    "channels_last_strided": dataclasses.replace(BASE, channels_last=True, stride=(2, 1)),
+    "dilated_same": dataclasses.replace(BASE, padding="same", dilation=(2, 1), kernel=(2, 3)),
+    "grouped": dataclasses.replace(BASE, groups=2, bias=False),
+    "depthwise": dataclasses.replace(BASE, cin=4, cout=8, groups=4),
+    "conv1d": dataclasses.replace(
+        BASE, size=(9,), kernel=(3,), stride=(2,), padding=(1,), dilation=(1,)
+    ),
+    "conv3d_cl": dataclasses.replace(
+        BASE,
+        cin=3,
+        cout=4,
+        size=(3, 4, 5),
+        kernel=(1, 3, 3),
+        stride=(1, 1, 2),
+        padding=(0, 1, 1),
+        dilation=(1, 1, 1),
+        channels_last=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_conv_fixed(name: str, dtype: torch.dtype) -> None:
+    check(tc.triton_conv, FIXED[name], dtype)
+
+
+TFIXED = {
+    "t2d_overlap": dataclasses.replace(
+        BASE, transposed=True, stride=(2, 2), output_padding=(1, 0), size=(3, 4)
+    ),
+    "t2d_depthwise_2x2": dataclasses.replace(
+        BASE,
+        transposed=True,
+        cin=4,
+        cout=4,
+        groups=4,
+        kernel=(2, 2),
+        stride=(2, 2),
+        padding=(0, 0),
+        output_padding=(0, 0),
+        channels_last=True,
+    ),
+    "t3d": dataclasses.replace(
+        BASE,
+        transposed=True,
+        cin=2,
+        cout=3,
+        size=(2, 3, 3),
+        kernel=(2, 2, 2),
+        stride=(2, 1, 2),
+        padding=(0, 1, 0),
+        dilation=(1, 1, 1),
+        output_padding=(1, 0, 0),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(TFIXED))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_transpose_fixed(name: str, dtype: torch.dtype) -> None:
+    check(tc.triton_conv_transpose, TFIXED[name], dtype)
+
+
+def test_split_reduction_for_grad_weight_covers_all_positions() -> None:
+    # p = 2*8*8 >= 64, so the interpreter splits the grad-weight reduction in two.
+    check(tc.triton_conv, dataclasses.replace(BASE, size=(8, 8)))
+
+
+def test_output_keeps_channels_last() -> None:
+    x = torch.randn(1, 4, 5, 5).to(memory_format=torch.channels_last)
+    out = tc.triton_conv(x, torch.randn(4, 4, 3, 3), None, 1, 1)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_why_not() -> None:
+    impl = tc.TritonImpl()
+    sig = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
+    cpu = torch.device("cpu")
+    assert impl.why_not(sig, device=cpu, dtype=torch.float32) is None
+    assert "float64" in impl.why_not(sig, device=cpu, dtype=torch.float64)  # type: ignore[operator]
+
+
+def test_why_not_without_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET")
+    sig = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
+    reason = tc.TritonImpl().why_not(sig, device=torch.device("cpu"), dtype=torch.float32)
+    assert reason is not None and "TRITON_INTERPRET" in reason
+
+
+def test_why_not_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tc, "triton_import_problem", lambda: "triton is not installed")
+    sig = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
+    reason = tc.TritonImpl().why_not(sig, device=torch.device("cpu"), dtype=torch.float32)
+    assert reason == "triton is not installed"

@@ -1,0 +1,1 @@
+"""Test-only plugins, loaded through $ADVISOR_PLUGINS (never imported by the package itself)."""

@@ -1,0 +1,139 @@
+"""Test-only conv implementations that misbehave on purpose, to prove the search survives them.
+
+Registered only when this module is imported, i.e. when $ADVISOR_PLUGINS names it
+(ADVISOR_PLUGINS=tests.plugins.faulty_impls with the repository root on PYTHONPATH). Isolated
+workers inherit the variable, so they register the same implementations.
+
+- test_crash: the process dies with SIGSEGV in forward (like a bad kernel).
+- test_hang:  forward never returns (like a deadlocked kernel).
+- test_oom:   forward asks for an impossible allocation (out of memory).
+- test_probe: computes like native, and logs PyTorch's global flags as they are when the candidate
+  is set up (before its own flags apply: what the previous trial left) and in forward (the
+  candidate's own flags) to the JSON-lines file $ADVISOR_TEST_PROBE_LOG.
+- test_leaky: computes like native, but changes global flags behind the advisor's back while it is
+  set up, so a worker that did not restore its state would leak them into the next trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import torch
+from torch import Tensor, nn
+
+from advisor.impls import register
+from advisor.impls._swap import SwappingImpl, original_class
+from advisor.impls.base import ConvSignature
+from advisor.knobs import GlobalFlags
+
+
+class _TestImpl(SwappingImpl):
+    """Plain (non-transposed) convs with zero padding, anywhere."""
+
+    description = "test only"
+
+    def layer_reason(self, sig: ConvSignature) -> str | None:
+        if sig.transposed or sig.padding_mode != "zeros":
+            return "test implementations take plain zero-padded convs only"
+        return None
+
+    def why_not(
+        self, sig: ConvSignature, *, device: torch.device, dtype: torch.dtype
+    ) -> str | None:
+        return self.layer_reason(sig)
+
+    def module_forward(
+        self,
+        module: nn.Module,
+        input: Tensor,
+        padding: tuple[int, ...] | str,
+        output_padding: list[int] | None,
+    ) -> Tensor:
+        return _native(module, input)
+
+
+def _native(module: nn.Module, input: Tensor) -> Tensor:
+    return original_class(module)._conv_forward(module, input, module.weight, module.bias)
+
+
+class CrashImpl(_TestImpl):
+    name = "test_crash"
+    class_prefix = "TestCrash"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(60)  # the signal is delivered first; never reached
+        return _native(module, input)
+
+
+class HangImpl(_TestImpl):
+    name = "test_hang"
+    class_prefix = "TestHang"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        while True:
+            time.sleep(3600)
+
+
+class OomImpl(_TestImpl):
+    name = "test_oom"
+    class_prefix = "TestOom"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        # 1 EiB: beyond any address space, so the allocator fails at once (on CPU a RuntimeError
+        # "can't allocate memory", on CUDA torch.OutOfMemoryError) instead of swapping.
+        torch.empty(2**60, dtype=torch.uint8, device=input.device)
+        return _native(module, input)
+
+
+def _log_flags(when: str) -> None:
+    path = os.environ.get("ADVISOR_TEST_PROBE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "when": when, **GlobalFlags.read()}) + "\n")
+
+
+class ProbeImpl(_TestImpl):
+    name = "test_probe"
+    class_prefix = "TestProbe"
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        _log_flags("setup")  # apply_settings swaps layers before it sets the candidate's flags
+        return super().wrap(module)
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        _log_flags("forward")
+        return _native(module, input)
+
+
+class LeakyImpl(_TestImpl):
+    name = "test_leaky"
+    class_prefix = "TestLeaky"
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        # Before GlobalFlags saves the "old" values: its restore would put these back.
+        torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+        torch.set_default_dtype(torch.float64)
+        return super().wrap(module)
+
+
+TEST_IMPLS = (CrashImpl(), HangImpl(), OomImpl(), ProbeImpl(), LeakyImpl())
+
+
+def register_all() -> None:
+    for impl in TEST_IMPLS:
+        register(impl)
+
+
+def unregister_all() -> None:
+    """For tests that import this module in the test process: leave the registry as it was."""
+    from advisor import impls
+
+    for impl in TEST_IMPLS:
+        impls._REGISTRY.pop(impl.name, None)
+
+
+register_all()

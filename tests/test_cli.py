@@ -1,0 +1,185 @@
+"""The `advisor` command as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_env
+
+
+def advisor_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *args],
+        capture_output=True,
+        text=True,
+        env=run_env(),
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_advise_layer_cli_writes_config_and_trials(tmp_path: Path, fast_space: str) -> None:
+    out = tmp_path / "tuned.json"
+    r = advisor_cli(
+        "advise",
+        "--layer",
+        "Conv2d(3, 8, 3, padding=1)",
+        "--input-shape",
+        "1,3,32,32",
+        "--device",
+        "cpu",
+        "--mode",
+        "infer",
+        "--space",
+        fast_space,
+        "--out",
+        str(out),
+        "--json",
+        "--in-process",
+    )
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads(out.read_text())
+    assert cfg["settings"]["conv_impl"] == "native"
+    assert cfg["environment"]["device_type"] == "cpu"
+    assert cfg["result"]["baseline"]["median_ms"] > 0
+    assert json.loads(r.stdout) == cfg  # --json prints the same config on stdout
+    assert (tmp_path / "tuned.trials.csv").is_file()
+    assert "PyTorch default" in r.stderr and "Why:" in r.stderr
+
+
+def test_advise_model_file_isolated_and_resumed(
+    tmp_path: Path, fast_space: str, small_model_file: str
+) -> None:
+    out = tmp_path / "t.json"
+    args = (
+        "advise",
+        small_model_file,
+        "--mode",
+        "train",
+        "--device",
+        "cpu",
+        "--space",
+        fast_space,
+        "--out",
+        str(out),
+        "--quiet",
+        "--study-name",
+        "cli-test",
+    )
+    r = advisor_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # --quiet
+    first = json.loads(out.read_text())
+    # The same command again resumes the stored study: no trial is run again (only the final
+    # interleaved re-time of the finalists is measured afresh).
+    r = advisor_cli(*args)
+    assert r.returncode == 0, r.stderr
+    again = json.loads(out.read_text())
+    assert again["result"]["trials"] == first["result"]["trials"] == 4
+    assert again["settings"].keys() == first["settings"].keys()
+    import optuna
+
+    from advisor.storage import open_storage
+
+    study = optuna.load_study(
+        study_name=f"cli-test@{first['environment']['fingerprint']}", storage=open_storage(None)
+    )
+    evaluated = [t for t in study.trials if "result" in t.user_attrs]
+    assert len(evaluated) == 4  # each grid point measured exactly once over both runs
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["advise", "--layer", "Conv2d(3, 16, 3", "--input-shape", "1,3,8,8"], "cannot parse"),
+        (["advise", "--layer", "Conv2d(3, 16, 3)"], "missing input shape"),
+        (["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,4,8,8"], "channels"),
+        (["advise", "no/such/model.py"], "model file not found"),
+        (["advise", "tests/data/tiny_cnn.py", "--build", "raising_model"], "weights not found"),
+        (["advise", "tests/data/tiny_cnn.py", "--inputs", "bad_inputs"], "fails on"),
+        (
+            [
+                "advise",
+                "--layer",
+                "Conv2d(3, 16, 3)",
+                "--input-shape",
+                "1,3,8,8",
+                "--device",
+                "tpu",
+            ],
+            "unknown device",
+        ),
+        (
+            [
+                "advise",
+                "--layer",
+                "Conv2d(3, 16, 3)",
+                "--input-shape",
+                "1,3,8,8",
+                "--space",
+                "nope",
+            ],
+            "unknown search space",
+        ),
+        (["advise"], "nothing to tune"),
+        (["show", "no_such.json"], "not found"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_file(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    out = tmp_path / "never.json"
+    if args[0] == "advise":
+        args = [*args, "--out", str(out), "--storage", "memory"]
+    r = advisor_cli(*args, cwd=Path(__file__).parent.parent)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0] and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_corrupt_config_for_show(tmp_path: Path) -> None:
+    bad = tmp_path / "tuned.json"
+    bad.write_text("{not json")
+    r = advisor_cli("show", str(bad))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+
+def test_schema_env_and_show(tmp_path: Path, fast_space: str) -> None:
+    r = advisor_cli("schema")
+    assert r.returncode == 0
+    assert "settings" in json.loads(r.stdout)["properties"]
+    r = advisor_cli("env", "--device", "cpu")
+    assert r.returncode == 0 and "fingerprint" in r.stdout and "CUDA only" in r.stdout
+    env = json.loads(advisor_cli("env", "--device", "cpu", "--json").stdout)
+    assert env["environment"]["device_type"] == "cpu"
+    out = tmp_path / "t.json"
+    assert (
+        advisor_cli(
+            "advise",
+            "--layer",
+            "Conv1d(4, 4, 3)",
+            "--input-shape",
+            "2,4,64",
+            "--device",
+            "cpu",
+            "--space",
+            fast_space,
+            "--out",
+            str(out),
+            "--quiet",
+            "--in-process",
+            "--storage",
+            "memory",
+        ).returncode
+        == 0
+    )
+    r = advisor_cli("show", str(out))
+    assert r.returncode == 0
+    assert "This machine: matches" in r.stdout and "speedup" in r.stdout

@@ -1,0 +1,84 @@
+import json
+
+import pytest
+
+from advisor.config import Config, config_schema, load_config, save_config
+from advisor.environment import current_environment
+from advisor.errors import ConfigError
+from advisor.knobs import Settings
+
+
+def _config(**settings) -> Config:
+    return Config(
+        advisor_version="0.1.0",
+        mode="train",
+        settings=Settings(**settings),
+        environment=current_environment("cpu"),
+        workload={"kind": "layer", "description": "Conv2d(3, 8, 3)"},
+        space="cpu",
+    )
+
+
+def test_round_trip(tmp_path) -> None:
+    cfg = _config(memory_format="channels_last", amp="bf16", layers={"0": "unfold_gemm"})
+    path = save_config(cfg, tmp_path / "sub" / "tuned.json")
+    assert load_config(path) == cfg
+    assert not list(path.parent.glob("*.tmp"))  # written atomically
+
+
+def test_hand_edited_settings_are_read(tmp_path) -> None:
+    path = save_config(_config(), tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    data["settings"]["memory_format"] = "channels_last"
+    data["settings"]["layers"] = {"conv1": "triton"}
+    path.write_text(json.dumps(data))
+    cfg = load_config(path)
+    assert cfg.settings.memory_format == "channels_last"
+    assert cfg.settings.layers == {"conv1": "triton"}
+
+
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda d: d["settings"].update(warp=1), "settings.warp: unknown field"),
+        (lambda d: d["settings"].update(amp="fp8"), "settings.amp"),
+        (lambda d: d.update(schema_version=99), "schema_version 99"),
+        (lambda d: d.pop("settings"), "not an advisor config"),
+        (lambda d: d.update(extra=1), "extra: unknown field"),
+    ],
+)
+def test_invalid_configs_are_rejected(tmp_path, mutate, needle: str) -> None:
+    path = save_config(_config(), tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    mutate(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_corrupt_and_foreign_files(tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 1, "settings": ')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(bad)
+    foreign = tmp_path / "package.json"
+    foreign.write_text('{"name": "left-pad"}')
+    with pytest.raises(ConfigError, match="not an advisor config"):
+        load_config(foreign)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.json")
+
+
+def test_schema_describes_settings() -> None:
+    schema = config_schema()
+    assert "settings" in schema["properties"]
+    settings = schema["$defs"]["Settings"]["properties"]
+    assert set(settings) >= {
+        "memory_format",
+        "tf32",
+        "amp",
+        "cudnn_benchmark",
+        "conv_impl",
+        "layers",
+    }

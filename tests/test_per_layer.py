@@ -1,0 +1,166 @@
+"""Per-layer implementation choice for models, and applying per-layer configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+from advisor.apply import AdvisorWarning
+from advisor.config import Config, save_config
+from advisor.environment import current_environment
+from advisor.knobs import Settings
+from advisor.per_layer import layer_groups, layers_map
+from advisor.workload import model_workload
+from tests.conftest import DATA, run_env
+
+CPU = torch.device("cpu")
+TWIN = str(DATA / "twin_conv3d.py")
+SPACE = str(DATA / "per_layer_cpu.yaml")
+
+
+def test_layers_with_same_signature_share_a_group() -> None:
+    groups = layer_groups(model_workload(TWIN), Settings(), CPU)
+    names = sorted(g.names for g in groups)
+    assert names == [("0", "2"), ("3",)]
+    assert all(g.workload.info["kind"] == "layer" for g in groups)
+
+
+def test_model_gets_per_layer_measurements(tmp_path: Path) -> None:
+    advice = advisor.advise(model_file=TWIN, mode="train", device="cpu", space=SPACE)
+    df = advice.layer_trials
+    shared = df[df["layers"] == "0,2"]
+    # the (1,3,3) group: native, unfold_gemm and fold_time all measured and checked
+    assert set(shared[shared["status"] == "ok"]["impl"]) == {"native", "unfold_gemm", "fold_time"}
+    assert (shared[shared["status"] == "ok"]["rel_error"] < 1e-4).all()
+    temporal = df[df["layers"] == "3"]
+    assert temporal.set_index("impl").loc["fold_time", "status"] == "not applicable"
+    # one choice per group; the config's per-layer map matches those choices
+    chosen = df[df["chosen"]]
+    assert sorted(chosen["layers"]) == ["0,2", "3"]
+    expected = {
+        n: impl
+        for ls, impl in zip(chosen["layers"], chosen["impl"], strict=True)
+        for n in ls.split(",")
+        if impl != "native"
+    }
+    if advice.settings.layers:
+        assert advice.settings.layers == expected
+        assert advice.trials["layers"].str.len().gt(0).any()  # the combination was measured
+    advice.save(tmp_path / "tuned.json")
+    assert (tmp_path / "tuned.layers.csv").is_file()
+
+
+APPLY = r"""
+import json, sys, warnings
+import torch
+import advisor
+sys.path.insert(0, sys.argv[2])
+from twin_conv3d import build_model, example_inputs
+torch.manual_seed(1)
+x = torch.randn(1, 4, 4, 12, 12)
+ref_model = build_model()
+ref = ref_model(x)
+ref.square().sum().backward()
+model = build_model()
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    tuned = advisor.apply(sys.argv[1], model)
+(xt,) = tuned.inputs(x)
+out = tuned.model(xt)
+out.square().sum().backward()
+err = ((out - ref).norm() / ref.norm()).item()
+gerr = max(((p.grad - q.grad).norm() / q.grad.norm()).item()
+           for p, q in zip(model.parameters(), ref_model.parameters()))
+print(json.dumps({"err": err, "gerr": gerr, "layers": tuned.layer_impls,
+                  "classes": [type(m).__name__ for m in model],
+                  "warnings": [str(x.message) for x in w]}))
+"""
+
+
+def _apply_in_fresh_process(path: Path, extra_env: dict[str, str] | None = None) -> dict:
+    env = {**run_env(), **(extra_env or {})}
+    r = subprocess.run(
+        [sys.executable, "-c", APPLY, str(path), str(DATA)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _hand_edited(tmp_path: Path, layers: dict[str, str]) -> Path:
+    cfg = Config(
+        advisor_version=advisor.__version__,
+        mode="train",
+        settings=Settings(layers=layers),
+        environment=current_environment("cpu"),
+        workload={"kind": "model"},
+        space="per_layer_cpu",
+    )
+    return save_config(cfg, tmp_path / "edited.json")
+
+
+def test_hand_edited_config_is_applied_exactly(tmp_path: Path) -> None:
+    path = _hand_edited(tmp_path, {"0": "unfold_gemm", "2": "fold_time", "3": "unfold_gemm"})
+    got = _apply_in_fresh_process(path)
+    assert got["layers"] == {"0": "unfold_gemm", "2": "fold_time", "3": "unfold_gemm"}
+    assert got["classes"][0] != "Conv3d"  # swapped module class, still a Conv3d subclass
+    assert got["err"] < 1e-5 and got["gerr"] < 1e-4
+    assert got["warnings"] == []
+
+
+def test_triton_layer_without_gpu_or_interpreter_falls_back_with_warning(tmp_path: Path) -> None:
+    path = _hand_edited(tmp_path, {"0": "triton"})
+    got = _apply_in_fresh_process(path, {"TRITON_INTERPRET": "0"})
+    assert got["layers"]["0"] == "native"
+    assert any("'0'" in w and "triton" in w for w in got["warnings"])
+
+
+def test_unknown_layer_names_warn(tmp_path: Path) -> None:
+    path = _hand_edited(tmp_path, {"no.such.layer": "unfold_gemm"})
+    model = torch.nn.Conv2d(1, 1, 1)
+    with pytest.warns(AdvisorWarning, match="no.such.layer"):
+        advisor.apply(path, model).restore()
+
+
+def test_layers_map_only_lists_non_default_choices() -> None:
+    groups = layer_groups(model_workload(TWIN), Settings(), CPU)
+    from advisor.per_layer import LayerChoice
+
+    choices = [
+        LayerChoice(g, {}, "fold_time" if len(g.names) == 2 else "native", "", {}) for g in groups
+    ]
+    assert layers_map(choices) == {"0": "fold_time", "2": "fold_time"}
+
+
+def test_resumed_per_layer_stage_measures_nothing_again(tmp_path: Path) -> None:
+    import optuna
+
+    from advisor.storage import open_storage
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    kw = dict(model_file=TWIN, mode="train", device="cpu", space=SPACE, storage=url,
+              study_name="pl")  # fmt: skip
+    first = advisor.advise(**kw)
+    storage = open_storage(url)
+    name = f"{first.config.workload['study']}/layers"
+
+    def layer_trials() -> list[int]:
+        # per-layer measurements only: the whole-model combination depends on the (re-timed) pick
+        study = optuna.load_study(study_name=name, storage=storage)
+        return [t.number for t in study.trials if "key" in t.user_attrs]
+
+    before = layer_trials()
+    assert len(before) == 5  # group (0,2): native, unfold_gemm, fold_time; group 3: two
+    advisor.advise(**kw)
+    assert layer_trials() == before  # nothing re-measured
+    advisor.advise(**kw, fresh=True)  # --fresh starts the per-layer stage over too
+    assert len(layer_trials()) == 5

@@ -1,0 +1,195 @@
+"""`advisor report`: real quick searches, real files, the HTML checked for self-containment."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+import advisor
+from advisor.errors import AdvisorError
+from advisor.report import importance_problem, load_report_data, png_dir, write_report
+from tests.conftest import FAST_SPACE, run_env
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def strict_bf16_space(folder: Path) -> str:
+    """The fast test space with a bf16 tolerance nothing meets: bf16 candidates get rejected."""
+    data = yaml.safe_load(Path(FAST_SPACE).read_text())
+    data["name"] = "fast_cpu_strict_bf16"
+    data["tolerances"] = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-12}
+    path = folder / "strict.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A config (with its trials CSV) from a real search, and the storage holding its study."""
+    folder = tmp_path_factory.mktemp("report")
+    storage = f"sqlite:///{folder / 'studies.db'}"
+    advice = advisor.advise(
+        layer="Conv2d(3, 8, 3, padding=1)",
+        input_shape="1,3,24,24",
+        device="cpu",
+        mode="train",
+        space=strict_bf16_space(folder),
+        storage=storage,
+        study_name="report-test",
+    )
+    path = advice.save(folder / "tuned.json")
+    return path, storage, advice.config.workload["study"]
+
+
+class Refs(HTMLParser):
+    """Every src/href of a tag (script bodies are not parsed as markup, as in a browser)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[tuple[str, str]] = []
+        self.tags: dict[str, int] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self.refs += [(tag, v or "") for k, v in attrs if k in ("src", "href")]
+
+
+def check_self_contained(html_text: str) -> Refs:
+    parser = Refs()
+    parser.feed(html_text)
+    for tag, ref in parser.refs:
+        assert ref.startswith("data:"), f"<{tag}> refers to {ref[:80]}: the report must be offline"
+    assert parser.tags.get("link", 0) == 0
+    return parser
+
+
+def check_png(path: Path) -> None:
+    payload = path.read_bytes()
+    assert payload[:8] == PNG_MAGIC, path
+    width, height = struct.unpack(">II", payload[16:24])  # the IHDR chunk
+    assert width > 300 and height > 150, (path, width, height)
+
+
+def advisor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *args],
+        capture_output=True,
+        text=True,
+        env=run_env(),
+        timeout=300,
+    )
+
+
+def test_report_from_config_with_study(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    config, storage, study = tuned
+    out = tmp_path / "report.html"
+    r = advisor_cli("report", str(config), "--storage", storage, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    refs = check_self_contained(text)
+    assert refs.tags.get("img", 0) >= 1 and 'src="data:image/png;base64,' in text
+    assert "plotly-graph-div" in text  # optuna's interactive history (plotly.js inline)
+    assert f"trials from study {study!r}".replace("'", "&#x27;") in text
+    for section in ("Summary", "Time per candidate", "Rejected and failed", "Environment"):
+        assert section in text
+    assert "error too high" in text  # the bf16 candidates, with the reason why
+    cfg = json.loads(config.read_text())
+    assert f"{cfg['result']['speedup']:.2f}x" in text
+    assert cfg["environment"]["fingerprint"] in text
+    if importlib.util.find_spec("advisor.roofline") is not None:  # an optional column
+        assert "Roofline fraction" in text
+    pngs = sorted(png_dir(out).glob("*.png"))
+    assert {p.stem for p in pngs} >= {"time", "history"}
+    for p in pngs:
+        check_png(p)
+
+
+def test_report_from_study_name(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    _, storage, study = tuned
+    for name in (study, "report-test"):  # the fingerprint suffix may be left out
+        out = write_report(name, tmp_path / f"{len(name)}.html", storage)
+        data = load_report_data(name, storage)
+        assert data.summary is not None and data.summary.trials == len(data.trials)
+        assert data.summary.rejected >= 1
+        check_self_contained(out.read_text())
+        check_png(png_dir(out) / "time.png")
+
+
+def test_report_without_study_uses_trials_csv(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    config, _, _ = tuned
+    elsewhere = f"sqlite:///{tmp_path / 'empty.db'}"  # no such file: not created either
+    out = write_report(str(config), tmp_path / "r.html", elsewhere)
+    text = out.read_text()
+    assert "tuned.trials.csv" in text and "needs the optuna study" in text
+    assert not (tmp_path / "empty.db").exists()
+    check_self_contained(text)
+    check_png(png_dir(out) / "time.png")
+    assert not (png_dir(out) / "history.png").exists()
+
+
+def test_report_from_config_alone(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    config, _, _ = tuned
+    lone = tmp_path / "lone.json"
+    lone.write_text(config.read_text())  # no trials CSV beside it
+    out = write_report(str(lone), tmp_path / "lone.html", f"sqlite:///{tmp_path / 'none.db'}")
+    assert "only the config" in out.read_text()
+    check_png(png_dir(out) / "time.png")
+
+
+def test_importance_not_computable_is_explained() -> None:
+    import optuna
+
+    study = optuna.create_study()
+    assert "at least 2" in (importance_problem(study) or "")
+    study.enqueue_trial({"amp": "off"})
+    study.enqueue_trial({"amp": "off"})
+    study.optimize(lambda t: float(len(t.suggest_categorical("amp", ["off", "bf16"]))), 2)
+    assert "more than one value" in (importance_problem(study) or "")
+
+
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda d: ["no-such-study"], "no config file or study named"),
+        (lambda d: [str(d / "missing.json")], "not found"),
+        (lambda d: [str(d / "bad.json")], "not valid JSON"),
+        (lambda d: ["x", "--storage", "memory"], "memory holds no studies"),
+    ],
+)
+def test_bad_source_is_one_line_exit_2_and_no_file(tmp_path: Path, make, needle: str) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    out = tmp_path / "out.html"
+    r = advisor_cli("report", *make(tmp_path), "--out", str(out))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not out.exists() and not png_dir(out).exists()
+
+
+def test_out_is_a_directory(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    with pytest.raises(AdvisorError, match="is a directory"):
+        write_report(str(tuned[0]), tmp_path, tuned[1])
+
+
+def test_time_plot_marks_failed_candidates(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
+    import pandas as pd
+
+    from advisor.report import _png, _trials_from_csv, time_figure
+
+    config, _, _ = tuned
+    df = _trials_from_csv(config.with_name("tuned.trials.csv"))
+    crashed = {"label": "conv_impl=triton", "status": "failed", "reason": "worker crashed"}
+    df = pd.concat([df, pd.DataFrame([crashed])], ignore_index=True)
+    fig = time_figure(df, "default", None)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "conv_impl=triton" in labels
+    assert "failed (no timing)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert _png(fig)[:8] == PNG_MAGIC

@@ -1,0 +1,106 @@
+"""The search end to end through the Python API (in process, fast space)."""
+
+import pandas as pd
+import pytest
+import torch
+
+import advisor
+from advisor.knobs import Settings
+from advisor.runner import Candidate, evaluate, reference
+from advisor.space import SearchSpace, load_space
+from advisor.workload import layer_spec, layer_workload
+
+CPU = torch.device("cpu")
+
+
+def test_advise_layer_api(fast_space: str, tmp_path) -> None:
+    advice = advisor.advise(
+        layer="Conv2d(3, 8, 3, padding=1)",
+        input_shape="2,3,32,32",
+        device="cpu",
+        space=fast_space,
+    )
+    df = advice.trials
+    assert isinstance(df, pd.DataFrame)
+    assert len(df) == 4
+    assert df.iloc[0]["label"] == "default"  # the baseline is enqueued first
+    assert (df["status"] == "ok").all()
+    assert (df["samples"] >= 5).all()
+    assert advice.config.result is not None
+    assert advice.config.result.baseline.median_ms > 0
+    assert advice.baseline.settings == Settings()
+    path = advice.save(tmp_path / "tuned.json")
+    assert advisor.load_config(path) == advice.config
+    csv = pd.read_csv(tmp_path / "tuned.trials.csv")
+    assert len(csv) == 4 and "rel_error" in csv.columns
+
+
+def test_advise_model_train_api(fast_space: str, small_model_file: str) -> None:
+    advice = advisor.advise(
+        model_file=small_model_file, mode="train", device="cpu", space=fast_space
+    )
+    df = advice.trials
+    assert len(df) == 4
+    assert df["grad_error"].notna().all()
+    assert advice.config.mode == "train"
+
+
+def test_advise_live_model_api(fast_space: str) -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    advice = advisor.advise(model, (torch.randn(1, 3, 16, 16),), device="cpu", space=fast_space)
+    assert advice.config.workload["kind"] == "model"
+
+
+def test_gate_rejects_inaccurate_candidate(tmp_path) -> None:
+    # bf16 is truly inaccurate at the 1e-3 level: with a 1e-6 bf16 tolerance it must be rejected,
+    # with its error recorded, and never recommended.
+    space = tmp_path / "strict.yaml"
+    space.write_text(
+        "name: strict\nknobs:\n  amp: ['off', bf16]\n"
+        "tolerances: {bf16: 1.0e-6}\n"
+        "timing: {min_samples: 3, max_time_s: 0.1, warmup_s: 0}\nper_layer: false\n"
+    )
+    advice = advisor.advise(
+        layer="Conv2d(8, 8, 3)", input_shape="1,8,24,24", device="cpu", space=str(space)
+    )
+    df = advice.trials.set_index("label")
+    assert df.loc["amp=bf16", "status"] == "rejected"
+    assert df.loc["amp=bf16", "rel_error"] > 1e-4
+    assert "tolerance" in df.loc["amp=bf16", "reason"]
+    assert advice.settings.amp == "off"
+
+
+def test_evaluate_reports_failures_as_results() -> None:
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    space = SearchSpace(name="t", knobs={})
+    ref = reference(w, CPU, "infer")
+    bad = evaluate(w, Settings(conv_impl="no_such_impl"), CPU, "infer", space, ref)
+    assert bad.status == "failed"
+    assert "no_such_impl" in (bad.reason or "")
+
+
+def test_reference_noise_floor_is_small_for_a_layer() -> None:
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="2,3,16,16"))
+    (ref,) = reference(w, CPU, "train").cases
+    assert ref.out_floor < 1e-5 and ref.grad_floor < 1e-5
+    assert set(ref.captured.grads) == {"weight", "bias"}
+
+
+def test_candidate_step_restores_flags() -> None:
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    before = torch.backends.cudnn.benchmark
+    c = Candidate(w, Settings(cudnn_benchmark=not before), CPU, "train")
+    c.step()
+    c.close()
+    assert torch.backends.cudnn.benchmark == before
+
+
+def test_unknown_device_and_mode(fast_space: str) -> None:
+    with pytest.raises(advisor.AdvisorError, match="unknown device"):
+        advisor.advise(layer="Conv2d(3, 8, 3)", input_shape="1,3,8,8", device="tpu")
+    with pytest.raises(advisor.AdvisorError, match="mode"):
+        advisor.advise(layer="Conv2d(3, 8, 3)", input_shape="1,3,8,8", mode="fly")
+    with pytest.raises(advisor.AdvisorError, match="CUDA is not available"):
+        if torch.cuda.is_available():
+            raise advisor.AdvisorError("CUDA is not available (skipped: CUDA present)")
+        load_space(None, advisor.environment.resolve_device("cuda"))

@@ -1,0 +1,89 @@
+"""Study storages: corrupt files are one clear line (exit 2) and lose nothing; URLs and errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import advisor
+from advisor.errors import StorageError
+from advisor.storage import _rdb_url, _redact, default_storage_url, open_storage
+from tests.conftest import DATA, run_env
+
+LAYER = ["--layer", "Conv2d(3, 4, 3)", "--input-shape", "1,3,16,16", "--device", "cpu"]
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "advisor", *args], env=run_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _trials_of(url: str, prefix: str) -> list[tuple[int, str, dict]]:
+    storage = open_storage(url)
+    (name,) = [n for n in optuna.get_all_study_names(storage) if n.startswith(prefix + "@")]
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [(t.number, t.state.name, t.user_attrs.get("result")) for t in study.trials]
+
+
+def test_corrupt_storage_files_are_one_line_errors_and_lose_nothing(tmp_path: Path) -> None:
+    # A study in the default storage (the cache folder), which must survive untouched.
+    advisor.advise(layer="Conv2d(3, 4, 3)", input_shape="1,3,16,16", device="cpu",
+                   space=str(DATA / "fast_cpu.yaml"), storage=None, study_name="keep-me")  # fmt: skip
+    kept = _trials_of(default_storage_url(), "keep-me")
+    garbage = os.urandom(4096)
+    bad_db, bad_log = tmp_path / "bad.db", tmp_path / "bad.log"
+    bad_db.write_bytes(garbage)
+    bad_log.write_bytes(garbage)
+    out = tmp_path / "never.json"
+    runs = {
+        "not a database": _start("advise", *LAYER, "--storage", f"sqlite:///{bad_db}",
+                                 "--out", str(out)),
+        "not an optuna journal": _start("advise", *LAYER, "--storage", str(bad_log),
+                                        "--out", str(out)),
+        "needs --storage": _start("worker", *LAYER),
+        "shared with the other workers": _start("worker", *LAYER, "--storage", "memory"),
+    }  # fmt: skip
+    for needle, proc in runs.items():
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 2, stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("advisor: error: "), stderr
+        assert needle in lines[0] and "Traceback" not in stderr
+    assert bad_db.read_bytes() == garbage and bad_log.read_bytes() == garbage  # never "repaired"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "bad.log"]  # nothing written
+    assert _trials_of(default_storage_url(), "keep-me") == kept
+
+
+@pytest.mark.parametrize(
+    "url,needle",
+    [
+        ("postgresql://root@127.0.0.1:1/test", "cannot open storage postgresql://root@127.0.0.1:1"),
+        ("sqlite:////proc/no/such/dir/s.db", "cannot create the folder"),
+    ],
+)
+def test_unusable_storage_is_a_storage_error(url: str, needle: str) -> None:
+    with pytest.raises(StorageError, match="^" + needle) as e:
+        open_storage(url)
+    assert "\n" not in str(e.value)
+
+
+def test_journal_path_that_is_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="is a directory"):
+        open_storage(str(tmp_path))
+
+
+def test_urls() -> None:
+    assert _rdb_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert _rdb_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert _rdb_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert _redact("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
+    assert _redact("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert default_storage_url().endswith("studies.db")
+    assert isinstance(open_storage("memory"), optuna.storages.InMemoryStorage)

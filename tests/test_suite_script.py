@@ -1,0 +1,110 @@
+"""benchmarks/suite.py: a quick CPU run end to end, the report and the conv roofline counts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "suite.py"
+
+
+def _suite() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("suite_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # puts benchmarks/ on sys.path for suite_models
+    return module
+
+
+@pytest.mark.slow
+def test_quick_cpu_run_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "suite.md"
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--quick"]
+    cmd += ["--only", "seed_dwconvT_bn_b8", "--configs", "default", "advisor", "exhaustive"]
+    cmd += ["--min-run-time", "0.05", "--advise-time", "5", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = out.read_text()
+    assert "## seed_dwconvT_bn_b8" in text and "## Summary" in text
+    assert "| PyTorch default | `default` |" in text
+    assert "| advisor's pick |" in text and "1.00x" in text
+    data = json.loads(out.with_suffix(".json").read_text())
+    (case,) = data["cases"]
+    assert case["advise"]["grid"] >= case["advise"]["accepted"] > 0
+    for name in ("default", "advisor"):
+        assert len(case["configs"][name]["samples_ms"]) >= 10, name
+    # The exhaustive best is re-timed, or shown as the advisor's pick when they are the same.
+    assert "samples_ms" in case["configs"]["exhaustive"] or case["configs"]["exhaustive"].get(
+        "same_as_advisor"
+    )
+    merged = tmp_path / "merged.md"
+    m = subprocess.run(
+        [sys.executable, str(SCRIPT), "--merge", str(out.with_suffix(".json"))]
+        + [str(out.with_suffix(".json")), "--out", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert m.returncode == 0, m.stderr[-2000:]
+    assert merged.read_text().count("## seed_dwconvT_bn_b8") == 2
+
+
+def test_report_shows_failures_and_not_applicable() -> None:
+    suite = _suite()
+    data = {
+        "commands": ["python benchmarks/suite.py --device cpu"],
+        "environment": {"device_type": "cpu", "device_name": "test CPU", "fingerprint": "x"},
+        "peaks": {"fp32": {"flops_per_s": 1e11, "bytes_per_s": 1e10}},
+        "options": {
+            "space": "cpu",
+            "advise_time": 5,
+            "timing_cap": 0.05,
+            "trials": None,
+            "min_run_time": 0.05,
+            "min_samples": 10,
+            "rounds": 1,
+            "compile_mode": "default",
+            "quick": True,
+        },
+        "cases": [
+            {
+                "name": "c",
+                "mode": "infer",
+                "description": "a case",
+                "inputs": [[1, 3, 8, 8]],
+                "floor_ms": {"fp32": 0.5},
+                "advise": {"error": "RuntimeError: boom"},
+                "configs": {
+                    "default": {"samples_ms": [1.0] * 10, "first_call_s": 0.01, "label": "default"},
+                    "cudnn_benchmark": {"na": "CUDA only"},
+                    "compile": {"error": "timed out after 300 s"},
+                    "advisor": {"error": "advise failed: RuntimeError: boom"},
+                },
+            },
+            {"name": "tv", "mode": "train", "description": "d", "configs": {}, "skipped": "skip"},
+        ],
+    }
+    text = suite.render(data)
+    assert "| PyTorch default | `default` | 1.000 (0.000) | - |" in text
+    assert "50% (fp32)" in text  # floor 0.5 ms over 1 ms
+    assert "| cudnn.benchmark alone | | n/a |" in text and "timed out after 300 s" in text
+    assert "Advisor failed: RuntimeError: boom" in text
+    assert "| tv | skip |" in text
+
+
+def test_conv_stats_count_every_conv_call() -> None:
+    suite = _suite()
+    from suite_models import BY_NAME
+
+    stats = suite.conv_stats(BY_NAME["unet_decoder_train"], quick=True)
+    assert len(stats) == 4 + 4 * 2 + 1  # per stage a ConvTranspose2d and two 3x3 convs; a head
+    (one,) = suite.conv_stats(BY_NAME["seed_conv2d_3to16_infer"], quick=True)
+    assert one[0] == 2 * 16 * 128 * 128 * 3 * 9  # forward FLOPs of Conv2d(3, 16, 3) on 128x128
+    assert one[2] < one[1]  # half-precision bytes

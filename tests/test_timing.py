@@ -1,0 +1,114 @@
+import math
+
+import pytest
+import torch
+
+from advisor.timing import (
+    Measurement,
+    TimingPolicy,
+    clearly_faster,
+    mann_whitney_p,
+    measure,
+    median_ci,
+    speedup,
+)
+
+CPU = torch.device("cpu")
+
+
+class FakeClock:
+    """Advances by a scripted duration each time the step runs: exact statistics."""
+
+    def __init__(self, durations_s: list[float]) -> None:
+        self.now = 0.0
+        self.durations = list(durations_s)
+        self.calls = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.durations[min(self.calls, len(self.durations) - 1)]
+        self.calls += 1
+
+
+def test_measure_with_injected_clock_is_exact() -> None:
+    # first call 50 ms, two warm-up runs 9 ms, then samples 1..7 ms (any order)
+    durations = [0.050, 0.009, 0.009] + [x / 1000 for x in (4, 1, 7, 2, 6, 3, 5)] + [0.001] * 50
+    clock = FakeClock(durations)
+    policy = TimingPolicy(
+        warmup_runs=2,
+        warmup_s=0.0,
+        min_samples=7,
+        max_samples=7,
+        target_rel_ci=1e-9,
+        max_time_s=100,
+    )
+    m = measure(clock.step, CPU, policy, clock=clock)
+    assert m.first_call_ms == pytest.approx(50.0)
+    assert m.warmup_runs == 2
+    assert m.samples_ms == pytest.approx([4, 1, 7, 2, 6, 3, 5])
+    assert m.median_ms == pytest.approx(4.0)
+    assert m.iqr_ms == pytest.approx(5.5 - 2.5)
+    assert (m.ci_low_ms, m.ci_high_ms) == pytest.approx((1.0, 7.0))
+
+
+def test_measure_stops_when_ci_is_tight() -> None:
+    clock = FakeClock([0.002] * 1000)  # constant: the CI is zero after min_samples
+    policy = TimingPolicy(
+        warmup_runs=1,
+        warmup_s=0.0,
+        min_samples=5,
+        max_samples=100,
+        target_rel_ci=0.01,
+        max_time_s=100,
+    )
+    m = measure(clock.step, CPU, policy, clock=clock)
+    assert len(m.samples_ms) == 5
+    assert m.rel_ci == 0.0
+
+
+def test_measure_stops_at_time_cap() -> None:
+    # alternating 1 ms / 3 ms never gets a tight CI: the time cap ends it
+    clock = FakeClock([0.001, 0.003] * 1000)
+    policy = TimingPolicy(
+        warmup_runs=0,
+        warmup_s=0.0,
+        min_samples=5,
+        max_samples=1000,
+        target_rel_ci=0.001,
+        max_time_s=0.05,
+    )
+    m = measure(clock.step, CPU, policy, clock=clock)
+    assert 5 <= len(m.samples_ms) <= 30
+    assert sum(m.samples_ms) >= 50 - 3
+
+
+def test_median_ci_order_statistics() -> None:
+    s = [float(i) for i in range(100)]
+    lo, hi = median_ci(s)
+    assert lo == pytest.approx(40.0) and hi == pytest.approx(59.0)
+    assert all(math.isnan(v) for v in median_ci([]))
+
+
+def test_measure_real_step_keeps_raw_samples() -> None:
+    x = torch.randn(64, 64)
+    m = measure(lambda: x @ x, CPU, TimingPolicy(min_samples=5, max_time_s=0.1))
+    assert len(m.samples_ms) >= 5
+    assert all(s > 0 for s in m.samples_ms)
+    assert m.ci_low_ms <= m.median_ms <= m.ci_high_ms
+
+
+def test_mann_whitney_and_clearly_faster() -> None:
+    fast = Measurement(samples_ms=[1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0])
+    slow = Measurement(samples_ms=[2.0, 2.1, 1.9, 2.0, 2.05, 1.95, 2.0])
+    same = Measurement(samples_ms=[1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03])
+    assert mann_whitney_p(fast.samples_ms, slow.samples_ms) < 0.01
+    assert mann_whitney_p(fast.samples_ms, same.samples_ms) > 0.05
+    assert clearly_faster(fast, slow)
+    assert not clearly_faster(fast, same)
+    assert not clearly_faster(slow, fast)
+    ratio, lo, hi = speedup(slow, fast)
+    assert ratio == pytest.approx(2.0)
+    assert lo <= ratio <= hi
+    assert fast.overlaps(same) and not fast.overlaps(slow)
