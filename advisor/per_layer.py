@@ -104,13 +104,19 @@ def _layers_study(storage: Any, study_name: str) -> optuna.Study:
     )
 
 
-def _stored(study: optuna.Study) -> dict[tuple[str, str], TrialResult]:
+def _base(settings: Settings) -> str:
+    """The global settings a layer was measured under (its own implementation aside)."""
+    return settings.model_copy(update={"conv_impl": "native", "layers": {}}).model_dump_json()
+
+
+def _stored(study: optuna.Study) -> dict[tuple[str, str, str], TrialResult]:
+    """Stored layer measurements by (group, implementation, global settings they ran under): a
+    resume under other global settings (another memory format or precision) measures again."""
     out = {}
     for t in study.get_trials(deepcopy=False):
         if "result" in t.user_attrs and "key" in t.user_attrs:
-            out[(t.user_attrs["key"], t.user_attrs["impl"])] = TrialResult.model_validate(
-                t.user_attrs["result"]
-            )
+            result = TrialResult.model_validate(t.user_attrs["result"])
+            out[(t.user_attrs["key"], t.user_attrs["impl"], _base(result.settings))] = result
     return out
 
 
@@ -199,7 +205,7 @@ def choose_layer_impls(
         results: dict[str, TrialResult] = {}
         evaluator: Callable[[Settings], TrialResult] | None = None
         for name in usable:
-            key = (g.key, name)
+            key = (g.key, name, _base(settings))
             if key not in done:
                 if evaluator is None:
                     evaluator = make_evaluator(g.workload)

@@ -274,6 +274,8 @@ def _layer_rows(study: optuna.Study | None, mode: str, env: dict[str, Any]) -> l
         row: dict[str, Any] = {
             "layer": _layer_label(t.user_attrs),
             "impl": str(t.user_attrs.get("impl", r.settings.conv_impl)),
+            # the global settings it ran under: a resume under others measures layers again
+            "under": r.settings.model_copy(update={"conv_impl": "native", "layers": {}}).label(),
             "status": r.status,
             "median_ms": r.median_ms if r.measurement else math.nan,
             "reason": r.reason or "",
@@ -710,18 +712,22 @@ def _layers_html(data: ReportData) -> str:
         )
     if data.layer_rows:
         with_roof = any(r.get("roofline") is not None for r in data.layer_rows)
-        header = ["layer (signature | input shape)", "implementation", "median ms", "status"]
-        header += ["roofline fraction"] if with_roof else []
+        header = ["layer (signature | input shape)", "under", "implementation", "median ms"]
+        header += ["status", "roofline fraction"] if with_roof else ["status"]
         header += ["why"]
         rows = []
         for r in data.layer_rows:
-            row = [r["layer"], r["impl"], _num(r["median_ms"]), _status(r["status"])]
+            row = [r["layer"], r.get("under", ""), r["impl"], _num(r["median_ms"])]
+            row.append(_status(r["status"]))
             if with_roof:
                 roof = r.get("roofline")
                 row.append("-" if roof is None else f"{roof:.0%}")
             rows.append([*row, r["reason"]])
-        parts.append("<p>Each layer timed alone with each implementation:</p>")
-        parts.append(_table(header, rows, {2, 4} if with_roof else {2}))
+        parts.append(
+            "<p>Each layer timed alone with each implementation, under the global settings "
+            "named:</p>"
+        )
+        parts.append(_table(header, rows, {3, 5} if with_roof else {3}))
     roof = _workload_roofline(data)
     if roof:
         parts.append(f"<p>{_e(roof)}</p>")

@@ -25,6 +25,7 @@ from advisor.per_layer import (
 )
 from advisor.pick import pick_best
 from advisor.retime import finalists, retime
+from advisor.runner import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, load_space
 from advisor.storage import open_storage
@@ -116,9 +117,11 @@ def per_layer_stage(
     device: torch.device,
     space: SearchSpace,
     options: SearchOptions,
-) -> list[LayerChoice]:
+) -> tuple[list[LayerChoice], TrialResult | None]:
     """Choose conv implementations per layer under the best global settings; if that changes any
-    layer, measure the combination on the whole model and add it to the outcome's candidates."""
+    layer, measure the combination on the whole model and add it to the outcome's candidates.
+
+    Returns the per-layer choices and the combination's result (None when nothing changed)."""
     best = pick_best(outcome.results, outcome.baseline, space.min_gain).chosen
     start = time.perf_counter()
 
@@ -150,10 +153,11 @@ def per_layer_stage(
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:
-        return choices
+        return choices, None
     combined = best.settings.model_copy(update={"layers": layers})
-    if any(r.settings == combined for r in outcome.results):
-        return choices
+    known = [r for r in outcome.results if r.settings == combined]
+    if known:
+        return choices, known[0]
     result = stored_model_result(storage, outcome.study_name, combined)
     if result is None:
         evaluator = make_evaluator(workload, device, space, options)
@@ -165,7 +169,7 @@ def per_layer_stage(
         store_model_result(storage, outcome.study_name, result)
     outcome.results.append(result)
     outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
-    return choices
+    return choices, result
 
 
 def retime_finalists(
@@ -174,13 +178,15 @@ def retime_finalists(
     device: torch.device,
     space: SearchSpace,
     options: SearchOptions,
+    only_with: TrialResult | None = None,
 ) -> int:
     """Re-time the finalists interleaved and put the fresh measurements in the outcome.
 
-    Returns how many were re-timed (0 when skipped: too few, or they no longer fit together).
+    With `only_with`, re-time only if that candidate is among the finalists. Returns how many were
+    re-timed (0 when skipped: too few, or they no longer fit together).
     """
     fin = finalists(outcome.results, outcome.baseline, space.retime_top) if space.retime_top else []
-    if len(fin) < 2:
+    if len(fin) < 2 or (only_with is not None and all(r is not only_with for r in fin)):
         return 0
     try:
         fresh = retime(workload, fin, device, options.mode, space.timing.policy())
@@ -231,10 +237,16 @@ def run_advise(
     busy = [w for w in (machine_load_warning(dev),) if w]
     outcome = search(workload, dev, sp, options)
     busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]
+    # The global finalists are re-timed together first, so the per-layer stage works under the
+    # settings that will be recommended; a per-layer combination that reaches the finalists is then
+    # re-timed with them, interleaved, before it can be picked.
+    retimed = retime_finalists(workload, outcome, dev, sp, options)
     choices: list[LayerChoice] = []
     if workload.info.get("kind") == "model" and sp.per_layer:
-        choices = per_layer_stage(workload, outcome, dev, sp, options)
-    retimed = retime_finalists(workload, outcome, dev, sp, options)
+        choices, combined = per_layer_stage(workload, outcome, dev, sp, options)
+        if combined is not None:
+            again = retime_finalists(workload, outcome, dev, sp, options, only_with=combined)
+            retimed = again or retimed
     advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed)
     if busy and advice.config.result is not None:
         result = advice.config.result.model_copy(update={"warnings": busy[:1]})

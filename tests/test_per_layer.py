@@ -164,3 +164,35 @@ def test_resumed_per_layer_stage_measures_nothing_again(tmp_path: Path) -> None:
     assert layer_trials() == before  # nothing re-measured
     advisor.advise(**kw, fresh=True)  # --fresh starts the per-layer stage over too
     assert len(layer_trials()) == 5
+
+
+def test_layer_measurements_are_reused_only_under_the_same_global_settings(tmp_path: Path) -> None:
+    import optuna
+
+    from advisor.per_layer import choose_layer_impls
+    from advisor.search import SearchOptions, make_evaluator
+    from advisor.space import load_space
+    from advisor.storage import open_storage
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url)
+    space = load_space(SPACE, CPU)
+    workload = model_workload(TWIN)
+    options = SearchOptions(mode="train", storage=url, study_name="x")
+
+    def run(settings: Settings) -> list[advisor.Settings]:
+        choices = choose_layer_impls(
+            workload, settings, CPU, "train", space,
+            lambda wl: make_evaluator(wl, CPU, space, options), storage, "x",
+        )  # fmt: skip
+        return [r.settings for c in choices for r in c.results.values()]
+
+    def stored() -> int:
+        return len(optuna.load_study(study_name="x/layers", storage=storage).trials)
+
+    first = run(Settings())
+    assert stored() == 5 and all(s.memory_format == "contiguous" for s in first)
+    cl = Settings(memory_format="channels_last")
+    second = run(cl)  # other global settings: layers measured again, under those
+    assert stored() == 10 and all(s.memory_format == "channels_last" for s in second)
+    assert run(Settings()) == first and run(cl) == second and stored() == 10  # both reused
