@@ -272,19 +272,22 @@ def _failed(settings: Settings, reason: str, precision: str, tolerance: float) -
 
 
 _ALLOCATOR_SETTLED = False
+SETTLE_BLOCK_BYTES = 31 * 2**20  # just under glibc's 32 MiB cap for the dynamic mmap threshold
 
 
 def settle_cpu_allocator() -> None:
     """Put glibc malloc in the state a training loop is in after its first step.
 
     Until a large block is freed, glibc serves every allocation over 128 KiB with a fresh mmap
-    (page-faulted on each call); freeing one raises that threshold. A conv timed before or after
-    the first large free can differ several-fold, so every process settles it once, up front:
-    measurements then do not depend on what ran before them.
+    (page-faulted on each call); freeing an mmapped block raises that threshold to the block's
+    size, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX): a 32 MiB block itself,
+    with its header, is over that and changes nothing. A conv timed before or after the first such
+    free can differ several-fold (measured: 3->16 3x3 on 1x3x512x512, 13 ms vs 2 ms), so every
+    process settles it once, up front: measurements then do not depend on what ran before them.
     """
     global _ALLOCATOR_SETTLED
     if not _ALLOCATOR_SETTLED:
-        block = torch.empty(32 * 2**20, dtype=torch.uint8)  # allocate and free 32 MiB
+        block = torch.empty(SETTLE_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
         del block
         _ALLOCATOR_SETTLED = True
 

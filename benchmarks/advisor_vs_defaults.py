@@ -2,9 +2,9 @@
 
 For each case the advisor tunes the layer (the full default search space for the device), saves
 its config, and then a FRESH process applies that config with `advisor.apply` and re-times it
-independently with `torch.utils.benchmark` against PyTorch's defaults and against switching
-everything on (channels_last + AMP, plus TF32 and cudnn.benchmark on CUDA). Prints a markdown
-table of ratios and writes it to --out.
+independently, interleaved with PyTorch's defaults and with switching everything on
+(channels_last + AMP, plus TF32 and cudnn.benchmark on CUDA), all through the same `advisor.apply`
+(fresh_retime.py). Prints a markdown table of ratios and writes it to --out.
 
     python benchmarks/advisor_vs_defaults.py --device cpu --out benchmarks/results/advisor_vs_defaults_cpu.md
 """
@@ -12,14 +12,13 @@ table of ratios and writes it to --out.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fresh_retime import everything_on, retime_variants  # noqa: E402
 
 # (name, layer, input shape on CPU, input shape on CUDA, mode) — the seeds' shapes, scaled to a CPU.
 CASES = [
@@ -53,65 +52,6 @@ CASES = [
     ),
 ]
 
-RETIME = r"""
-import json, sys, warnings
-import torch
-import torch.utils.benchmark as tb
-import advisor
-from advisor.workload import layer_spec
-warnings.simplefilter("ignore")
-from advisor.runner import settle_cpu_allocator
-settle_cpu_allocator()  # every setting timed from the allocator state of a running training loop
-cfg_path, layer, shape, mode, device = sys.argv[1:6]
-spec = layer_spec(layer, input_shape=shape)
-dev = torch.device(device)
-
-def make_step(tuned=None, amp=None, channels_last=False):
-    model = spec.construct().to(dev)
-    x = torch.randn(spec.input_shape, device=dev)
-    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-    if tuned is not None:
-        model = tuned(model)
-        (x,) = model.inputs(x)
-        ctx, net = model.autocast, model.model
-    else:
-        if channels_last:
-            model = model.to(memory_format=fmt)
-            x = x.contiguous(memory_format=fmt)
-        net = model
-        ctx = (lambda: torch.autocast(dev.type, dtype=amp)) if amp else (lambda: torch.autocast(dev.type, enabled=False))
-    g = None
-    def step():
-        nonlocal g
-        if mode == "infer":
-            with torch.no_grad(), ctx():
-                net(x)
-        else:
-            net.zero_grad(set_to_none=True)
-            with ctx():
-                y = net(x)
-            if g is None:
-                g = torch.randn(y.shape, device=dev)
-            (y.float() * g).sum().backward()
-    return step
-
-def timeit(step):
-    t = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
-    m = t.blocked_autorange(min_run_time=1.0)
-    return {"median_ms": m.median * 1e3, "iqr_ms": m.iqr * 1e3, "runs": len(m.raw_times)}
-
-out = {}
-out["default"] = timeit(make_step())
-out["advisor"] = timeit(make_step(tuned=lambda m: advisor.apply(cfg_path, m)))
-if dev.type == "cuda":
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-everything_amp = torch.float16 if dev.type == "cuda" else torch.bfloat16
-out["everything_on"] = timeit(make_step(amp=everything_amp, channels_last=True))
-print(json.dumps(out))
-"""
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -130,8 +70,11 @@ def main() -> int:
         "",
         f"Device: {env.device_name} ({env.device_type}), {env.cpu_threads} threads; torch {env.torch}"
         f"; CUDA {env.cuda}; cuDNN {env.cudnn}; fingerprint {env.fingerprint}.",
-        "Timed in a fresh process with torch.utils.benchmark (blocked_autorange, >= 1 s per "
-        "setting) after `advisor.apply`; ratios are PyTorch default time / setting time.",
+        "Each setting applied with `advisor.apply` in one fresh process and timed with "
+        "torch.utils.benchmark in 6 interleaved rounds (alternating order, >= 0.5 s per round); "
+        "median ms; ratios are PyTorch default time / setting time. Everything on: "
+        + ", ".join(f"{k}={v}" for k, v in everything_on(args.device).items())
+        + ".",
         "",
         "| case | mode | input | advisor's pick | default ms | advisor ms | everything-on ms "
         "| advisor vs default | everything-on vs default | tuning s |",
@@ -149,18 +92,16 @@ def main() -> int:
             tuning = time.perf_counter() - t0
             cfg = Path(tmp) / f"case{i}.json"
             advice.save(cfg, trials_csv=False)
-            r = subprocess.run(
-                [sys.executable, "-c", RETIME, str(cfg), layer, shape, mode, args.device],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-            )
-            if r.returncode != 0:
-                print(
-                    f"| {name} | {mode} | {shape} | re-time failed: {r.stderr.strip().splitlines()[-1]} |"
-                )
+            variants = {
+                "default": {},
+                "advisor": advice.settings.model_dump(mode="json"),
+                "everything_on": everything_on(args.device),
+            }
+            try:
+                t = retime_variants(cfg, variants, mode, args.device)
+            except RuntimeError as e:
+                print(f"| {name} | {mode} | {shape} | re-time failed: {e} |")
                 continue
-            t = json.loads(r.stdout)
             d, a, e = (t[k]["median_ms"] for k in ("default", "advisor", "everything_on"))
             row = (
                 f"| {name} | {mode} | {shape} | {advice.settings.label()} | {d:.3f} | {a:.3f} | "

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from advisor import impls, roofline  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
+from advisor.runner import settle_cpu_allocator  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="also write the markdown to this file")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    settle_cpu_allocator()  # CPU: timed from the allocator state of a training loop
     layers = [LAYERS[i] for i in QUICK] if args.quick else LAYERS
     budget = 0.1 if args.quick else 0.3
     peaks = roofline.measure_peaks(device)

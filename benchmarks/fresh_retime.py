@@ -1,0 +1,139 @@
+"""Re-time tuned settings independently: several variants of one workload, in a fresh process.
+
+Used by advisor_vs_defaults.py and model_retime.py. The child process rebuilds the workload from
+the config, applies each variant with `advisor.apply` to its own copy of the model (same weights),
+compares outputs and gradients with the untuned fp32 model, then times the steps with
+`torch.utils.benchmark` in interleaved rounds (A B C, C B A, ...) so drift hits every variant
+alike. Returns, per variant, the median and IQR over all blocks of all rounds, and the errors.
+
+    python benchmarks/fresh_retime.py tuned.json train cpu '{"default": {}, "advisor": {...}}'
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def everything_on(device: str) -> dict[str, Any]:
+    """What a "switch everything on" helper does: channels_last + AMP (+ TF32, cudnn.benchmark)."""
+    if device.startswith("cuda"):
+        return {"memory_format": "channels_last", "amp": "fp16", "tf32": "on",
+                "cudnn_benchmark": True}  # fmt: skip
+    return {"memory_format": "channels_last", "amp": "bf16"}
+
+
+def retime_variants(
+    config: Path,
+    variants: dict[str, dict[str, Any]],
+    mode: str,
+    device: str,
+    rounds: int = 6,
+    min_run_time_s: float = 0.5,
+) -> dict[str, Any]:
+    """Run this file in a fresh process; raises RuntimeError with the child's last line."""
+    r = subprocess.run(
+        [sys.executable, __file__, str(config), mode, device, json.dumps(variants),
+         str(rounds), str(min_run_time_s)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    if r.returncode != 0:
+        lines = r.stderr.strip().splitlines() or ["no output"]
+        raise RuntimeError(lines[-1])
+    return json.loads(r.stdout)
+
+
+def _child(argv: list[str]) -> dict[str, Any]:
+    import warnings
+
+    import numpy as np
+    import torch
+    import torch.utils.benchmark as tb
+
+    import advisor
+    from advisor.config import load_config
+    from advisor.knobs import GlobalFlags
+    from advisor.runner import flatten_tensors, settle_cpu_allocator
+    from advisor.workload import workload_from_info
+
+    warnings.simplefilter("ignore")
+    settle_cpu_allocator()  # every variant timed from the allocator state of a training loop
+    cfg_path, mode, device, variants_json, rounds, min_run = argv
+    dev = torch.device(device)
+    cfg = load_config(cfg_path)
+    workload = workload_from_info(cfg.workload)
+    x = workload.make_inputs(dev, seed=7)
+    training = mode == "train"
+
+    def loss(outs: list[torch.Tensor], gs: list[torch.Tensor]) -> torch.Tensor:
+        return sum((o.float() * g).sum() for o, g in zip(outs, gs, strict=True))  # type: ignore[return-value]
+
+    base = workload.make_model().to(dev).train(training)
+    with torch.enable_grad():
+        ref = flatten_tensors(base(*x))
+    gen = torch.Generator().manual_seed(1)
+    gs = [torch.randn(o.shape, generator=gen).to(dev) for o in ref]
+    loss(ref, gs).backward()
+
+    def flat_grads(model: torch.nn.Module) -> torch.Tensor:
+        return torch.cat(
+            [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
+        )
+
+    ref_g = flat_grads(base)
+    ref_out = torch.cat([o.float().flatten() for o in ref])
+    runs: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for name, s in json.loads(variants_json).items():
+        c = cfg.model_copy(update={"settings": advisor.Settings.model_validate(s)})
+        tuned = advisor.apply(c, workload.make_model().train(training), device=dev)
+        xt = tuned.inputs(*x)
+        with tuned.autocast():
+            got = flatten_tensors(tuned.model(*xt))
+        loss(got, gs).backward()
+        got_out = torch.cat([o.float().flatten() for o in got])
+        out[name] = {
+            "err": ((got_out - ref_out).norm() / ref_out.norm()).item(),
+            "grad_err": ((flat_grads(tuned.model) - ref_g).norm() / ref_g.norm()).item()
+            if training
+            else None,
+            "layers": {k: v for k, v in tuned.layer_impls.items() if v != "native"},
+        }
+
+        def step(tuned: Any = tuned, xt: tuple[Any, ...] = xt) -> None:
+            if not training:
+                with torch.no_grad(), tuned.autocast():
+                    tuned.model(*xt)
+                return
+            tuned.model.zero_grad(set_to_none=True)
+            with tuned.autocast():
+                outs = flatten_tensors(tuned.model(*xt))
+            loss(outs, gs).backward()
+
+        runs[name] = (tuned, step)
+        tuned.restore()
+
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for r in range(int(rounds)):
+        for name in order if r % 2 == 0 else order[::-1]:
+            tuned, step = runs[name]
+            GlobalFlags.switch_to(tuned.settings)
+            timer = tb.Timer(stmt="step()", globals={"step": step},
+                             num_threads=torch.get_num_threads())  # fmt: skip
+            samples[name] += [
+                t * 1e3 for t in timer.blocked_autorange(min_run_time=float(min_run)).times
+            ]
+    for name, s in samples.items():
+        q75, q25 = np.percentile(s, [75, 25])
+        out[name].update(median_ms=float(np.median(s)), iqr_ms=float(q75 - q25), blocks=len(s))
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(sys.argv[1:])))
