@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from advisor import impls
+from advisor.allocator import settle_cpu_allocator
 from advisor.config import Config, load_config
 from advisor.environment import current_environment, resolve_device
 from advisor.knobs import GlobalFlags, Settings, memory_format_for
@@ -136,6 +137,8 @@ def apply_settings(
 ) -> Tuned:
     """Apply `settings` to `model` (in place) and to PyTorch's global flags."""
     dev = resolve_device(device)
+    if dev.type == "cpu":
+        settle_cpu_allocator()  # the malloc state every candidate was measured in
     model.to(dev)
     fmt_ndim = _model_ndim(model)
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None

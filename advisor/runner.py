@@ -7,8 +7,6 @@ from a fixed random output gradient (through the GradScaler when fp16 is chosen)
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import math
 import resource
@@ -20,6 +18,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.apply import Tuned, apply_settings
 from advisor.check import global_rel_error, max_rel_error
 from advisor.knobs import Settings, precision_of
@@ -206,21 +205,10 @@ def reference(workload: Workload, device: torch.device, mode: Mode, seed: int = 
     return Reference(cases)
 
 
-def _release_free_heap() -> None:
-    """glibc: hand free heap pages back to the OS. Otherwise a candidate's buffers can land in
-    memory an earlier allocation left resident, and its peak would not show in the RSS at all
-    (seen in a long-lived process: a 36 MiB conv output measured as 0 MB)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the peak is a lower bound there
-        pass
-
-
 def _reset_peak_rss() -> None:
     """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
     trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""
-    _release_free_heap()
+    release_free_heap()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -269,27 +257,6 @@ def _failed(settings: Settings, reason: str, precision: str, tolerance: float) -
     return TrialResult(
         settings=settings, status="failed", reason=reason, precision=precision, tolerance=tolerance
     )
-
-
-_ALLOCATOR_SETTLED = False
-SETTLE_BLOCK_BYTES = 31 * 2**20  # just under glibc's 32 MiB cap for the dynamic mmap threshold
-
-
-def settle_cpu_allocator() -> None:
-    """Put glibc malloc in the state a training loop is in after its first step.
-
-    Until a large block is freed, glibc serves every allocation over 128 KiB with a fresh mmap
-    (page-faulted on each call); freeing an mmapped block raises that threshold to the block's
-    size, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX): a 32 MiB block itself,
-    with its header, is over that and changes nothing. A conv timed before or after the first such
-    free can differ several-fold (measured: 3->16 3x3 on 1x3x512x512, 13 ms vs 2 ms), so every
-    process settles it once, up front: measurements then do not depend on what ran before them.
-    """
-    global _ALLOCATOR_SETTLED
-    if not _ALLOCATOR_SETTLED:
-        block = torch.empty(SETTLE_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
-        del block
-        _ALLOCATOR_SETTLED = True
 
 
 def evaluate(

@@ -74,11 +74,15 @@ def main() -> int:
         "torch.utils.benchmark in 6 interleaved rounds (alternating order, >= 0.5 s per round); "
         "median ms; ratios are PyTorch default time / setting time. Everything on: "
         + ", ".join(f"{k}={v}" for k, v in everything_on(args.device).items())
-        + ".",
+        + ". Plain PyTorch: the untouched model in a bare loop in its own fresh process, without "
+        "`advisor.apply` (on a CPU, apply also settles glibc malloc, as every measurement does: "
+        "see advisor/allocator.py); advisor vs plain is what a user's script gains from "
+        "`advisor.apply` as a whole.",
         "",
-        "| case | mode | input | advisor's pick | default ms | advisor ms | everything-on ms "
-        "| advisor vs default | everything-on vs default | tuning s |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| case | mode | input | advisor's pick | plain PyTorch ms | default ms | advisor ms "
+        "| everything-on ms | advisor vs plain | advisor vs default | everything-on vs default "
+        "| tuning s |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     print("\n".join(lines), flush=True)
     cuda = torch.device(args.device).type == "cuda"
@@ -98,14 +102,16 @@ def main() -> int:
                 "everything_on": everything_on(args.device),
             }
             try:
-                t = retime_variants(cfg, variants, mode, args.device)
+                t = retime_variants(cfg, variants, mode, args.device, plain=True)
             except RuntimeError as e:
                 print(f"| {name} | {mode} | {shape} | re-time failed: {e} |")
                 continue
-            d, a, e = (t[k]["median_ms"] for k in ("default", "advisor", "everything_on"))
+            p, d, a, e = (
+                t[k]["median_ms"] for k in ("plain", "default", "advisor", "everything_on")
+            )
             row = (
-                f"| {name} | {mode} | {shape} | {advice.settings.label()} | {d:.3f} | {a:.3f} | "
-                f"{e:.3f} | {d / a:.2f}x | {d / e:.2f}x | {tuning:.0f} |"
+                f"| {name} | {mode} | {shape} | {advice.settings.label()} | {p:.3f} | {d:.3f} "
+                f"| {a:.3f} | {e:.3f} | {p / a:.2f}x | {d / a:.2f}x | {d / e:.2f}x | {tuning:.0f} |"
             )
             lines.append(row)
             print(row, flush=True)

@@ -28,8 +28,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from advisor import impls, roofline  # noqa: E402
+from advisor.allocator import settle_cpu_allocator  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
-from advisor.runner import settle_cpu_allocator  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -35,17 +35,60 @@ def retime_variants(
     device: str,
     rounds: int = 6,
     min_run_time_s: float = 0.5,
+    plain: bool = False,
 ) -> dict[str, Any]:
-    """Run this file in a fresh process; raises RuntimeError with the child's last line."""
-    r = subprocess.run(
-        [sys.executable, __file__, str(config), mode, device, json.dumps(variants),
-         str(rounds), str(min_run_time_s)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    """Run this file in a fresh process; raises RuntimeError with the child's last line.
+
+    With `plain`, also time PyTorch untouched ("plain") in a second fresh process: the model and
+    a bare training/inference loop, without `advisor.apply` and so without its CPU allocator
+    settling (see advisor/allocator.py): what a user's script gets before it applies anything.
+    """
+    args = [str(config), mode, device, json.dumps(variants), str(rounds), str(min_run_time_s)]
+    out = _run([*args])
+    if plain:
+        out["plain"] = _run(["--plain", *args])
+    return out
+
+
+def _run(args: list[str]) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         lines = r.stderr.strip().splitlines() or ["no output"]
         raise RuntimeError(lines[-1])
     return json.loads(r.stdout)
+
+
+def _plain_child(argv: list[str]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    import torch.utils.benchmark as tb
+
+    from advisor.config import load_config
+    from advisor.runner import flatten_tensors
+    from advisor.workload import workload_from_info
+
+    cfg_path, mode, device, _variants, rounds, min_run = argv
+    dev = torch.device(device)
+    workload = workload_from_info(load_config(cfg_path).workload)
+    x = workload.make_inputs(dev, seed=7)
+    model = workload.make_model().to(dev).train(mode == "train")
+    gs: list[torch.Tensor] = []
+
+    def step() -> None:
+        if mode != "train":
+            with torch.no_grad():
+                model(*x)
+            return
+        model.zero_grad(set_to_none=True)
+        outs = flatten_tensors(model(*x))
+        if not gs:
+            gs.extend(torch.randn(o.shape, device=dev) for o in outs)
+        sum((o * g).sum() for o, g in zip(outs, gs, strict=True)).backward()  # type: ignore[union-attr]
+
+    timer = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    s = [t * 1e3 for t in timer.blocked_autorange(min_run_time=float(min_run) * int(rounds)).times]
+    q75, q25 = np.percentile(s, [75, 25])
+    return {"median_ms": float(np.median(s)), "iqr_ms": float(q75 - q25), "blocks": len(s)}
 
 
 def _child(argv: list[str]) -> dict[str, Any]:
@@ -56,9 +99,10 @@ def _child(argv: list[str]) -> dict[str, Any]:
     import torch.utils.benchmark as tb
 
     import advisor
+    from advisor.allocator import settle_cpu_allocator
     from advisor.config import load_config
     from advisor.knobs import GlobalFlags
-    from advisor.runner import flatten_tensors, settle_cpu_allocator
+    from advisor.runner import flatten_tensors
     from advisor.workload import workload_from_info
 
     warnings.simplefilter("ignore")
@@ -136,4 +180,7 @@ def _child(argv: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(sys.argv[1:])))
+    if sys.argv[1] == "--plain":
+        print(json.dumps(_plain_child(sys.argv[2:])))
+    else:
+        print(json.dumps(_child(sys.argv[1:])))

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fresh_retime import everything_on, retime_variants  # noqa: E402
 
-NAMES = ("default", "advisor", "everything_on", "without_layers")
+NAMES = ("plain", "default", "advisor", "everything_on", "without_layers")
 
 
 def _cell(v: dict[str, Any] | None) -> str:
@@ -55,13 +55,15 @@ def main() -> int:
         "(alternating order, >= 0.5 s per round): median ms (IQR). Ratios are the other setting's "
         "time / the advisor's. Everything on: "
         + ", ".join(f"{k}={v}" for k, v in everything_on(args.device).items())
-        + "; pick w/o layers: the advisor's global settings without its per-layer choices. "
+        + "; pick w/o layers: the advisor's global settings without its per-layer choices; "
+        "plain: the untouched model in a bare loop in its own fresh process, without "
+        "`advisor.apply` (which on a CPU also settles glibc malloc, as every measurement does). "
         "Errors: outputs / gradients relative to the untuned fp32 model.",
         "",
-        "| model | advisor's pick | default ms | advisor ms | everything-on ms | pick w/o layers ms "
-        "| default / advisor | everything-on / advisor | w/o layers / advisor | advisor error "
-        "| tuning s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | advisor's pick | plain ms | default ms | advisor ms | everything-on ms "
+        "| pick w/o layers ms | plain / advisor | default / advisor | everything-on / advisor "
+        "| w/o layers / advisor | advisor error | tuning s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +82,7 @@ def main() -> int:
             if advice.settings.layers:
                 variants["without_layers"] = {**picked, "layers": {}}
             try:
-                t = retime_variants(cfg, variants, args.mode, args.device)
+                t = retime_variants(cfg, variants, args.mode, args.device, plain=True)
             except RuntimeError as e:
                 print(f"| {target} | re-time failed: {e} |")
                 continue

@@ -274,7 +274,7 @@ def _conv_types() -> tuple[type, ...]:
 
 def worker_main(job_text: str) -> int:
     job = json.loads(job_text)
-    from advisor.runner import settle_cpu_allocator
+    from advisor.allocator import settle_cpu_allocator
 
     settle_cpu_allocator()  # CPU runs: timed from the allocator state of a training loop
     jobs = {"env": _env_job, "advise": _advise_job, "time": _time_job}

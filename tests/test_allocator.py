@@ -6,17 +6,23 @@ nothing has raised the threshold yet. Skipped where the C library is not glibc 2
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import advisor
+from advisor.config import Config, save_config
+from advisor.environment import current_environment
+from advisor.knobs import Settings
 from tests.conftest import run_env
 
 PROBE = r"""
 import ctypes, ctypes.util, json, sys
 import torch
-from advisor.runner import settle_cpu_allocator
+from advisor.allocator import settle_cpu_allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -37,23 +43,45 @@ def mmapped_growth(nbytes):
 
 MB = 2**20
 out = {"before": mmapped_growth(16 * MB)}
-settle_cpu_allocator()
+if len(sys.argv) > 1:  # the public door: advisor.apply at training start
+    import advisor
+    advisor.apply(sys.argv[1], torch.nn.Conv2d(3, 8, 3), device="cpu").restore()
+else:
+    settle_cpu_allocator()
 out["after"] = [mmapped_growth(n * MB) for n in (1, 16, 30)]
 out["huge"] = mmapped_growth(64 * MB)
 print(json.dumps(out))
 """
 
 
-def test_settled_allocator_serves_mid_sized_tensors_from_the_heap() -> None:
-    import json
-
+def _probe(*args: str) -> dict | None:
     r = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=run_env(), timeout=120
-    )
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True, text=True, env=run_env(), timeout=120,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     if got is None:
         pytest.skip("no glibc mallinfo2 here: the allocator settling is glibc-specific")
+    return got
+
+
+def test_settled_allocator_serves_mid_sized_tensors_from_the_heap() -> None:
+    got = _probe()
     assert got["before"] >= 16 * 2**20  # a fresh process: a 16 MiB tensor is its own mmap
     assert got["after"] == [0, 0, 0]  # settled: up to 30 MiB come from the heap
     assert got["huge"] >= 64 * 2**20  # over glibc's cap, blocks are always mmapped
+
+
+def test_apply_on_cpu_puts_malloc_in_the_measured_state(tmp_path: Path) -> None:
+    cfg = Config(
+        advisor_version=advisor.__version__,
+        mode="infer",
+        settings=Settings(),
+        environment=current_environment("cpu"),
+        workload={"kind": "layer"},
+        space="cpu",
+    )
+    got = _probe(str(save_config(cfg, tmp_path / "tuned.json")))
+    assert got["before"] >= 16 * 2**20
+    assert got["after"] == [0, 0, 0]
