@@ -36,6 +36,12 @@ _POISONED = (
     "cuDNN error",
     "CUDNN_STATUS",
 )
+
+
+class RetimeFailed(RuntimeError):
+    """The interleaved re-time of the finalists could not finish; the message says why."""
+
+
 _OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
 STARTUP_TIMEOUT_S = 300.0  # importing torch, building the workload and the fp32 reference
 
@@ -112,9 +118,11 @@ def _main_hidden() -> Iterator[None]:
 def _worker_main(
     conn: Connection, info: dict[str, Any], device: str, mode: Mode, space_json: str
 ) -> None:
-    """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON)."""
+    """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
+    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
+    from advisor.retime import retime
     from advisor.runner import evaluate, reference
     from advisor.workload import workload_from_info
 
@@ -137,10 +145,20 @@ def _worker_main(
             return
         if msg is None:
             return
-        result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, ref)
+        if isinstance(msg, tuple) and msg[0] == "retime":
+            try:
+                rs = [TrialResult.model_validate_json(j) for j in msg[1]]
+                fresh = retime(workload, rs, dev, mode, space.timing.policy())
+                reply: tuple[str, Any] = ("retimed", [r.model_dump_json() for r in fresh])
+            except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
+                first = (str(e).strip().splitlines() or [""])[0][:300]
+                reply = ("retime_error", f"{type(e).__name__}: {first}")
+        else:
+            result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, ref)
+            reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state
         try:
-            conn.send(("result", result.model_dump_json()))
+            conn.send(reply)
         except (BrokenPipeError, OSError):
             return
 
@@ -253,6 +271,31 @@ class IsolatedEvaluator:
         if poisoned(result):
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         return result
+
+    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
+        """The finalists re-timed together, interleaved, in a worker (advisor.retime).
+
+        Raises RetimeFailed with the reason when the worker fails, crashes or runs out of time
+        (the trial limit once per finalist)."""
+        if self._proc is None or not self._proc.is_alive():
+            self._kill()
+            why = self._start()
+            if why is not None:
+                raise RetimeFailed(why)
+        assert self._conn is not None
+        try:
+            self._conn.send(("retime", [r.model_dump_json() for r in results]))
+        except (BrokenPipeError, OSError):
+            raise RetimeFailed(self._exit_reason()) from None
+        limit = self.timeout_s * len(results)
+        msg = self._receive(limit)
+        if isinstance(msg, tuple) and msg[0] == "retimed":
+            return [TrialResult.model_validate_json(j) for j in msg[1]]
+        if isinstance(msg, tuple) and msg[0] == "retime_error":
+            raise RetimeFailed(msg[1])
+        why = f"timed out after {limit:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        self._kill()
+        raise RetimeFailed(why)
 
     def _exit_reason(self) -> str:
         proc = self._proc

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import torch
@@ -46,6 +46,9 @@ from advisor.runner import Mode, Reference, TrialResult, evaluate, reference
 from advisor.space import Dropped, SearchSpace, candidates
 from advisor.storage import GRACE_S, RETRIES, open_storage
 from advisor.workload import Workload
+
+if TYPE_CHECKING:
+    from advisor.isolate import IsolatedEvaluator
 
 Evaluator = Callable[[Settings], TrialResult]
 log = logging.getLogger("advisor")
@@ -130,13 +133,26 @@ class InProcessEvaluator:
             restore_global_state(saved)
         return classify(result)
 
+    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
+        """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
+        from advisor.isolate import global_state, restore_global_state
+        from advisor.retime import retime
+
+        saved = global_state()
+        try:
+            return retime(
+                self.workload, results, self.device, self.mode, self.space.timing.policy()
+            )
+        finally:
+            restore_global_state(saved)
+
     def close(self) -> None:
         self._ref = None
 
 
 def make_evaluator(
     workload: Workload, device: torch.device, space: SearchSpace, options: SearchOptions
-) -> Evaluator:
+) -> InProcessEvaluator | IsolatedEvaluator:
     """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
     worker and the user did not ask for in-process trials; in-process otherwise."""
     from advisor.isolate import IsolatedEvaluator, recreatable

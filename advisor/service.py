@@ -24,7 +24,7 @@ from advisor.per_layer import (
     stored_model_result,
 )
 from advisor.pick import pick_best
-from advisor.retime import finalists, retime
+from advisor.retime import finalists
 from advisor.runner import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, load_space
@@ -188,11 +188,15 @@ def retime_finalists(
     fin = finalists(outcome.results, outcome.baseline, space.retime_top) if space.retime_top else []
     if len(fin) < 2 or (only_with is not None and all(r is not only_with for r in fin)):
         return 0
+    # Like the trials, in a worker subprocess unless the user asked for in-process trials.
+    evaluator = make_evaluator(workload, device, space, options)
     try:
-        fresh = retime(workload, fin, device, options.mode, space.timing.policy())
+        fresh = evaluator.retime(fin)
     except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big to hold together
-        log.warning("interleaved re-time skipped: %s", str(e).splitlines()[0][:200])
+        log.warning("interleaved re-time skipped: %s", (str(e).splitlines() or [""])[0][:200])
         return 0
+    finally:
+        evaluator.close()
     for old, new in zip(fin, fresh, strict=True):
         outcome.results[next(i for i, r in enumerate(outcome.results) if r is old)] = new
         if old is outcome.baseline:

@@ -8,6 +8,7 @@ advisor and its workers through $ADVISOR_PLUGINS.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from advisor.isolate import IsolatedEvaluator, classify, global_state
+from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify, global_state
 from advisor.knobs import Settings
 from advisor.runner import TrialResult
 from advisor.search import InProcessEvaluator
@@ -134,3 +135,52 @@ def test_in_process_evaluator_restores_global_state(plugins: None) -> None:
 def test_out_of_memory_is_named(reason: str, expected: str) -> None:
     r = TrialResult(settings=Settings(), status="failed", reason=reason)
     assert classify(r).reason == expected
+
+
+def test_isolated_retime_of_finalists_and_its_failures(plugins: None) -> None:
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    before = global_state()
+    ev = IsolatedEvaluator(w.info, CPU, "infer", SPACE, timeout_s=3.0)
+    try:
+        measured = [ev(Settings()), ev(Settings(memory_format="channels_last"))]
+        worker = ev.pid
+        fresh = ev.retime(measured)
+        assert ev.pid == worker  # the same worker re-times them, interleaved
+        assert [r.settings for r in fresh] == [r.settings for r in measured]
+        for old, new in zip(measured, fresh, strict=True):
+            assert new.status == "ok" and new.measurement is not None
+            assert new.measurement.samples_ms != old.measurement.samples_ms  # measured again
+            assert new.rel_error == old.rel_error  # the check is not repeated: only the timing
+        # A finalist that crashes the worker: the re-time fails with the reason; no one waits.
+        crash = measured[0].model_copy(update={"settings": Settings(conv_impl="test_crash")})
+        with pytest.raises(RetimeFailed, match="worker crashed"):
+            ev.retime([measured[0], crash])
+        hang = measured[0].model_copy(update={"settings": Settings(conv_impl="test_hang")})
+        with pytest.raises(RetimeFailed, match="timed out after 6 s"):
+            ev.retime([measured[0], hang])
+        assert ev(Settings()).status == "ok"  # and the next trial gets a fresh worker
+    finally:
+        ev.close()
+    assert global_state() == before  # the parent's flags were never touched
+
+
+def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptureFixture) -> None:
+    """A finalist that ran cleanly as a trial but crashes when re-timed: the pick is made from
+    the trials' own measurements, with a warning."""
+    from advisor.environment import current_environment
+    from advisor.search import SearchOptions, SearchOutcome
+    from advisor.service import retime_finalists
+
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    ev = InProcessEvaluator(w, CPU, "infer", SPACE)
+    good = ev(Settings())
+    crash = good.model_copy(update={"settings": Settings(conv_impl="test_crash")})
+    outcome = SearchOutcome(
+        results=[good, crash], baseline=good, dropped=[], study_name="s",
+        environment=current_environment("cpu"), elapsed_s=0.0,
+    )  # fmt: skip
+    space = SPACE.model_copy(update={"retime_top": 2})
+    with caplog.at_level(logging.WARNING, logger="advisor"):
+        n = retime_finalists(w, outcome, CPU, space, SearchOptions(mode="infer", isolate=True))
+    assert n == 0 and outcome.results == [good, crash]
+    assert "interleaved re-time skipped: worker crashed (SIGSEGV)" in caplog.text
