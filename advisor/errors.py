@@ -18,6 +18,12 @@ def validation_message(e: ValidationError, what: str) -> str:
     return f"invalid {what}: {loc}: {msg}" if loc else f"invalid {what}: {msg}"
 
 
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """An exception as one line for a failure reason: its type and the first line of its text."""
+    first = (str(e).strip().splitlines() or [""])[0][:limit]
+    return f"{type(e).__name__}: {first}"
+
+
 class AdvisorError(Exception):
     """Base class: a problem the user can fix, reported as one line."""
 

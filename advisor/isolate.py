@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, precision_of
 from advisor.runner import Mode, TrialResult
 from advisor.space import SearchSpace
@@ -133,8 +134,7 @@ def _worker_main(
         workload = workload_from_info(info)
         ref = reference(workload, dev, mode)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        conn.send(("error", f"{type(e).__name__}: {first}"))
+        conn.send(("error", first_line(e)))
         return
     restore_global_state(pristine)
     conn.send(("ready", None))
@@ -151,8 +151,7 @@ def _worker_main(
                 fresh = retime(workload, rs, dev, mode, space.timing.policy())
                 reply: tuple[str, Any] = ("retimed", [r.model_dump_json() for r in fresh])
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
-                first = (str(e).strip().splitlines() or [""])[0][:300]
-                reply = ("retime_error", f"{type(e).__name__}: {first}")
+                reply = ("retime_error", first_line(e))
         else:
             result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, ref)
             reply = ("result", result.model_dump_json())

@@ -56,6 +56,11 @@ class Settings(BaseModel):
             out["layers"] = dict(self.layers)
         return out
 
+    def global_only(self) -> Settings:
+        """These settings with every conv layer on `native`: what a per-layer measurement of an
+        implementation ran under."""
+        return self.model_copy(update={"conv_impl": "native", "layers": {}})
+
     def label(self) -> str:
         """Short human label, e.g. 'channels_last+bf16' or 'default'."""
         parts = []

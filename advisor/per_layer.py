@@ -106,7 +106,7 @@ def _layers_study(storage: Any, study_name: str) -> optuna.Study:
 
 def _base(settings: Settings) -> str:
     """The global settings a layer was measured under (its own implementation aside)."""
-    return settings.model_copy(update={"conv_impl": "native", "layers": {}}).model_dump_json()
+    return settings.global_only().model_dump_json()
 
 
 def _stored(study: optuna.Study) -> dict[tuple[str, str, str], TrialResult]:

@@ -275,7 +275,7 @@ def _layer_rows(study: optuna.Study | None, mode: str, env: dict[str, Any]) -> l
             "layer": _layer_label(t.user_attrs),
             "impl": str(t.user_attrs.get("impl", r.settings.conv_impl)),
             # the global settings it ran under: a resume under others measures layers again
-            "under": r.settings.model_copy(update={"conv_impl": "native", "layers": {}}).label(),
+            "under": r.settings.global_only().label(),
             "status": r.status,
             "median_ms": r.median_ms if r.measurement else math.nan,
             "reason": r.reason or "",

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.apply import Tuned, apply_settings
 from advisor.check import global_rel_error, max_rel_error
+from advisor.errors import first_line
 from advisor.knobs import Settings, precision_of
 from advisor.space import SearchSpace
 from advisor.timing import Measurement, TimingPolicy, l2_flusher, measure
@@ -311,8 +312,7 @@ def evaluate(
         except torch.OutOfMemoryError:
             return _failed(settings, "out of memory", precision, tolerance)
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            return _failed(settings, f"{type(e).__name__}: {first}", precision, tolerance)
+            return _failed(settings, first_line(e), precision, tolerance)
         finally:
             if cand is not None:
                 cand.close()
