@@ -124,15 +124,18 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
     from advisor.retime import retime
-    from advisor.runner import evaluate, reference
+    from advisor.runner import Gate, evaluate
     from advisor.workload import workload_from_info
 
     pristine = global_state()
     try:
         dev = torch.device(device)
+        if dev.type == "cuda":
+            # Events, streams and Triton launches use the current device: make it this one.
+            torch.cuda.set_device(dev)
         space = SearchSpace.model_validate_json(space_json)
         workload = workload_from_info(info)
-        ref = reference(workload, dev, mode)
+        gate = Gate(workload, dev, mode, space)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
         return
@@ -153,7 +156,7 @@ def _worker_main(
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
         else:
-            result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, ref)
+            result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, gate)
             reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state
         try:
@@ -240,13 +243,11 @@ class IsolatedEvaluator:
         self._proc, self._conn = None, None
 
     def _failed(self, settings: Settings, reason: str) -> TrialResult:
-        precision = precision_of(settings, self.device)
         return TrialResult(
             settings=settings,
             status="failed",
             reason=reason,
-            precision=precision,
-            tolerance=self.space.tolerances.for_precision(precision),
+            precision=precision_of(settings, self.device),
         )
 
     def __call__(self, settings: Settings) -> TrialResult:

@@ -115,18 +115,25 @@ KNOBS: dict[str, Knob] = {
 
 
 def amp_why_not(amp: str, device: torch.device) -> str | None:
-    """fp16 autocast on CPU is slow and poorly supported: searched on CUDA only."""
-    if amp == "fp16" and device.type != "cuda":
-        return "fp16 autocast is CUDA only here (bf16 is the CPU half precision)"
+    """Where an autocast dtype cannot run. fp16 runs on a CPU too (slowly; the built-in cpu space
+    leaves it out, a space that lists it gets it, with its GradScaler, as on a GPU)."""
     if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "this GPU has no bf16 support"
     return None
 
 
-def precision_of(settings: Settings, device: torch.device) -> str:
-    """The numeric precision a candidate computes in: its tolerance class."""
+_HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def precision_of(
+    settings: Settings, device: torch.device, dtype: torch.dtype = torch.float32
+) -> str:
+    """The numeric precision a candidate computes in: its tolerance class. `dtype` is the
+    workload's own parameter dtype (a layer spec may be fp16 without autocast)."""
     if settings.amp != "off":
         return settings.amp
+    if dtype in _HALF:
+        return _HALF[dtype]
     if device.type == "cuda" and settings.tf32 != "off":
         return "tf32"
     return "fp32"
@@ -161,6 +168,23 @@ class GlobalFlags:
                 "matmul": torch.backends.cuda.matmul.allow_tf32,
             }
         return {"tf32": tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+    @staticmethod
+    def matmul_tf32() -> bool:
+        """Whether TF32 is in force for fp32 matmuls (Triton's tl.dot follows it).
+
+        Read through the same API as `read`, so it never raises on a mix. Also reflects
+        `torch.set_float32_matmul_precision`: "high" and "medium" set the matmul value to "tf32",
+        "highest" to "ieee" (the legacy flag on a torch without the new API).
+        """
+        if _has_fp32_precision_api():
+            value = torch.backends.cuda.matmul.fp32_precision
+            # "none" means no value of its own: inherit the generic one ("none" there too: IEEE).
+            # Recent torch resolves this in the getter already; older ones may not.
+            if value == "none":
+                value = getattr(torch.backends, "fp32_precision", "none")
+            return value == "tf32"
+        return bool(torch.backends.cuda.matmul.allow_tf32)
 
     @staticmethod
     def _write(state: dict[str, Any]) -> None:

@@ -21,10 +21,10 @@ import torch
 from optuna.trial import TrialState
 
 from advisor import impls
-from advisor.apply import apply_settings
+from advisor.candidate import Candidate, ConvInput, Mode
 from advisor.knobs import Settings
 from advisor.pick import pick_best
-from advisor.runner import Mode, TrialResult
+from advisor.runner import TrialResult
 from advisor.space import SearchSpace
 from advisor.workload import Workload, layer_workload_from_module
 
@@ -50,46 +50,48 @@ class LayerChoice:
     skipped: dict[str, str]  # impl name -> why it does not qualify
 
 
-def conv_input_shapes(
-    workload: Workload, settings: Settings, device: torch.device
-) -> dict[str, tuple[int, ...]]:
-    """Input shape of every conv layer in the model, from one forward pass."""
-    model = workload.make_model().eval()
-    shapes: dict[str, tuple[int, ...]] = {}
-
-    def hook(name: str) -> Callable[..., None]:
-        def record(_module: Any, args: tuple[Any, ...]) -> None:  # returns None: args unchanged
-            shapes.setdefault(name, tuple(args[0].shape))
-
-        return record
-
-    hooks = [m.register_forward_pre_hook(hook(name)) for name, m in impls.conv_modules(model)]
-    tuned = apply_settings(settings, model, device, training=False, warn=False)
+def conv_inputs(
+    workload: Workload, settings: Settings, device: torch.device, mode: Mode
+) -> dict[str, ConvInput]:
+    """What every conv layer receives in the model under `settings`, from one step: its input's
+    shape, dtype (bf16 activations under autocast), layout, and (train) whether it needs a
+    gradient (not for a layer that takes the network's input)."""
+    cand = Candidate(workload, settings, device, mode)
     try:
-        with torch.no_grad(), tuned.autocast():
-            model(*tuned.inputs(*workload.make_inputs(device)))
+        return {c.name: c for c in cand.capture(record_convs=True).convs}
     finally:
-        tuned.restore()
-        for h in hooks:
-            h.remove()
-    return shapes
+        cand.close()
 
 
-def layer_groups(workload: Workload, settings: Settings, device: torch.device) -> list[LayerGroup]:
-    shapes = conv_input_shapes(workload, settings, device)
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+                torch.float64: "float64"}  # fmt: skip
+
+
+def layer_groups(
+    workload: Workload, settings: Settings, device: torch.device, mode: Mode = "infer"
+) -> list[LayerGroup]:
+    """Conv layers grouped by signature and by what they receive: one measurement per group."""
+    seen = conv_inputs(workload, settings, device, mode)
     model = workload.make_model()
     groups: dict[str, list[str]] = {}
     modules = dict(impls.conv_modules(model))
     for name, module in modules.items():
-        if name not in shapes:
+        if name not in seen:
             continue  # never called in the forward pass
+        c = seen[name]
         sig = impls.ConvSignature.from_module(module)
-        key = f"{sig}|{shapes[name]}"
+        key = f"{sig}|{c.shape}|{c.dtype}|{c.layout}|grad={c.requires_grad}"
         groups.setdefault(key, []).append(name)
     out = []
     for key, names in groups.items():
-        first = modules[names[0]]
-        wl = layer_workload_from_module(first, shapes[names[0]])
+        c = seen[names[0]]
+        wl = layer_workload_from_module(
+            modules[names[0]],
+            c.shape,
+            input_dtype=_DTYPE_NAMES[c.dtype],
+            input_layout=c.layout if c.layout != "strided" else "contiguous",
+            input_grad=c.requires_grad,
+        )
         out.append(LayerGroup(key, tuple(names), wl.name, wl))
     return out
 
@@ -181,7 +183,7 @@ def choose_layer_impls(
         return []
     if "native" not in wanted:
         wanted = ["native", *wanted]
-    groups = layer_groups(workload, settings, device)
+    groups = layer_groups(workload, settings, device, mode)
     study = _layers_study(storage, study_name)
     done = _stored(study)
     dtype = _compute_dtype(settings)

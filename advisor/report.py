@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, atomic_write, load_config
 from advisor.errors import AdvisorError, ConfigError, StorageError
+from advisor.importance import EXACT, Importance, knob_importance
 from advisor.progress import failure_kind
 
 if TYPE_CHECKING:
@@ -459,7 +460,7 @@ def importance_problem(study: optuna.Study) -> str | None:
         return f"needs at least 2 completed (accepted) trials; this study has {len(done)}"
     params: dict[str, set[str]] = {}
     for t in done:
-        for k, v in t.params.items():
+        for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items():
             params.setdefault(k, set()).add(repr(v))
     if not any(len(v) > 1 for v in params.values()):
         return "no knob took more than one value among the accepted trials"
@@ -488,6 +489,7 @@ class Plots:
     png: dict[str, bytes] = field(default_factory=dict)  # file stem -> PNG bytes
     html: dict[str, str] = field(default_factory=dict)  # section -> plotly div
     notes: dict[str, str] = field(default_factory=dict)  # section -> why there is no plot
+    captions: dict[str, str] = field(default_factory=dict)  # section -> text under its plot
 
 
 def make_plots(data: ReportData) -> Plots:
@@ -503,60 +505,93 @@ def make_plots(data: ReportData) -> Plots:
     import optuna.visualization as vis
     import optuna.visualization.matplotlib as vis_mpl
 
-    kw = _target_kwargs(study)
-    sections: dict[str, tuple[Callable[..., Any], Callable[..., Any], str, str]] = {
-        "history": (
-            vis.plot_optimization_history,
-            vis_mpl.plot_optimization_history,
-            "Optimisation history: median time of each accepted trial",
-            "trial number",
-        ),
-        "importance": (
-            vis.plot_param_importances,
-            vis_mpl.plot_param_importances,
-            "Knob importance for the median time (fANOVA)",
-            "knob",
-        ),
-    }
-    for name, (plotly_fn, mpl_fn, title, axis) in sections.items():
-        problem = importance_problem(study) if name == "importance" else None
-        if problem is None and name == "history" and not _has_complete(study):
-            problem = "no completed (accepted) trial to plot"
-        if problem is not None:
-            plots.notes[name] = problem
-            continue
-        fig, why = _optuna_plot(lambda f=plotly_fn: f(study, **kw))
-        ax, why_mpl = _optuna_plot(lambda f=mpl_fn: f(study, **kw))
+    if not _has_complete(study):
+        plots.notes["history"] = "no completed (accepted) trial to plot"
+    else:
+        title = "Optimisation history: median time of each accepted trial"
+        kw = _target_kwargs(study)
+        fig, why = _optuna_plot(lambda: vis.plot_optimization_history(study, **kw))
+        ax, why_mpl = _optuna_plot(lambda: vis_mpl.plot_optimization_history(study, **kw))
         if fig is None or ax is None:
-            plots.notes[name] = why or why_mpl or "not computable"
-            continue
-        fig.update_layout(title=title, height=380, margin=dict(l=40, r=20, t=50, b=40))
-        plots.html[name] = fig.to_html(
-            full_html=False,
-            include_plotlyjs=not plots.html,  # plotly.js inline, once
-            config={"displaylogo": False},
-        )
-        _polish(ax, title, axis, integer_x=name == "history")
-        mpl_fig = ax.figure
-        mpl_fig.set_size_inches(8, 4.5)
-        mpl_fig.tight_layout()
-        plots.png[name] = _png(mpl_fig)
+            plots.notes["history"] = why or why_mpl or "not computable"
+        else:
+            _add_plotly(plots, "history", fig, title)
+            _polish(ax, title, "trial number")
+            mpl_fig = ax.figure
+            mpl_fig.set_size_inches(8, 4.5)
+            mpl_fig.tight_layout()
+            plots.png["history"] = _png(mpl_fig)
+    problem = importance_problem(study)
+    imp, why = (None, problem) if problem else _optuna_plot(lambda: knob_importance(study))
+    if imp is None:
+        plots.notes["importance"] = why or "not computable"
+    else:
+        _importance_plots(plots, imp)
     return plots
 
 
-def _polish(ax: Any, title: str, axis: str, integer_x: bool) -> None:
-    """Our words on optuna's axes ('knob', not 'hyperparameter')."""
+def _add_plotly(plots: Plots, name: str, fig: Any, title: str) -> None:
+    fig.update_layout(title=title, height=380, margin=dict(l=40, r=20, t=50, b=40))
+    plots.html[name] = fig.to_html(
+        full_html=False,
+        include_plotlyjs=not plots.html,  # plotly.js inline, once
+        config={"displaylogo": False},
+    )
+
+
+def _polish(ax: Any, title: str, axis: str) -> None:
+    """Our words on optuna's axes."""
     from matplotlib.ticker import MaxNLocator
 
     for loc in ("left", "right"):
         ax.set_title("", loc=loc)
     ax.set_title(title)
-    if integer_x:
-        ax.set_xlabel(axis)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    else:
-        ax.set_ylabel(axis)
-        ax.set_xlabel("importance (share of the variance of the median time)")
+    ax.set_xlabel(axis)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def importance_title(imp: Importance) -> str:
+    """The title names the method: an exact share and an fANOVA estimate read differently."""
+    if imp.method == EXACT:
+        return "Knob importance: exact share of variance of log time (complete grid)"
+    return "Knob importance: fANOVA estimate (partial search)"
+
+
+def _importance_plots(plots: Plots, imp: Importance) -> None:
+    """Bars of the shares (largest on top), plus the interactions' remainder when exact."""
+    import plotly.graph_objects as go
+
+    bars = [(k, v, STATUS_COLORS["ok"]) for k, v in imp.shares.items()]
+    if imp.interaction is not None:
+        bars.append(("(interactions)", imp.interaction, "#999999"))
+    bars.reverse()  # barh draws bottom-up
+    names, values, colors = [b[0] for b in bars], [b[1] for b in bars], [b[2] for b in bars]
+    # a tiny share is not nothing: "<0.1%" rather than a misleading "0.0%"
+    texts = [f"{v:.1%}" if v >= 0.001 or v == 0 else "<0.1%" for v in values]
+    title = importance_title(imp)
+    axis = "share of the variance" + (" of log time" if imp.method == EXACT else " (fANOVA)")
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=names,
+            orientation="h",
+            marker_color=colors,
+            text=texts,
+            textposition="auto",
+        )
+    )
+    fig.update_xaxes(title=axis, range=[0, 1], tickformat=".0%")
+    _add_plotly(plots, "importance", fig, title)
+    plt = _matplotlib()
+    mfig, ax = plt.subplots(figsize=(8, max(2.6, 0.5 * len(bars) + 1.5)), layout="constrained")
+    ax.barh(names, values, color=colors)
+    for i, (v, t) in enumerate(zip(values, texts, strict=True)):
+        ax.text(v + 0.01, i, t, va="center", fontsize=9)
+    ax.set_xlim(0, 1.1)
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel(axis)
+    plots.png["importance"] = _png(mfig)
+    plots.captions["importance"] = imp.note[:1].upper() + imp.note[1:] + "."
 
 
 def _has_complete(study: optuna.Study) -> bool:
@@ -801,11 +836,12 @@ def _trials_html(df: pd.DataFrame) -> str:
 
 
 def _plot_html(plots: Plots, name: str) -> str:
+    caption = f"<p>{_e(plots.captions[name])}</p>" if name in plots.captions else ""
     if name in plots.html:
-        return plots.html[name]
+        return plots.html[name] + caption
     if name in plots.png:
         b64 = base64.b64encode(plots.png[name]).decode()
-        return f'<img alt="{_e(name)} plot" src="data:image/png;base64,{b64}">'
+        return f'<img alt="{_e(name)} plot" src="data:image/png;base64,{b64}">{caption}'
     return f'<p class="note">Not shown: {_e(plots.notes.get(name, "not available"))}.</p>'
 
 

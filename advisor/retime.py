@@ -3,19 +3,22 @@
 Candidates measured one after another see different machine states (clock boost, other load,
 thermal drift). The finalists — the fastest few accepted candidates and PyTorch's default — are
 re-timed together in rounds, one sample each per round, in alternating order (A B C, C B A, ...),
-so drift hits them all alike. Their fresh measurements replace the sequential ones for the pick.
+so drift hits them all alike. Every sample is taken by the same `Sampler` as in the trials (CUDA
+events on a GPU, the same calls per sample, the same L2 flush for a single layer), so the fresh
+measurements are comparable with each other and replace the sequential ones: the pick is then made
+among the re-timed finalists only.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
 
+from advisor.candidate import Candidate, Mode
 from advisor.knobs import GlobalFlags
-from advisor.runner import Candidate, Mode, TrialResult, combine
-from advisor.timing import Measurement, TimingPolicy, synchronize
+from advisor.runner import TrialResult, combine
+from advisor.timing import Clock, Measurement, Sampler, TimingPolicy, device_guard, l2_flusher
 from advisor.workload import Workload
 
 
@@ -31,15 +34,23 @@ def finalists(results: Sequence[TrialResult], baseline: TrialResult, top: int) -
 
 
 def _interleave(
-    cands: list[Candidate], device: torch.device, policy: TimingPolicy
+    cands: list[Candidate],
+    reps: list[int],
+    sampler: Sampler,
+    policy: TimingPolicy,
 ) -> list[list[float]]:
     samples: list[list[float]] = [[] for _ in cands]
+    clock = sampler.clock
+    launch_ms = []
     for c in cands:  # warm up each under its own flags
         GlobalFlags.switch_to(c.tuned.settings)
-        for _ in range(max(1, policy.warmup_runs)):
+        warm = max(1, policy.warmup_runs)
+        t = clock()
+        for _ in range(warm):
             c.step()
+        launch_ms.append((clock() - t) * 1e3 / warm)  # host time per call (queue_ahead)
     budget_s = policy.max_time_s * len(cands)  # the same time per candidate as a trial
-    start = time.perf_counter()
+    start = clock()
     rounds = 0
     while rounds < policy.max_samples:
         order = list(enumerate(cands))
@@ -47,13 +58,10 @@ def _interleave(
             order.reverse()
         for i, c in order:
             GlobalFlags.switch_to(c.tuned.settings)
-            synchronize(device)
-            t = time.perf_counter()
-            c.step()
-            synchronize(device)
-            samples[i].append((time.perf_counter() - t) * 1e3)
+            sampler.launch_ms = launch_ms[i]
+            samples[i].append(sampler(c.step, reps[i]))
         rounds += 1
-        if rounds >= policy.min_samples and time.perf_counter() - start >= budget_s:
+        if rounds >= policy.min_samples and clock() - start >= budget_s:
             break
     return samples
 
@@ -64,20 +72,27 @@ def retime(
     device: torch.device,
     mode: Mode,
     policy: TimingPolicy,
+    *,
+    clock: Clock | None = None,
 ) -> list[TrialResult]:
-    """`results` with fresh, interleaved measurements (weighted over a shape set)."""
+    """`results` with fresh, interleaved measurements (weighted over a shape set), marked
+    `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
     per_case: list[list[Measurement]] = [[] for _ in results]
-    for case in range(len(workload.shape_cases)):
-        cands: list[Candidate] = []
-        try:
-            for r in results:
-                cands.append(Candidate(workload, r.settings, device, mode, case=case))
-            samples = _interleave(cands, device, policy)
-        finally:
-            for c in reversed(cands):  # flags were saved in creation order: restore in reverse
-                c.close()
-        for i, s in enumerate(samples):
-            per_case[i].append(Measurement(samples_ms=s))
+    single = workload.is_layer
+    with device_guard(device):
+        sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
+        for case in range(len(workload.shape_cases)):
+            reps = [_reps(r, case) for r in results]
+            cands: list[Candidate] = []
+            try:
+                for r in results:
+                    cands.append(Candidate(workload, r.settings, device, mode, case=case))
+                samples = _interleave(cands, reps, sampler, policy)
+            finally:
+                for c in reversed(cands):  # flags were saved in creation order: restore in reverse
+                    c.close()
+            for i, s in enumerate(samples):
+                per_case[i].append(Measurement(samples_ms=s, reps=reps[i]))
     weights = [c.weight for c in workload.shape_cases]
     out = []
     for r, ms in zip(results, per_case, strict=True):
@@ -85,6 +100,14 @@ def retime(
         first = r.measurement.first_call_ms if r.measurement else None
         m = m.model_copy(update={"first_call_ms": first})
         out.append(
-            r.model_copy(update={"measurement": m, "per_shape": ms if len(ms) > 1 else None})
+            r.model_copy(
+                update={"measurement": m, "per_shape": ms if len(ms) > 1 else None, "retimed": True}
+            )
         )
     return out
+
+
+def _reps(result: TrialResult, case: int) -> int:
+    if result.per_shape is not None and case < len(result.per_shape):
+        return result.per_shape[case].reps
+    return result.measurement.reps if result.measurement is not None else 1

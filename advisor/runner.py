@@ -1,33 +1,31 @@
 """Run one candidate: apply its settings to a fresh model, time its step, gate its numerics.
 
-Used by the search (in process or in a worker subprocess) and by the benchmarks. The step is what
-a training loop does under `advisor.apply`: forward under autocast, and in train mode a backward
-from a fixed random output gradient (through the GradScaler when fp16 is chosen).
+Used by the search (in process or in a worker subprocess) and by the benchmarks. The step is what a
+training loop does under `advisor.apply` (see `advisor.candidate`); the gate is `advisor.gate`.
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import resource
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
 from advisor.allocator import release_free_heap, settle_cpu_allocator
-from advisor.apply import Tuned, apply_settings
-from advisor.check import global_rel_error, max_rel_error
+from advisor.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.errors import first_line
-from advisor.knobs import Settings, precision_of
+from advisor.gate import Gate, compare, round_up
+from advisor.knobs import Settings
 from advisor.space import SearchSpace
 from advisor.timing import Measurement, TimingPolicy, l2_flusher, measure
 from advisor.workload import Workload
 
-Mode = Literal["infer", "train"]
+__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
+
 Status = Literal["ok", "rejected", "failed"]
 
 
@@ -41,169 +39,22 @@ class TrialResult(BaseModel):
     reason: str | None = None
     measurement: Measurement | None = None
     rel_error: float | None = None  # outputs vs the fp32 reference
-    grad_error: float | None = None  # all parameter gradients together (train mode)
+    grad_error: float | None = None  # all parameter and input gradients together (train mode)
     precision: str = "fp32"
     tolerance: float | None = None
     grad_tolerance: float | None = None
+    tolerance_basis: str | None = None  # how the model-level tolerances were set
+    layer_error: float | None = None  # the worst conv layer alone vs float64
+    layer_tolerance: float | None = None
+    layer_detail: str | None = None  # which layer and tensor that was
+    rejected_by: str | None = None  # the space setting that would accept it, as key=value
     peak_memory_mb: float | None = None
     per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
+    retimed: bool = False  # measured in the interleaved re-time of the finalists
 
     @property
     def median_ms(self) -> float:
         return self.measurement.median_ms if self.measurement else math.inf
-
-
-def _acc(t: torch.Tensor) -> torch.dtype:
-    """The dtype a surrogate loss accumulates in: float64 for the float64 reference, else fp32."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
-def flatten_tensors(out: Any) -> list[torch.Tensor]:
-    """Every tensor in a model output (tensor, tuple/list, dict, nested), in a stable order."""
-    if torch.is_tensor(out):
-        return [out]
-    if isinstance(out, dict):
-        return [t for k in sorted(out, key=str) for t in flatten_tensors(out[k])]
-    if isinstance(out, (list, tuple)):
-        return [t for item in out for t in flatten_tensors(item)]
-    return []
-
-
-@dataclass
-class Captured:
-    outputs: list[torch.Tensor]
-    grads: dict[str, torch.Tensor]
-
-
-class Candidate:
-    """A fresh model with settings applied, its inputs, and its step. Call `close()` after."""
-
-    def __init__(
-        self,
-        workload: Workload,
-        settings: Settings,
-        device: torch.device,
-        mode: Mode,
-        seed: int = 0,
-        dtype: torch.dtype | None = None,
-        case: int = 0,
-    ) -> None:
-        self.mode = mode
-        self.device = device
-        self.seed = seed
-        model = workload.make_model()
-        model.train(mode == "train")
-        inputs = workload.make_inputs(device, seed, case)
-        if dtype is not None:  # the float64 reference
-            model.to(dtype)
-            inputs = tuple(
-                x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs
-            )
-        self.tuned: Tuned = apply_settings(
-            settings, model, device, training=mode == "train", warn=False
-        )
-        self.inputs = self.tuned.inputs(*inputs)
-        self._grad_outputs: list[torch.Tensor] | None = None
-
-    def _forward(self) -> list[torch.Tensor]:
-        with self.tuned.autocast():
-            return flatten_tensors(self.tuned.model(*self.inputs))
-
-    def _backward(self, outs: list[torch.Tensor]) -> None:
-        """Backward from a fixed random output gradient, via a scalar surrogate loss."""
-        if self._grad_outputs is None:
-            gen = torch.Generator().manual_seed(self.seed + 1)
-            self._grad_outputs = [
-                torch.randn(o.shape, generator=gen, dtype=torch.float64).to(self.device, _acc(o))
-                for o in outs
-            ]
-        loss = sum(
-            (o.to(g.dtype) * g).sum()
-            for o, g in zip(outs, self._grad_outputs, strict=True)
-            if o.requires_grad
-        )
-        if not torch.is_tensor(loss):
-            raise RuntimeError("no model output requires grad: nothing to train")
-        scaler = self.tuned.scaler
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-
-    def step(self) -> None:
-        if self.mode == "infer":
-            with torch.no_grad():
-                self._forward()
-            return
-        self.tuned.model.zero_grad(set_to_none=True)
-        self._backward(self._forward())
-
-    def capture(self) -> Captured:
-        """One step's outputs and gradients (unscaled), with a fixed seed for dropout."""
-        torch.manual_seed(self.seed)
-        if self.mode == "infer":
-            with torch.no_grad():
-                outs = self._forward()
-            return Captured([o.detach().to(_acc(o)).clone() for o in outs], {})
-        self.tuned.model.zero_grad(set_to_none=True)
-        outs = self._forward()
-        self._backward(outs)
-        scale = self.tuned.scaler.get_scale() if self.tuned.scaler is not None else 1.0
-        grads = {
-            n: p.grad.detach().to(_acc(p.grad)) / scale
-            for n, p in self.tuned.model.named_parameters()
-            if p.grad is not None
-        }
-        return Captured([o.detach().to(_acc(o)).clone() for o in outs], grads)
-
-    def close(self) -> None:
-        self.tuned.restore()
-        del self.tuned, self.inputs
-        if self.device.type == "cuda":
-            # Give the next candidate the memory back now (cycles included), not at some later
-            # collection. On CPU reference counting frees the tensors, and a full collection in
-            # a process with optuna loaded costs ~0.4 s per candidate.
-            gc.collect()
-            torch.cuda.empty_cache()
-
-
-@dataclass
-class CaseReference:
-    """The fp32 answer (TF32 off, native convs, contiguous) for one input shape, and how far that
-    answer itself is from float64: the noise floor of the comparison.
-
-    The floor matters for gradients of ReLU/BatchNorm nets: rounding flips units near zero, so
-    even two exact-fp32 computations differ there by far more than fp32's epsilon.
-    """
-
-    captured: Captured
-    out_floor: float
-    grad_floor: float
-
-
-@dataclass
-class Reference:
-    """What every candidate is checked against: one CaseReference per shape of the workload."""
-
-    cases: list[CaseReference]
-
-
-def reference(workload: Workload, device: torch.device, mode: Mode, seed: int = 0) -> Reference:
-    cases = []
-    for case in range(len(workload.shape_cases)):
-        captured = []
-        for dtype in (None, torch.float64):
-            cand = Candidate(workload, Settings(tf32="off"), device, mode, seed, dtype, case)
-            try:
-                captured.append(cand.capture())
-            finally:
-                cand.close()
-        ref32, ref64 = captured
-        cases.append(
-            CaseReference(
-                ref32,
-                max_rel_error(ref32.outputs, ref64.outputs),
-                global_rel_error(ref32.grads, ref64.grads),
-            )
-        )
-    return Reference(cases)
 
 
 def _reset_peak_rss() -> None:
@@ -251,13 +102,12 @@ def combine(measurements: list[Measurement], weights: list[float]) -> Measuremen
         samples_ms=samples,
         first_call_ms=sum(first) if all(f is not None for f in first) else None,  # type: ignore[misc]
         warmup_runs=min(m.warmup_runs for m in measurements),
+        reps=min(m.reps for m in measurements),
     )
 
 
-def _failed(settings: Settings, reason: str, precision: str, tolerance: float) -> TrialResult:
-    return TrialResult(
-        settings=settings, status="failed", reason=reason, precision=precision, tolerance=tolerance
-    )
+def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:
+    return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
 
 
 def evaluate(
@@ -266,26 +116,19 @@ def evaluate(
     device: torch.device,
     mode: Mode,
     space: SearchSpace,
-    ref: Reference,
+    gate: Gate,
     *,
     policy: TimingPolicy | None = None,
-    per_layer: bool = False,
     clock: Callable[[], float] | None = None,
 ) -> TrialResult:
     """Measure and gate one candidate on every shape of the workload.
 
     Any failure becomes a failed result with its reason. The objective over a shape set is the
-    weighted sum of the per-shape medians.
+    weighted sum of the per-shape medians. A single layer is timed as a per-layer decision: L2
+    flushed before each sample and, on a GPU, device time only (see `timing.Sampler`).
     """
-    precision = precision_of(settings, device)
-    # A candidate may differ from fp32 by its precision's tolerance, or by a few times what fp32
-    # itself differs from float64, whichever is larger.
-    tolerance = max(
-        space.tolerances.for_precision(precision), 3 * max(c.out_floor for c in ref.cases)
-    )
-    grad_tolerance = max(
-        space.grad_tolerances.for_precision(precision), 3 * max(c.grad_floor for c in ref.cases)
-    )
+    tol = gate.tolerance(settings)
+    precision = tol.precision
     policy = policy or space.timing.policy()
     settle_cpu_allocator()
     _reset_peak_rss()
@@ -297,38 +140,64 @@ def evaluate(
     peak = 0.0
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
-    flush = l2_flusher(device) if per_layer else None
-    for case, case_ref in enumerate(ref.cases):
+    layer = None
+    flush = l2_flusher(device) if workload.is_layer else None
+    for case, case_ref in enumerate(gate.cases):
         cand: Candidate | None = None
         try:
-            cand = Candidate(workload, settings, device, mode, case=case)
-            per_shape.append(measure(cand.step, device, policy, clock=clock, flush=flush))
+            cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
+            per_shape.append(
+                measure(
+                    cand.step,
+                    device,
+                    policy,
+                    clock=clock,
+                    flush=flush,
+                    queue_ahead=workload.is_layer,
+                )
+            )
             # The candidate's own peak: read before the numeric check allocates its copies.
             peak = max(peak, _peak_growth_mb(device, rss0, mem0))
-            got = cand.capture()
-            err = max(err, max_rel_error(got.outputs, case_ref.captured.outputs))
+            got = cand.capture(record_convs=True)
+            errors = compare(got, case_ref.captured, mode)
+            err = max(err, errors.out)
             if grad_err is not None:
-                grad_err = max(grad_err, global_rel_error(got.grads, case_ref.captured.grads))
+                grad_err = max(grad_err, errors.grad or 0.0)
+            if not got.outputs:
+                raise RuntimeError("the model returned no tensor: nothing to check or time")
+            worst = gate.check_layers(cand, got.convs)
+            if worst is not None and (layer is None or worst.error > layer.error):
+                layer = worst
         except torch.OutOfMemoryError:
-            return _failed(settings, "out of memory", precision, tolerance)
+            return _failed(settings, "out of memory", precision)
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
-            return _failed(settings, first_line(e), precision, tolerance)
+            return _failed(settings, first_line(e), precision)
         finally:
             if cand is not None:
                 cand.close()
     status: Status = "ok"
-    reason = None
-    if not math.isfinite(err) or (grad_err is not None and not math.isfinite(grad_err)):
+    reason = rejected_by = None
+    finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
+    if not finite or (layer is not None and not math.isfinite(layer.error)):
         status, reason = "rejected", "NaN or Inf in outputs or gradients"
-    elif err > tolerance:
-        status, reason = (
-            "rejected",
-            f"error {err:.2e} over the {precision} tolerance {tolerance:.1e}",
+    elif layer is not None and not layer.ok:
+        status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
+        where = f"layer {layer.layer!r}" if layer.layer else "the layer"
+        reason = (
+            f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
+            f"{precision} layer tolerance {layer.tolerance:.1e}"
         )
-    elif grad_err is not None and grad_err > grad_tolerance:
-        status, reason = (
-            "rejected",
-            f"gradient error {grad_err:.2e} over the {precision} tolerance {grad_tolerance:.1e}",
+    elif err > tol.out.value:
+        status, rejected_by = "rejected", tol.out.needed(err, tol.yardstick and tol.yardstick.out)
+        reason = (
+            f"error {err:.2e} over the {precision} tolerance {tol.out.value:.1e} ({tol.out.basis})"
+        )
+    elif grad_err is not None and tol.grad is not None and grad_err > tol.grad.value:
+        status = "rejected"
+        rejected_by = tol.grad.needed(grad_err, tol.yardstick and tol.yardstick.grad)
+        reason = (
+            f"gradient error {grad_err:.2e} over the {precision} tolerance {tol.grad.value:.1e} "
+            f"({tol.grad.basis})"
         )
     weights = [c.weight for c in workload.shape_cases]
     return TrialResult(
@@ -339,8 +208,13 @@ def evaluate(
         per_shape=per_shape if len(per_shape) > 1 else None,
         rel_error=err,
         grad_error=grad_err,
-        grad_tolerance=grad_tolerance if mode == "train" else None,
+        grad_tolerance=tol.grad.value if tol.grad else None,
         precision=precision,
-        tolerance=tolerance,
+        tolerance=tol.out.value,
+        tolerance_basis=tol.basis,
+        layer_error=layer.error if layer is not None else None,
+        layer_tolerance=layer.tolerance if layer is not None else None,
+        layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
+        rejected_by=rejected_by,
         peak_memory_mb=peak,
     )

@@ -42,7 +42,7 @@ from advisor.impls import conv_modules
 from advisor.impls import names as impl_names
 from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
-from advisor.runner import Mode, Reference, TrialResult, evaluate, reference
+from advisor.runner import Gate, Mode, TrialResult, evaluate
 from advisor.space import Dropped, SearchSpace, candidates
 from advisor.storage import GRACE_S, RETRIES, open_storage
 from advisor.workload import Workload
@@ -112,22 +112,22 @@ class WorkSummary:
 
 
 class InProcessEvaluator:
-    """Evaluates candidates in this process, computing the fp32 reference once. Global state is
-    put back after every candidate, so nothing leaks into the next one (or the caller)."""
+    """Evaluates candidates in this process, computing the gate's references once. Global state
+    is put back after every candidate, so nothing leaks into the next one (or the caller)."""
 
     def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
         self.workload, self.device, self.mode, self.space = workload, device, mode, space
-        self._ref: Reference | None = None
+        self._gate: Gate | None = None
 
     def __call__(self, settings: Settings) -> TrialResult:
         from advisor.isolate import classify, global_state, restore_global_state
 
         saved = global_state()
         try:
-            if self._ref is None:
-                self._ref = reference(self.workload, self.device, self.mode)
+            if self._gate is None:
+                self._gate = Gate(self.workload, self.device, self.mode, self.space)
             result = evaluate(
-                self.workload, settings, self.device, self.mode, self.space, self._ref
+                self.workload, settings, self.device, self.mode, self.space, self._gate
             )
         finally:
             restore_global_state(saved)
@@ -147,7 +147,7 @@ class InProcessEvaluator:
             restore_global_state(saved)
 
     def close(self) -> None:
-        self._ref = None
+        self._gate = None
 
 
 def make_evaluator(
@@ -368,14 +368,12 @@ def _open(
 
 
 def _died_result(plan: _Plan, s: Settings, space: SearchSpace, device: torch.device) -> TrialResult:
-    precision = precision_of(s, device)
     return TrialResult(
         settings=s,
         status="failed",
         reason=f"the process evaluating it died {RETRIES + 1} times (kill -9, or a crash in "
         "--in-process mode): given up",
-        precision=precision,
-        tolerance=space.tolerances.for_precision(precision),
+        precision=precision_of(s, device),
     )
 
 

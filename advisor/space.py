@@ -43,6 +43,27 @@ class Tolerances(BaseModel):
         return float(getattr(self, precision))
 
 
+class GateSettings(BaseModel):
+    """How the model-level tolerance is calibrated on the model itself (see advisor/gate.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    perturbations: int = Field(
+        4, ge=0, description="perturbed fp32 references whose spread is the noise floor"
+    )
+    perturbation: float = Field(
+        1e-5, gt=0, description="relative size of each perturbation of the inputs"
+    )
+    noise_factor: float = Field(
+        4.0, ge=1, description="an fp32 candidate may differ by this times the noise floor"
+    )
+    yardstick_factor: float = Field(
+        2.0,
+        ge=1,
+        description="a TF32/fp16/bf16 candidate may differ by this times PyTorch's own path at "
+        "that precision",
+    )
+
+
 class TimingSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     warmup_runs: int = Field(2, ge=0)
@@ -51,6 +72,10 @@ class TimingSettings(BaseModel):
     max_samples: int = Field(200, ge=3)
     target_rel_ci: float = Field(0.02, gt=0)
     max_time_s: float = Field(1.5, gt=0)
+    min_sample_ms: float = Field(
+        0.0, ge=0, description="repeat a shorter step back to back within one sample (0: off)"
+    )
+    max_reps: int = Field(100, ge=1)
 
     def policy(self) -> TimingPolicy:
         return TimingPolicy(**self.model_dump())
@@ -71,8 +96,13 @@ class SearchSpace(BaseModel):
     tolerances: Tolerances = Tolerances()
     grad_tolerances: Tolerances = Field(
         Tolerances(fp32=1e-4, tf32=1e-2, fp16=1e-1, bf16=1e-1),
-        description="for all parameter gradients together (train mode); see check.py",
+        description="for all parameter and input gradients together (train mode)",
     )
+    layer_tolerances: Tolerances = Field(
+        Tolerances(fp32=1e-4, tf32=2e-3, fp16=3e-3, bf16=1e-2),
+        description="each conv layer alone against float64: output, input and weight gradients",
+    )
+    gate: GateSettings = GateSettings()
     timing: TimingSettings = TimingSettings()
     min_gain: float = Field(
         0.02, ge=0, description="a change must be faster by this fraction (and significantly)"

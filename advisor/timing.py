@@ -2,17 +2,22 @@
 
 `measure()` runs a step once (its first-call cost recorded apart: lazy init, cuDNN's benchmark
 search, Triton compilation), warms up, then samples until the median's 95% confidence interval is
-within `target_rel_ci` of it or `max_time_s` is spent. On CUDA each sample is bracketed by CUDA
-events; elsewhere by the host clock (injectable, so tests of the statistics are exact).
+within `target_rel_ci` of it or `max_time_s` is spent. Every sample, in a trial and in the
+interleaved re-time alike, is taken by one `Sampler`: CUDA events on a GPU, a synchronised host
+clock elsewhere (injectable, so tests of the statistics are exact). A step shorter than the
+policy's `min_sample_ms` is repeated back to back within one sample, so a sample is not dominated
+by launch latency or clock overhead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -23,6 +28,15 @@ Clock = Callable[[], float]
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Make `device` the current CUDA device while measuring: CUDA events, streams and Triton
+    launches use the current device, so with `--device cuda:1` and nothing set they would time
+    (and run on) device 0."""
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
 
 
 def median_ci(sorted_samples: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -49,9 +63,10 @@ class Measurement(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    samples_ms: list[float]
+    samples_ms: list[float]  # per call: a sample of `reps` back-to-back calls is divided by reps
     first_call_ms: float | None = None
     warmup_runs: int = 0
+    reps: int = 1  # calls per sample
 
     @property
     def _sorted(self) -> list[float]:
@@ -174,6 +189,8 @@ class TimingPolicy:
     max_samples: int = 200
     target_rel_ci: float = 0.02
     max_time_s: float = 1.5
+    min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
+    max_reps: int = 100
 
 
 class _L2Flusher:
@@ -191,6 +208,67 @@ def l2_flusher(device: torch.device) -> Callable[[], None] | None:
     return _L2Flusher(device) if device.type == "cuda" else None
 
 
+def reps_for(step_ms: float, policy: TimingPolicy) -> int:
+    """Calls per sample: enough back-to-back calls to fill `min_sample_ms` (1 when off)."""
+    if policy.min_sample_ms <= 0 or step_ms >= policy.min_sample_ms:
+        return 1
+    return max(1, min(policy.max_reps, math.ceil(policy.min_sample_ms / max(step_ms, 1e-6))))
+
+
+class Sampler:
+    """Takes one timing sample of a step: the time per call of `reps` back-to-back calls.
+
+    The one clock for trials and the interleaved re-time: CUDA events on a GPU (unless a clock is
+    injected), a host clock between two synchronisations elsewhere. `flush` runs before each
+    sample, outside the timed span (an L2 flush, so per-layer samples start from a cold cache).
+    With `queue_ahead` (CUDA, per-layer timing) the GPU is held by a sleep kernel while the host
+    enqueues the calls, so the sample is the device's time for the layer, as inside a model where
+    the layers before it keep the queue full, not the host's launch latency.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        clock: Clock | None = None,
+        flush: Callable[[], None] | None = None,
+        queue_ahead: bool = False,
+    ) -> None:
+        self.device = device
+        self.use_events = device.type == "cuda" and clock is None
+        self.clock = clock or time.perf_counter
+        self.flush = flush
+        self.queue_ahead = queue_ahead and self.use_events
+        self.launch_ms = 0.0  # host time to enqueue one call (measured during warm-up)
+
+    def __call__(self, fn: Callable[[], object], reps: int = 1) -> float:
+        if self.flush is not None:
+            self.flush()
+        if self.use_events:
+            ev0 = torch.cuda.Event(enable_timing=True)
+            ev1 = torch.cuda.Event(enable_timing=True)
+            if self.queue_ahead:
+                _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+            ev0.record()
+            for _ in range(reps):
+                fn()
+            ev1.record()
+            ev1.synchronize()
+            return ev0.elapsed_time(ev1) / reps
+        synchronize(self.device)
+        t = self.clock()
+        for _ in range(reps):
+            fn()
+        synchronize(self.device)
+        return (self.clock() - t) * 1e3 / reps
+
+
+def _hold_gpu(device: torch.device, ms: float) -> None:
+    """Keep the current stream busy for about `ms` (capped at 20 ms) with a spin kernel."""
+    props = torch.cuda.get_device_properties(device)
+    khz = getattr(props, "clock_rate", 0) or 1_500_000  # cycles per ms
+    torch.cuda._sleep(int(min(ms, 20.0) * khz))
+
+
 def measure(
     fn: Callable[[], object],
     device: torch.device,
@@ -198,11 +276,18 @@ def measure(
     *,
     clock: Clock | None = None,
     flush: Callable[[], None] | None = None,
+    queue_ahead: bool = False,
 ) -> Measurement:
-    """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample."""
-    use_events = device.type == "cuda" and clock is None
-    clock = clock or time.perf_counter
+    """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
+    `queue_ahead` times device work only (see `Sampler`)."""
+    with device_guard(device):
+        return _measure(fn, device, policy, Sampler(device, clock, flush, queue_ahead))
 
+
+def _measure(
+    fn: Callable[[], object], device: torch.device, policy: TimingPolicy, sampler: Sampler
+) -> Measurement:
+    clock = sampler.clock
     synchronize(device)
     t0 = clock()
     fn()
@@ -211,32 +296,25 @@ def measure(
 
     warm_start = clock()
     warm = 0
+    launch_s = 0.0
     while warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s:
+        t = clock()
         fn()
+        launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
         warm += 1
         if warm >= 1000:
             break
     synchronize(device)
+    if warm:
+        sampler.launch_ms = launch_s * 1e3 / warm
+        reps = reps_for((clock() - warm_start) * 1e3 / warm, policy)
+    else:
+        reps = reps_for(first_ms, policy)
 
     samples: list[float] = []
     start = clock()
     while True:
-        if flush is not None:
-            flush()
-        if use_events:
-            ev0 = torch.cuda.Event(enable_timing=True)
-            ev1 = torch.cuda.Event(enable_timing=True)
-            ev0.record()
-            fn()
-            ev1.record()
-            ev1.synchronize()
-            samples.append(ev0.elapsed_time(ev1))
-        else:
-            synchronize(device)
-            t = clock()
-            fn()
-            synchronize(device)
-            samples.append((clock() - t) * 1e3)
+        samples.append(sampler(fn, reps))
         n = len(samples)
         if n >= policy.max_samples:
             break
@@ -248,4 +326,4 @@ def measure(
                 break
             if clock() - start >= policy.max_time_s:
                 break
-    return Measurement(samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm)
+    return Measurement(samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps)

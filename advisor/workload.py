@@ -7,6 +7,7 @@ parsed with `ast` and validated by pydantic, never evaluated.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -59,6 +60,12 @@ class LayerSpec(BaseModel):
     padding_mode: Literal["zeros", "reflect", "replicate", "circular"] = "zeros"
     input_shape: tuple[int, ...]
     dtype: Literal["float32", "float16", "bfloat16", "float64"] = "float32"
+    # What the layer receives inside a network, when it differs from the defaults: the input's
+    # dtype (e.g. bf16 activations under autocast; default: `dtype`) and layout (default: the
+    # candidate's memory format). A network's first layer needs no input gradient in training.
+    input_dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None
+    input_layout: Literal["contiguous", "channels_last"] | None = None
+    first_layer: bool = False
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -120,7 +127,9 @@ class LayerSpec(BaseModel):
 
     def construct(self) -> nn.Module:
         """The nn module this spec describes (fp32, on CPU, randomly initialised)."""
-        kwargs = self.model_dump(exclude={"kind", "input_shape", "dtype"})
+        kwargs = self.model_dump(
+            exclude={"kind", "input_shape", "dtype", "input_dtype", "input_layout", "first_layer"}
+        )
         if not self.kind.startswith("ConvTranspose"):
             kwargs.pop("output_padding")
         return getattr(nn, self.kind)(**kwargs)
@@ -153,7 +162,12 @@ class LayerSpec(BaseModel):
             if value != default[name].default:
                 args.append(f"{name}={_fmt(value)}")
         shape = "x".join(map(str, self.input_shape))
-        return f"{self.kind}({', '.join(args)}) on {shape} {self.dtype}"
+        seen = [self.input_dtype or self.dtype]
+        if self.input_layout is not None:
+            seen.append(self.input_layout)
+        if self.first_layer:
+            seen.append("first layer")
+        return f"{self.kind}({', '.join(args)}) on {shape} {' '.join(seen)}"
 
 
 def _fmt(v: Any) -> str:
@@ -304,6 +318,22 @@ class Workload:
     make_model: Callable[[], nn.Module]
     example_inputs: tuple[Any, ...]
     cases: tuple[ShapeCase, ...] = ()  # a shape set; empty: just the example inputs
+    # Which inputs need a gradient in train mode (a layer inside a network: its input is an
+    # activation; a network's own inputs are data). Empty: none.
+    input_grad: tuple[bool, ...] = ()
+    input_layout: str | None = None  # the layout inputs arrive in; None: the candidate's format
+
+    @property
+    def is_layer(self) -> bool:
+        return self.info.get("kind") == "layer"
+
+    @functools.cached_property
+    def param_dtype(self) -> torch.dtype:
+        """The dtype of the model's floating parameters (a layer spec may be fp16)."""
+        for p in self.make_model().parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
 
     @property
     def shape_cases(self) -> tuple[ShapeCase, ...]:
@@ -457,9 +487,24 @@ def spec_from_module(
     return LayerSpec(**fields)
 
 
-def layer_workload_from_module(module: nn.Module, input_shape: Sequence[int]) -> Workload:
-    """A layer workload that uses `module`'s own weights (so its numbers match the model's)."""
-    return _layer_workload(spec_from_module(module, input_shape), module.state_dict())
+def layer_workload_from_module(
+    module: nn.Module,
+    input_shape: Sequence[int],
+    *,
+    input_dtype: str | None = None,
+    input_layout: str | None = None,
+    input_grad: bool = True,
+) -> Workload:
+    """A layer workload that uses `module`'s own weights (so its numbers match the model's), fed
+    the input it receives in the model: dtype, layout, and whether it needs a gradient."""
+    spec = spec_from_module(module, input_shape).model_copy(
+        update={
+            "input_dtype": input_dtype,
+            "input_layout": input_layout,
+            "first_layer": not input_grad,
+        }
+    )
+    return _layer_workload(LayerSpec.model_validate(spec.model_dump()), module.state_dict())
 
 
 def _layer_workload(spec: LayerSpec, state_dict: dict[str, torch.Tensor]) -> Workload:
@@ -470,9 +515,16 @@ def _layer_workload(spec: LayerSpec, state_dict: dict[str, torch.Tensor]) -> Wor
         m.load_state_dict(state)
         return m.to(DTYPES[spec.dtype])
 
-    example = (torch.empty(spec.input_shape, dtype=DTYPES[spec.dtype]),)
+    example = (torch.empty(spec.input_shape, dtype=DTYPES[spec.input_dtype or spec.dtype]),)
     info = {"kind": "layer", "spec": spec.model_dump(mode="json"), "description": spec.describe()}
-    return Workload(spec.describe(), info, make_model, example)
+    return Workload(
+        spec.describe(),
+        info,
+        make_model,
+        example,
+        input_grad=(not spec.first_layer,),
+        input_layout=spec.input_layout,
+    )
 
 
 def object_workload(model: nn.Module, inputs: Any) -> Workload:
@@ -566,7 +618,15 @@ def with_shape_set(
         },
         "description": f"{workload.info.get('description', workload.name)} over {len(cases)} shapes",
     }
-    return Workload(info["description"], info, workload.make_model, cases[0].inputs, cases)
+    return Workload(
+        info["description"],
+        info,
+        workload.make_model,
+        cases[0].inputs,
+        cases,
+        workload.input_grad,
+        workload.input_layout,
+    )
 
 
 def _single(workload: Workload, shape: Sequence[int] | None, batch: int | None) -> Workload:

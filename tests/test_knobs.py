@@ -1,3 +1,5 @@
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -32,6 +34,47 @@ def test_flags_use_one_tf32_api_only() -> None:
     GlobalFlags.read()
 
 
+@pytest.fixture
+def _matmul_precision_restored() -> Iterator[None]:
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.usefixtures("_matmul_precision_restored")
+def test_matmul_tf32_follows_every_writer() -> None:
+    assert GlobalFlags.matmul_tf32() is False  # PyTorch's default: IEEE fp32 matmuls
+    for precision, want in (("high", True), ("medium", True), ("highest", False)):
+        torch.set_float32_matmul_precision(precision)
+        assert GlobalFlags.matmul_tf32() is want, precision
+    torch.set_float32_matmul_precision("high")
+    with GlobalFlags() as flags:
+        for tf32, want in (("off", False), ("conv", False), ("on", True)):
+            flags.apply(Settings(tf32=tf32))  # new API after the legacy entry point: no raise
+            assert GlobalFlags.matmul_tf32() is want, tf32
+    assert GlobalFlags.matmul_tf32() is True  # the user's "high" is back
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.backends, "fp32_precision"), reason="no fp32_precision API in this torch"
+)
+def test_matmul_tf32_inherits_the_generic_precision() -> None:
+    # A matmul value of "none" has none of its own: the generic value above it is in force.
+    matmul = torch.backends.cuda.matmul
+    saved = (torch.backends.fp32_precision, matmul.fp32_precision)
+    try:
+        matmul.fp32_precision = "none"
+        torch.backends.fp32_precision = "tf32"
+        assert GlobalFlags.matmul_tf32() is True
+        matmul.fp32_precision = "ieee"  # a value of its own wins over the parent's
+        assert GlobalFlags.matmul_tf32() is False
+        matmul.fp32_precision = "none"
+        torch.backends.fp32_precision = "none"
+        assert GlobalFlags.matmul_tf32() is False
+    finally:
+        torch.backends.fp32_precision, matmul.fp32_precision = saved
+
+
 def test_settings_defaults_are_pytorch_defaults() -> None:
     s = Settings()
     assert s.changes() == {}
@@ -49,7 +92,8 @@ def test_cuda_only_knobs_not_applicable_on_cpu() -> None:
     assert KNOBS["cudnn_benchmark"].why_not(cpu)
     assert KNOBS["memory_format"].why_not(cpu) is None
     assert KNOBS["amp"].why_not(cpu) is None
-    assert amp_why_not("fp16", cpu)
+    # fp16 runs on a CPU (slowly): the built-in cpu space leaves it out, a space may list it
+    assert amp_why_not("fp16", cpu) is None
     assert amp_why_not("bf16", cpu) is None
 
 

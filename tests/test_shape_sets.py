@@ -6,7 +6,7 @@ import torch
 import advisor
 from advisor.errors import SpecError
 from advisor.knobs import Settings
-from advisor.runner import combine, evaluate, reference
+from advisor.runner import Gate, combine, evaluate
 from advisor.space import load_space
 from advisor.timing import Measurement
 from advisor.workload import (
@@ -36,9 +36,9 @@ def test_evaluate_weights_per_shape_medians(fast_space: str) -> None:
     base = layer_workload(layer_spec("Conv2d(4, 4, 3)", input_shape="1,4,12,12"))
     w = with_shape_set(base, shapes=[(1, 4, 12, 12), (2, 4, 20, 20)], weights=[3, 1])
     space = load_space(fast_space, CPU)
-    ref = reference(w, CPU, "train")
-    assert len(ref.cases) == 2
-    r = evaluate(w, Settings(), CPU, "train", space, ref)
+    gate = Gate(w, CPU, "train", space)
+    assert len(gate.cases) == 2
+    r = evaluate(w, Settings(), CPU, "train", space, gate)
     assert r.status == "ok" and r.per_shape is not None and len(r.per_shape) == 2
     n = min(len(m.samples_ms) for m in r.per_shape)
     expected = [3 * r.per_shape[0].samples_ms[j] + r.per_shape[1].samples_ms[j] for j in range(n)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from advisor.errors import first_line
 from advisor.impls._swap import (
     SwappingImpl,
     cast_for_autocast,
@@ -34,9 +36,11 @@ from advisor.impls._swap import (
 )
 from advisor.impls.base import ConvSignature
 from advisor.impls.unfold_gemm import is_channels_last
+from advisor.knobs import GlobalFlags
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_GRID_YZ = 65535  # CUDA limit on grid axes 1 and 2
+_MIN_TRITON = (3, 4)  # the kernel module reads triton.knobs, new in Triton 3.4
 
 # Test hook: fill every output buffer with NaN before the kernels write it, so an element a kernel
 # forgets to write shows up as NaN instead of as leftover memory.
@@ -78,6 +82,35 @@ def kernels() -> ModuleType:
         spec.loader.exec_module(module)
         _KERNELS[interpret] = module
     return module
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor) of a version such as '3.4.0+git1234' or '3.10.0rc1'; () if unreadable."""
+    parts = [re.match(r"\d+", piece) for piece in text.split(".")[:2]]
+    return tuple(int(m.group()) for m in parts) if len(parts) == 2 and all(parts) else ()
+
+
+@functools.cache
+def kernels_problem(interpret: bool) -> str | None:
+    """None if the kernels load under this TRITON_INTERPRET value, else why not, as one line.
+
+    Cached per value: the first call decorates the kernels (once), later calls are free. Call it
+    with `interpreting()`, the value `kernels()` reads.
+    """
+    problem = triton_import_problem()
+    if problem is not None:
+        return problem
+    import triton
+
+    version = str(getattr(triton, "__version__", "?"))
+    if () < _version(version) < _MIN_TRITON:  # an unreadable version: let the load decide
+        need = ".".join(map(str, _MIN_TRITON))
+        return f"triton {version} is too old: the kernels need triton>={need}"
+    try:
+        kernels()
+    except Exception as exc:  # an old or broken triton fails in many ways, all "cannot run here"
+        return f"triton {version} cannot load the kernels here: {first_line(exc)}"
+    return None
 
 
 # ---- geometry and buffers -----------------------------------------------------------------------
@@ -133,13 +166,13 @@ def _empty(shape: Sequence[int], like: Tensor, channels_last: bool, dtype: torch
 
 
 def _precision(dtype: torch.dtype) -> str:
-    """'tf32' for fp32 when PyTorch's matmul TF32 flag is on (new or legacy API), else 'ieee'."""
+    """'tf32' for fp32 when PyTorch's matmul TF32 is in force, else 'ieee'."""
     if dtype != torch.float32:
         return "ieee"  # ignored by tl.dot for 16-bit inputs
-    matmul = torch.backends.cuda.matmul
-    if getattr(matmul, "fp32_precision", None) == "tf32" or torch._C._get_cublas_allow_tf32():
-        return "tf32"
-    return "ieee"
+    # Asked of GlobalFlags, which reads the same TF32 API it writes: PyTorch raises when the
+    # legacy flag is read after the new API was written to disagree with it (e.g. the user's
+    # set_float32_matmul_precision("high"), then GlobalFlags setting matmuls to "ieee").
+    return "tf32" if GlobalFlags.matmul_tf32() else "ieee"
 
 
 def _flags(dtype: torch.dtype) -> dict[str, Any]:
@@ -419,6 +452,9 @@ class TritonImpl(SwappingImpl):
             return f"triton kernels need a CUDA device, not {device.type}"
         if device.type == "cuda" and not torch.cuda.is_available():
             return "CUDA is not available"
+        problem = kernels_problem(interpreting())
+        if problem is not None:
+            return problem
         if dtype not in _DTYPES:
             return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
         return self.layer_reason(sig)

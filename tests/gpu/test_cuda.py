@@ -7,7 +7,7 @@ import torch
 
 import advisor
 from advisor.knobs import GlobalFlags, Settings
-from advisor.runner import evaluate, reference
+from advisor.runner import Gate, evaluate
 from advisor.space import load_space
 from advisor.timing import TimingPolicy, l2_flusher, measure
 from advisor.workload import layer_spec, layer_workload
@@ -61,8 +61,8 @@ def test_advise_layer_on_cuda(tmp_path) -> None:
 def test_fp16_amp_gate_on_cuda() -> None:
     w = layer_workload(layer_spec("Conv2d(32, 32, 3, padding=1)", input_shape="8,32,32,32"))
     space = load_space("cuda", CUDA)
-    ref = reference(w, CUDA, "train")
-    r = evaluate(w, Settings(amp="fp16", memory_format="channels_last"), CUDA, "train", space, ref)
+    gate = Gate(w, CUDA, "train", space)
+    r = evaluate(w, Settings(amp="fp16", memory_format="channels_last"), CUDA, "train", space, gate)
     assert r.status == "ok", r.reason
     assert 1e-5 < r.rel_error < space.tolerances.fp16
 

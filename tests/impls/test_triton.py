@@ -9,15 +9,18 @@ and other test modules keep their environment. Every output buffer is pre-filled
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 from advisor.impls import triton_conv as tc  # noqa: E402
+from advisor.impls import why_not  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
+from advisor.knobs import GlobalFlags, Settings  # noqa: E402
 from tests.impls.conv_cases import Case, cases, check  # noqa: E402
 
 # The interpreter is slow: few, tiny examples; fixed cases below cover the rest.
@@ -156,3 +159,71 @@ def test_why_not_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     sig = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
     reason = tc.TritonImpl().why_not(sig, device=torch.device("cpu"), dtype=torch.float32)
     assert reason == "triton is not installed"
+
+
+@pytest.fixture
+def _matmul_precision_restored() -> Iterator[None]:
+    """Leave PyTorch's global matmul precision as found: a test below sets it, as a user would."""
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.usefixtures("_matmul_precision_restored")
+def test_user_matmul_precision_then_global_flags_do_not_mix_apis() -> None:
+    # A user's script sets "high"; the search then applies candidates through GlobalFlags (new
+    # API). Reading the legacy flag after that raises (torch 2.13): the Triton path asks
+    # GlobalFlags instead, and follows what is in force.
+    torch.set_float32_matmul_precision("high")
+    assert tc._precision(torch.float32) == "tf32"
+    check(tc.triton_conv, BASE)
+    with GlobalFlags() as flags:
+        for tf32, want in (("conv", "ieee"), ("on", "tf32"), ("off", "ieee")):
+            flags.apply(Settings(tf32=tf32))
+            assert tc._precision(torch.float32) == want, tf32
+            assert tc._precision(torch.bfloat16) == "ieee"
+            check(tc.triton_conv, BASE)
+    assert tc._precision(torch.float32) == "tf32"  # GlobalFlags restored the user's "high"
+
+
+@pytest.fixture
+def _fresh_kernels_problem() -> Iterator[None]:
+    """kernels_problem caches per TRITON_INTERPRET value: start and end each test uncached."""
+    tc.kernels_problem.cache_clear()
+    yield
+    tc.kernels_problem.cache_clear()
+
+
+SIG = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
+CPU = torch.device("cpu")
+
+
+@pytest.mark.usefixtures("_fresh_kernels_problem")
+def test_why_not_when_the_kernels_do_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise AttributeError("module 'triton' has no attribute 'knobs'\nsecond line")
+
+    monkeypatch.setattr(tc, "kernels", broken)
+    for _ in range(2):
+        reason = tc.TritonImpl().why_not(SIG, device=CPU, dtype=torch.float32)
+        assert reason is not None and "\n" not in reason
+        assert reason.startswith(f"triton {triton.__version__} cannot load the kernels here: ")
+        assert "AttributeError: module 'triton' has no attribute 'knobs'" in reason
+    assert len(calls) == 1  # cached per TRITON_INTERPRET value
+
+
+@pytest.mark.usefixtures("_fresh_kernels_problem")
+def test_why_not_with_an_old_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton, "__version__", "3.3.1")
+    reason = tc.TritonImpl().why_not(SIG, device=CPU, dtype=torch.float32)
+    assert reason == "triton 3.3.1 is too old: the kernels need triton>=3.4"
+
+
+@pytest.mark.usefixtures("_fresh_kernels_problem")
+def test_why_not_loads_the_kernels_through_the_registry() -> None:
+    assert why_not("triton", torch.nn.Conv2d(3, 4, 3), device=CPU, dtype=torch.float32) is None
+    assert tc.kernels_problem(True) is None  # loaded under the interpreter, and cached
+    assert tc.kernels().INTERPRET

@@ -1,0 +1,308 @@
+"""The numeric gate: is a candidate's arithmetic what its precision promises, on this model?
+
+Two checks, each where its question is well posed:
+
+1. **Each conv layer alone, against float64.** A conv is linear, so its output and both gradients
+   on random inputs are a sharp test of an implementation or a precision: a kernel tap off or a
+   weight off by 1e-3 shows at once, whatever the model around it does. Every conv layer of the
+   candidate's model is run alone with the input it receives there (shape, dtype, layout, whether
+   it needs a gradient), under the candidate's flags and autocast, and compared with the same
+   layer in float64; the tolerance per precision is the space's `layer_tolerances`.
+2. **The whole model, against the fp32 reference, with a tolerance calibrated on this model.**
+   Gradients of a ReLU/BatchNorm network in training jump when a unit near zero flips, so two
+   exact-fp32 computations can differ by 1e-6 or 1e-2 depending on the input draw. The yardstick
+   is measured on the same inputs: the noise floor is the largest difference from the reference
+   among fp32 references with the inputs perturbed by a few roundings (and the float64 answer);
+   an fp32-class candidate may differ by `noise_factor` times that where that is more than the
+   space's `tolerances` / `grad_tolerances` (an exact reordering is as good as fp32 gets). A
+   TF32/fp16/bf16 candidate may differ by the space's tolerance, or by `yardstick_factor` times
+   what PyTorch's own path at that precision (autocast or TF32, native kernels, contiguous)
+   differs where that is less: the space says what precision the user accepts, the yardstick
+   that a candidate is not much worse than autocast itself.
+
+NaN or Inf never passes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from advisor import impls
+from advisor.candidate import Candidate, Captured, ConvInput, Mode, to_layout
+from advisor.check import global_rel_error, max_rel_error, rel_error
+from advisor.knobs import Settings, precision_of
+from advisor.space import SearchSpace
+from advisor.workload import Workload
+
+REFERENCE = Settings(tf32="off")  # fp32 everywhere, native kernels, contiguous
+_CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Relative errors of outputs and of all gradients together (None in infer mode)."""
+
+    out: float
+    grad: float | None
+
+    def worst(self, other: Errors) -> Errors:
+        grad = None if self.grad is None else max(self.grad, other.grad or 0.0)
+        return Errors(max(self.out, other.out), grad)
+
+
+def compare(got: Captured, ref: Captured, mode: Mode) -> Errors:
+    return Errors(
+        max_rel_error(got.outputs, ref.outputs),
+        global_rel_error(got.grads, ref.grads) if mode == "train" else None,
+    )
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One model-level tolerance, the space key that sets it, and how it was set."""
+
+    value: float
+    key: str  # e.g. "grad_tolerances.fp32" or "gate.yardstick_factor"
+    basis: str
+
+    def needed(self, error: float, yardstick: float | None) -> str:
+        """The setting that would accept `error`, as `key=value`."""
+        if self.key.startswith("gate.") and yardstick:
+            return f"{self.key}={round_up(error / yardstick)}"
+        return f"{self.key}={round_up(error)}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The model-level tolerances for one candidate."""
+
+    precision: str
+    out: Bound
+    grad: Bound | None  # None in infer mode
+    yardstick: Errors | None  # what the bounds scale (noise floor or PyTorch's own path)
+
+    @property
+    def basis(self) -> str:
+        parts = [self.out.basis] + ([self.grad.basis] if self.grad else [])
+        return "; ".join(dict.fromkeys(parts))
+
+
+@dataclass(frozen=True)
+class LayerVerdict:
+    """The worst conv layer of a candidate, checked alone against float64."""
+
+    error: float
+    tolerance: float
+    layer: str
+    what: str  # output, input gradient or weight gradient
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tolerance
+
+
+@dataclass
+class _CaseReference:
+    captured: Captured
+    noise: Errors  # the largest difference among exact-fp32 answers on these inputs
+
+
+class Gate:
+    """The references every candidate of one workload is judged against (computed once)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        device: torch.device,
+        mode: Mode,
+        space: SearchSpace,
+        seed: int = 0,
+    ) -> None:
+        self.workload, self.device, self.mode, self.space, self.seed = (
+            workload,
+            device,
+            mode,
+            space,
+            seed,
+        )
+        self.param_dtype = workload.param_dtype
+        self.cases = [self._case_reference(case) for case in range(len(workload.shape_cases))]
+        self._yardsticks: dict[str, list[Errors]] = {}
+        self._layer_refs: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
+        self._layer_ref_bytes = 0
+
+    # ---- references ----------------------------------------------------------------------------
+
+    def _capture(
+        self, settings: Settings, case: int, dtype: torch.dtype | None = None, **kw: Any
+    ) -> Captured:
+        cand = Candidate(
+            self.workload, settings, self.device, self.mode, self.seed, dtype, case, **kw
+        )
+        try:
+            return cand.capture()
+        finally:
+            cand.close()
+
+    def _case_reference(self, case: int) -> _CaseReference:
+        ref = self._capture(REFERENCE, case, torch.float32)
+        noise = compare(self._capture(REFERENCE, case, torch.float64), ref, self.mode)
+        g = self.space.gate
+        for k in range(g.perturbations):
+            other = self._capture(
+                REFERENCE, case, torch.float32, perturb=g.perturbation, perturb_seed=k
+            )
+            noise = noise.worst(compare(other, ref, self.mode))
+        return _CaseReference(ref, noise)
+
+    def precision(self, settings: Settings) -> str:
+        return precision_of(settings, self.device, self.param_dtype)
+
+    def _yardstick(self, settings: Settings) -> Errors | None:
+        """How far PyTorch's own path at the candidate's precision is from the fp32 reference."""
+        if self.precision(settings) == "fp32":
+            return None
+        own = Settings(amp=settings.amp, tf32=settings.tf32 if settings.amp == "off" else "conv")
+        key = own.model_dump_json()
+        if key not in self._yardsticks:
+            self._yardsticks[key] = [
+                compare(self._capture(own, case), c.captured, self.mode)
+                for case, c in enumerate(self.cases)
+            ]
+        errs = self._yardsticks[key]
+        worst = errs[0]
+        for e in errs[1:]:
+            worst = worst.worst(e)
+        return worst
+
+    def tolerance(self, settings: Settings) -> Tolerance:
+        """fp32 class: the space's tolerance, or `noise_factor` x this model's noise floor where
+        that is larger (an exact reordering is as good as fp32 gets). TF32/fp16/bf16: the space's
+        tolerance, or `yardstick_factor` x what PyTorch's own path at that precision differs where
+        that is smaller (a candidate may not be much worse than autocast itself)."""
+        precision = self.precision(settings)
+        noise = self.cases[0].noise
+        for c in self.cases[1:]:
+            noise = noise.worst(c.noise)
+        g = self.space.gate
+        spaces = (
+            (f"tolerances.{precision}", self.space.tolerances.for_precision(precision)),
+            (f"grad_tolerances.{precision}", self.space.grad_tolerances.for_precision(precision)),
+        )
+        yard = self._yardstick(settings)
+        if yard is None:
+            scale = Errors(noise.out, noise.grad)
+            factor, key = g.noise_factor, "gate.noise_factor"
+            what = "this model's fp32 noise floor"
+        else:
+            scale = Errors(max(yard.out, noise.out), _max(yard.grad, noise.grad))
+            factor, key = g.yardstick_factor, "gate.yardstick_factor"
+            what = f"PyTorch's own {precision} path on this model"
+        bounds = []
+        for (space_key, base), err in zip(spaces, (scale.out, scale.grad), strict=True):
+            calibrated = factor * (err or 0.0)
+            if err is None:
+                bounds.append(Bound(base, space_key, f"the space's {precision} tolerance"))
+            elif yard is None and calibrated > base or yard is not None and calibrated < base:
+                bounds.append(Bound(calibrated, key, f"{factor:g} x {what} ({err:.1e})"))
+            else:
+                bounds.append(Bound(base, space_key, f"the space's {precision} tolerance"))
+        grad = bounds[1] if self.mode == "train" else None
+        return Tolerance(precision, bounds[0], grad, scale)
+
+    # ---- each conv layer alone -----------------------------------------------------------------
+
+    def check_layers(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
+        """The worst conv layer of `cand` run alone against float64 (None: the model has none)."""
+        tol = self.space.layer_tolerances.for_precision(self.precision(cand.tuned.settings))
+        worst: LayerVerdict | None = None
+        for c in convs:
+            for what, err in self._layer_errors(cand, c).items():
+                if worst is None or err > worst.error:
+                    worst = LayerVerdict(err, tol, c.name, what)
+        return worst
+
+    def _layer_errors(self, cand: Candidate, c: ConvInput) -> dict[str, float]:
+        train = self.mode == "train"
+        need_x = train and c.requires_grad
+        gen = torch.Generator().manual_seed(self.seed + 17)
+        x = torch.randn(c.shape, generator=gen, dtype=torch.float32).to(c.dtype)
+        xd = to_layout(x.to(self.device), c.layout).requires_grad_(need_x)
+        params = {
+            n: p for n, p in c.module.named_parameters(recurse=False) if train and p.requires_grad
+        }
+        with torch.set_grad_enabled(train), cand.tuned.autocast():
+            out = c.module(xd)
+        got = {"output": out.detach()}
+        g = None
+        if train:
+            g = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype)
+            wrt = [xd] if need_x else []
+            grads = torch.autograd.grad(out, [*wrt, *params.values()], g.to(self.device))
+            if need_x:
+                got["input gradient"] = grads[0]
+            for n, gr in zip(params, grads[len(wrt) :], strict=True):
+                got[f"param.{n}"] = gr
+        ref = self._layer_reference(c, x, g, need_x, list(params))
+        errors = {
+            "output": rel_error(got["output"], ref["output"]),
+        }
+        if "input gradient" in got:
+            errors["input gradient"] = rel_error(got["input gradient"], ref["input gradient"])
+        pgot = {k: v for k, v in got.items() if k.startswith("param.")}
+        if pgot:
+            pref = {k: ref[k] for k in pgot}
+            errors["weight gradient"] = global_rel_error(pgot, pref)
+        return errors
+
+    def _layer_reference(
+        self,
+        c: ConvInput,
+        x: torch.Tensor,
+        g: torch.Tensor | None,
+        need_x: bool,
+        params: list[str],
+    ) -> dict[str, torch.Tensor]:
+        """The layer in float64 with native kernels on the same values (cached, within a budget:
+        candidates in one precision share it)."""
+        key = (c.name, c.shape, x.dtype, None if g is None else g.dtype, need_x, tuple(params))
+        hit = self._layer_refs.get(key)
+        if hit is not None:
+            return hit
+        ref_mod = impls.swap(copy.deepcopy(c.module), "native").to(torch.float64)
+        x64 = x.to(self.device, torch.float64).requires_grad_(need_x)
+        with torch.autocast(self.device.type, enabled=False), torch.set_grad_enabled(g is not None):
+            out = ref_mod(x64)
+        ref = {"output": out.detach()}
+        if g is not None:
+            named = dict(ref_mod.named_parameters(recurse=False))
+            wrt = ([x64] if need_x else []) + [named[n] for n in params]
+            grads = torch.autograd.grad(out, wrt, g.to(self.device, torch.float64))
+            if need_x:
+                ref["input gradient"] = grads[0]
+            for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
+                ref[f"param.{n}"] = gr
+        size = sum(t.numel() * t.element_size() for t in ref.values())
+        if self._layer_ref_bytes + size <= _CACHE_BYTES:
+            self._layer_refs[key] = ref
+            self._layer_ref_bytes += size
+        return ref
+
+
+def round_up(x: float) -> str:
+    """`x` rounded up to two significant digits, for a setting that accepts it."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    exp = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10**exp) * 10**exp:.2g}"
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)
