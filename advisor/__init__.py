@@ -36,6 +36,7 @@ def advise(
     layer: str | dict[str, Any] | None = None,
     input_shape: str | list[int] | tuple[int, ...] | None = None,
     dtype: str | None = None,
+    first_layer: bool = False,
     model_file: str | None = None,
     input_shapes: list[Any] | None = None,
     batch_sizes: list[int] | None = None,
@@ -51,12 +52,15 @@ def advise(
     trial_timeout_s: float = 600.0,
     max_memory_mb: float | None = None,
     objectives: tuple[str, ...] = ("time",),
+    tolerances: dict[str, float] | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> Advice:
     """Search the settings for a model (with example inputs), a layer spec, or a model file.
 
     `input_shapes` (several shapes) or `batch_sizes`, with optional `shape_weights`, tune for a
-    shape set: the weighted time over those shapes.
+    shape set: the weighted time over those shapes. In train mode a layer's input needs a gradient
+    (it is an activation inside a network) unless `first_layer=True`. `tolerances` overrides the
+    space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`.
     Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
     `storage` is 'memory' (default for the API), None for the embedded default study file, or a
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
@@ -70,6 +74,7 @@ def advise(
         layer=layer,
         input_shape=input_shape,
         dtype=dtype,
+        first_layer=first_layer,
         model_file=model_file,
         input_shapes=input_shapes,
         batch_sizes=batch_sizes,
@@ -85,6 +90,7 @@ def advise(
         trial_timeout_s=trial_timeout_s,
         max_memory_mb=max_memory_mb,
         objectives=objectives,
+        tolerances=tolerances,
         progress=progress,
     )
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from advisor import __version__
 from advisor.config import Config, Result, Timing, atomic_write, save_config
 from advisor.per_layer import LayerChoice
-from advisor.pick import Pick, pick_best
+from advisor.pick import Pick, pick_final
 from advisor.runner import TrialResult
 from advisor.search import SearchOutcome
 from advisor.timing import Measurement, speedup
@@ -183,6 +183,24 @@ def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | Non
     )
 
 
+def rejected_faster(results: list[TrialResult], chosen: TrialResult) -> list[str]:
+    """Candidates faster than the pick that the numeric gate rejected, fastest first: what each
+    would have given, its error, and the setting that would accept it."""
+    out = []
+    faster = [
+        r
+        for r in results
+        if r.status == "rejected" and r.measurement is not None and r.median_ms < chosen.median_ms
+    ]
+    for r in sorted(faster, key=lambda r: r.median_ms):
+        ratio = chosen.median_ms / r.median_ms
+        line = f"{r.settings.label()} ({ratio:.2f}x the recommendation's speed): {r.reason}"
+        if r.rejected_by:
+            line += f"; --tolerance {r.rejected_by} would accept it"
+        out.append(line)
+    return out
+
+
 def build_advice(
     outcome: SearchOutcome,
     workload_info: dict[str, Any],
@@ -192,7 +210,7 @@ def build_advice(
     layer_choices: list[LayerChoice] | None = None,
     retimed: int = 0,
 ) -> Advice:
-    pick = pick_best(outcome.results, outcome.baseline, min_gain)
+    pick = pick_final(outcome.results, outcome.baseline, min_gain)
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup(base.measurement, chosen.measurement)
@@ -209,6 +227,7 @@ def build_advice(
         why=pick.why
         + (f" (after an interleaved re-time of {retimed} finalists)" if retimed else ""),
         benchmark_note=benchmark_note(outcome.results, chosen),
+        rejected_faster=rejected_faster(outcome.results, chosen),
         trials=len(outcome.results),
         rejected=sum(r.status == "rejected" for r in outcome.results),
         failed=sum(r.status == "failed" for r in outcome.results),

@@ -38,6 +38,11 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape-weights", help="weights of the shape set's shapes, e.g. 1,1,2,4")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="layer dtype")
     p.add_argument(
+        "--first-layer",
+        action="store_true",
+        help="the layer takes the network's input: in train mode its input needs no gradient",
+    )
+    p.add_argument(
         "--build", default="build_model", help="model factory name (default build_model)"
     )
     p.add_argument(
@@ -80,6 +85,13 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
         choices=["time", "time,memory"],
         default="time",
         help="time, or time,memory for the Pareto set",
+    )
+    p.add_argument(
+        "--tolerance",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a numeric-gate setting of the space, e.g. grad_tolerances.fp32=2e-3 "
+        "(repeatable; the result names the one that would accept a rejected candidate)",
     )
 
 
@@ -156,9 +168,26 @@ def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "batch_sizes": _ints(args.batch_sizes, "--batch-sizes"),
         "shape_weights": _floats(args.shape_weights, "--shape-weights"),
         "dtype": args.dtype,
+        "first_layer": args.first_layer,
         "build": args.build,
         "inputs_fn": args.inputs,
     }
+
+
+def tolerance_overrides(args: argparse.Namespace) -> dict[str, float]:
+    """--tolerance KEY=VALUE options as a dict (see `space.with_tolerances`)."""
+    out: dict[str, float] = {}
+    for item in args.tolerance or []:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise AdvisorError(
+                f"--tolerance takes KEY=VALUE, e.g. grad_tolerances.fp32=2e-3, got {item!r}"
+            ) from None
+    return out
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -191,6 +220,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             device=args.device,
             space=args.space,
             fresh=args.fresh,
+            tolerances=tolerance_overrides(args),
             progress=reporter.update,
         )
     try:

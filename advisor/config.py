@@ -47,6 +47,11 @@ class Result(BaseModel):
     benchmark_note: str | None = Field(
         None, description="whether cudnn.benchmark pays for this shape set (CUDA)"
     )
+    rejected_faster: list[str] = Field(
+        default_factory=list,
+        description="candidates faster than the recommendation that the numeric gate rejected: "
+        "each with its error and the --tolerance setting that would accept it",
+    )
     trials: int
     rejected: int
     failed: int

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from advisor.runner import TrialResult
-from advisor.timing import clearly_faster
+from advisor.timing import clearly_faster, speedup
 
 
 @dataclass(frozen=True)
@@ -27,18 +27,22 @@ def pick_best(
     """The fastest accepted candidate, except that one within measurement noise of a simpler one
     (fewer changes from default) loses to it. The baseline wins when nothing beats it beyond noise.
 
-    "Beyond noise" means significantly faster (Mann-Whitney U, p < 0.05) by at least `min_gain`.
+    "Beyond noise" means significantly faster (Mann-Whitney U, p < 0.05) by at least `min_gain`,
+    and with a speedup interval over the baseline that lies above 1.0x (from both medians' 95%
+    CIs): a change that might be no faster than PyTorch's default is never recommended.
     """
     accepted = [r for r in results if r.status == "ok" and r.measurement is not None]
     if baseline.status != "ok" or baseline.measurement is None:
         raise ValueError("the baseline (PyTorch's default) has no valid measurement")
-    if baseline not in accepted:
+    if all(r is not baseline for r in accepted):
         accepted.append(baseline)
-    fastest = min(accepted, key=lambda r: r.median_ms)
+    unsure = [r for r in accepted if r is not baseline and _interval(r, baseline)[1] <= 1.0]
+    eligible = [r for r in accepted if all(r is not u for u in unsure)]
+    fastest = min(eligible, key=lambda r: r.median_ms)
     assert fastest.measurement is not None
     ties = [
         r
-        for r in accepted
+        for r in eligible
         if r.measurement and not clearly_faster(fastest.measurement, r.measurement, min_gain)
     ]
     chosen = min(ties, key=lambda r: (complexity(r), r.median_ms))
@@ -65,4 +69,30 @@ def pick_best(
             f"({fastest.settings.label()}, {fastest.median_ms:.3f} ms vs {chosen.median_ms:.3f} ms) "
             f"with fewer changes from the default"
         )
+    faster_unsure = [r for r in unsure if r.median_ms < chosen.median_ms]
+    if faster_unsure:
+        best = min(faster_unsure, key=lambda r: r.median_ms)
+        ratio, lo, hi = _interval(best, baseline)
+        why += (
+            f"; {best.settings.label()} measured {ratio:.2f}x [{lo:.2f}, {hi:.2f}] the default's "
+            "speed, an interval that includes 1.0x: not recommended"
+        )
+        if len(faster_unsure) > 1:
+            why += f" (nor {len(faster_unsure) - 1} other(s) like it)"
     return Pick(chosen, fastest, why)
+
+
+def pick_final(
+    results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02
+) -> Pick:
+    """The recommendation. After an interleaved re-time, only the re-timed finalists compete:
+    their samples were taken by one clock in one time window, the trials' were not."""
+    retimed = [r for r in results if r.retimed]
+    if baseline.retimed and len(retimed) > 1:
+        return pick_best(retimed, baseline, min_gain)
+    return pick_best(results, baseline, min_gain)
+
+
+def _interval(r: TrialResult, baseline: TrialResult) -> tuple[float, float, float]:
+    assert r.measurement is not None and baseline.measurement is not None
+    return speedup(baseline.measurement, r.measurement)

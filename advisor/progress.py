@@ -123,6 +123,13 @@ def summary_tables(advice: Advice) -> list[Table]:
     bad = [x for x in advice.results if x.status != "ok"]
     if bad:
         tables.append(_bad_table(bad))
+    r = advice.config.result
+    if r is not None and r.rejected_faster:
+        t = Table(title="Faster than the recommendation, rejected by the numeric gate")
+        t.add_column("candidate, its error, and what would accept it")
+        for line in r.rejected_faster:
+            t.add_row(line)
+        tables.append(t)
     if advice.settings.layers:
         t = Table(title="Per-layer implementations")
         t.add_column("layer")

@@ -188,13 +188,13 @@ def _summary_from_config(cfg: Config) -> Summary | None:
 
 def _summary_from_results(results: list[TrialResult], min_gain: float = 0.02) -> Summary | None:
     """What the search would have recommended from these trials (same pick rule as `advise`)."""
-    from advisor.pick import pick_best
+    from advisor.pick import pick_final
     from advisor.timing import speedup
 
     base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:
         return None
-    pick = pick_best(results, base, min_gain)
+    pick = pick_final(results, base, min_gain)
     chosen = pick.chosen
     assert chosen.measurement is not None
     ratio, lo, hi = speedup(base.measurement, chosen.measurement)

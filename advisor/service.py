@@ -23,11 +23,11 @@ from advisor.per_layer import (
     store_model_result,
     stored_model_result,
 )
-from advisor.pick import pick_best
+from advisor.pick import pick_final
 from advisor.retime import finalists
 from advisor.runner import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
-from advisor.space import SearchSpace, load_space
+from advisor.space import SearchSpace, load_space, with_tolerances
 from advisor.storage import open_storage
 from advisor.timing import machine_load_warning
 from advisor.workload import (
@@ -50,6 +50,7 @@ def make_workload(
     layer_file: str | None = None,
     input_shape: Any = None,
     dtype: str | None = None,
+    first_layer: bool = False,
     model_file: str | None = None,
     build: str = "build_model",
     inputs_fn: str = "example_inputs",
@@ -66,6 +67,7 @@ def make_workload(
         layer_file,
         input_shape or (input_shapes[0] if input_shapes else None),
         dtype,
+        first_layer,
         model_file,
         build,
         inputs_fn,
@@ -94,6 +96,7 @@ def _base_workload(
     layer_file: str | None,
     input_shape: Any,
     dtype: str | None,
+    first_layer: bool,
     model_file: str | None,
     build: str,
     inputs_fn: str,
@@ -101,13 +104,17 @@ def _base_workload(
     given = [x is not None for x in (model, layer or layer_file, model_file)]
     if sum(given) != 1:
         raise AdvisorError("give exactly one of: a model with inputs, a layer spec, a model file")
+    if first_layer and not (layer or layer_file):
+        raise AdvisorError("--first-layer describes a layer spec, not a model")
     if model is not None:
         if inputs is None:
             raise AdvisorError("a model needs example inputs: advise(model, (x,))")
         return object_workload(model, inputs)
     if model_file is not None:
         return model_workload(model_file, build=build, inputs=inputs_fn)
-    spec = layer_spec(layer, input_shape=input_shape, dtype=dtype, file=layer_file)
+    spec = layer_spec(
+        layer, input_shape=input_shape, dtype=dtype, file=layer_file, first_layer=first_layer
+    )
     return layer_workload(spec)
 
 
@@ -122,7 +129,7 @@ def per_layer_stage(
     layer, measure the combination on the whole model and add it to the outcome's candidates.
 
     Returns the per-layer choices and the combination's result (None when nothing changed)."""
-    best = pick_best(outcome.results, outcome.baseline, space.min_gain).chosen
+    best = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
     start = time.perf_counter()
 
     def report(done: int, total: int, last: Any) -> None:
@@ -197,11 +204,15 @@ def retime_finalists(
         return 0
     finally:
         evaluator.close()
-    for old, new in zip(fin, fresh, strict=True):
-        outcome.results[next(i for i, r in enumerate(outcome.results) if r is old)] = new
-        if old is outcome.baseline:
-            outcome.baseline = new
-        outcome.pareto = [new if p is old else p for p in outcome.pareto]
+    # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
+    # in another time window.
+    replace = {id(old): new for old, new in zip(fin, fresh, strict=True)}
+    for r in outcome.results:
+        if r.retimed and id(r) not in replace:
+            replace[id(r)] = r.model_copy(update={"retimed": False})
+    outcome.results = [replace.get(id(r), r) for r in outcome.results]
+    outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
+    outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
     return len(fin)
 
 
@@ -219,12 +230,13 @@ def run_advise(
     objectives: tuple[str, ...] = ("time",),
     progress: Callable[[Progress], None] | None = None,
     fresh: bool = False,
+    tolerances: dict[str, float] | None = None,
     **workload_args: Any,
 ) -> Advice:
     if mode not in ("infer", "train"):
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
     dev = resolve_device(device)
-    sp = load_space(space, dev)
+    sp = with_tolerances(load_space(space, dev), tolerances or {})
     workload = make_workload(**workload_args)
     options = SearchOptions(
         mode=mode,  # type: ignore[arg-type]

@@ -185,6 +185,27 @@ def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchS
     return space
 
 
+_GATE_SECTIONS = ("tolerances", "grad_tolerances", "layer_tolerances", "gate")
+
+
+def with_tolerances(space: SearchSpace, overrides: dict[str, float]) -> SearchSpace:
+    """`space` with numeric-gate settings replaced, e.g. {"grad_tolerances.fp32": 2e-3} (what
+    `--tolerance KEY=VALUE` gives). Unknown keys and invalid values are one-line errors."""
+    if not overrides:
+        return space
+    data = space.model_dump()
+    for key, value in overrides.items():
+        section, _, field = key.partition(".")
+        if section not in _GATE_SECTIONS or field not in data[section]:
+            fields = [f"{s}.{f}" for s in _GATE_SECTIONS for f in data[s]]
+            raise SpaceError(f"unknown tolerance {key!r}; one of: {', '.join(fields)}")
+        data[section][field] = value
+    try:
+        return SearchSpace(**data)
+    except ValidationError as e:
+        raise SpaceError(validation_message(e, "tolerance")) from None
+
+
 def _matches(rule: dict[str, Any], settings: Settings, device: torch.device) -> bool:
     for key, value in rule.items():
         actual = device.type if key == "device" else getattr(settings, key)

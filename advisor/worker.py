@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from advisor.cli import check_workload_args, search_kwargs, workload_kwargs
+from advisor.cli import check_workload_args, search_kwargs, tolerance_overrides, workload_kwargs
 from advisor.errors import AdvisorError
 
 
@@ -26,10 +26,10 @@ def cli_worker(args: argparse.Namespace) -> int:
     from advisor.environment import resolve_device
     from advisor.search import SearchOptions, work
     from advisor.service import make_workload
-    from advisor.space import load_space
+    from advisor.space import load_space, with_tolerances
 
     device = resolve_device(args.device)
-    space = load_space(args.space, device)
+    space = with_tolerances(load_space(args.space, device), tolerance_overrides(args))
     workload = make_workload(**workload_kwargs(args))
     options = SearchOptions(**search_kwargs(args))
     s = work(workload, device, space, options)

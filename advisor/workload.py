@@ -253,6 +253,7 @@ def layer_spec(
     input_shape: str | Sequence[int] | None = None,
     dtype: str | None = None,
     file: str | Path | None = None,
+    first_layer: bool = False,
 ) -> LayerSpec:
     """A LayerSpec from a call string, a dict, or a YAML/JSON file; one-line SpecError otherwise."""
     fields: dict[str, Any]
@@ -268,6 +269,8 @@ def layer_spec(
         fields["input_shape"] = input_shape
     if dtype is not None:
         fields["dtype"] = dtype
+    if first_layer:
+        fields["first_layer"] = True
     if "input_shape" not in fields:
         raise SpecError("missing input shape: pass --input-shape N,C,H,W")
     try:

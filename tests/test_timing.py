@@ -1,3 +1,4 @@
+import contextlib
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from advisor.timing import (
     mann_whitney_p,
     measure,
     median_ci,
+    reps_for,
     speedup,
 )
 
@@ -112,3 +114,67 @@ def test_mann_whitney_and_clearly_faster() -> None:
     assert ratio == pytest.approx(2.0)
     assert lo <= ratio <= hi
     assert fast.overlaps(same) and not fast.overlaps(slow)
+
+
+def test_a_short_step_is_repeated_back_to_back_within_a_sample() -> None:
+    # 0.25 ms steps under a 1 ms sample floor: 4 calls per sample, reported per call; the flush
+    # runs once before each sample, outside the timed span.
+    clock = FakeClock([0.00025] * 10_000)
+    flushes: list[int] = []
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=5, max_samples=5,
+                          target_rel_ci=1e-9, max_time_s=100, min_sample_ms=1.0)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, flush=lambda: flushes.append(clock.calls))
+    assert m.reps == 4
+    assert m.samples_ms == pytest.approx([0.25] * 5)
+    assert len(flushes) == 5
+    assert clock.calls == 1 + 2 + 5 * 4  # first call, warm-up, 5 samples of 4 calls
+    # a step longer than the floor: one call per sample; the floor off: one call too
+    slow = FakeClock([0.002] * 100)
+    assert measure(slow.step, CPU, policy, clock=slow).reps == 1
+    assert reps_for(2.0, policy) == 1 and reps_for(0.001, policy) == policy.max_reps
+    assert reps_for(0.1, TimingPolicy()) == 1
+
+
+def test_trials_and_re_time_share_one_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-time samples with the same Sampler as the trials, each finalist with the calls per
+    sample its trial used, under the device guard."""
+    from advisor import retime as retime_mod
+    from advisor.knobs import Settings
+    from advisor.runner import TrialResult
+    from advisor.workload import layer_spec, layer_workload
+
+    seen: list[tuple[str, int]] = []
+    real = retime_mod.Sampler.__call__
+
+    def spy(self, fn, reps=1):  # noqa: ANN001, ANN202
+        seen.append((type(self).__name__, reps))
+        return real(self, fn, reps)
+
+    guarded: list[str] = []
+    real_guard = retime_mod.device_guard
+    monkeypatch.setattr(retime_mod.Sampler, "__call__", spy)
+    monkeypatch.setattr(
+        retime_mod, "device_guard", lambda d: guarded.append(str(d)) or real_guard(d)
+    )
+    w = layer_workload(layer_spec("Conv2d(4, 8, 3)", input_shape="1,4,16,16"))
+    rs = [
+        TrialResult(settings=Settings(), status="ok", measurement=Measurement(samples_ms=[1.0], reps=3)),
+        TrialResult(settings=Settings(memory_format="channels_last"), status="ok",
+                    measurement=Measurement(samples_ms=[1.0], reps=1)),
+    ]  # fmt: skip
+    policy = TimingPolicy(warmup_runs=1, min_samples=3, max_samples=3, max_time_s=0.01)
+    fresh = retime_mod.retime(w, rs, CPU, "infer", policy)
+    assert guarded == ["cpu"]
+    assert sorted(set(seen)) == [("Sampler", 1), ("Sampler", 3)]
+    assert [r.measurement.reps for r in fresh] == [3, 1] and all(r.retimed for r in fresh)
+
+
+def test_measure_runs_under_the_device_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    import advisor.timing as timing
+
+    entered: list[str] = []
+    real = timing.device_guard
+    monkeypatch.setattr(timing, "device_guard", lambda d: entered.append(str(d)) or real(d))
+    measure(lambda: None, CPU, TimingPolicy(min_samples=3, max_samples=3))
+    assert entered == ["cpu"]
+    assert isinstance(real(CPU), contextlib.nullcontext)

@@ -37,6 +37,7 @@ from advisor.impls._swap import (
 from advisor.impls.base import ConvSignature
 from advisor.impls.unfold_gemm import is_channels_last
 from advisor.knobs import GlobalFlags
+from advisor.timing import device_guard
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_GRID_YZ = 65535  # CUDA limit on grid axes 1 and 2
@@ -203,12 +204,13 @@ def _forward(
             geo.groups,
         )
 
-    k.conv_fwd_kernel[grid](
-        x, w, b if b is not None else w, y,
-        m, d, h, wd, *out_spatial, *w.shape[2:], *geo.args, cgi, cgo,
-        *x.stride(), *w.stride(), *y.stride(),
-        HAS_BIAS=b is not None, **_flags(x.dtype),
-    )  # fmt: skip
+    with device_guard(x.device):  # Triton launches on the current device
+        k.conv_fwd_kernel[grid](
+            x, w, b if b is not None else w, y,
+            m, d, h, wd, *out_spatial, *w.shape[2:], *geo.args, cgi, cgo,
+            *x.stride(), *w.stride(), *y.stride(),
+            HAS_BIAS=b is not None, **_flags(x.dtype),
+        )  # fmt: skip
     return y
 
 
@@ -230,12 +232,13 @@ def _grad_input(
             geo.groups,
         )
 
-    k.conv_dgrad_kernel[grid](
-        gy, w, b if b is not None else w, gx,
-        m, *in_spatial, *gy.shape[2:], *w.shape[2:], *geo.args, cgi, cgo,
-        *gy.stride(), *w.stride(), *gx.stride(),
-        HAS_BIAS=b is not None, **_flags(gy.dtype),
-    )  # fmt: skip
+    with device_guard(gy.device):  # Triton launches on the current device
+        k.conv_dgrad_kernel[grid](
+            gy, w, b if b is not None else w, gx,
+            m, *in_spatial, *gy.shape[2:], *w.shape[2:], *geo.args, cgi, cgo,
+            *gy.stride(), *w.stride(), *gx.stride(),
+            HAS_BIAS=b is not None, **_flags(gy.dtype),
+        )  # fmt: skip
     return gx
 
 
@@ -269,12 +272,13 @@ def _grad_weight(x: Tensor, gy: Tensor, geo: _Geometry, w_shape: Sequence[int]) 
         tiles = triton_cdiv(cgo, meta["BLOCK_M"]) * triton_cdiv(cgi, meta["BLOCK_N"])
         return (tiles, kk, geo.groups * split)
 
-    k.conv_wgrad_kernel[grid](
-        x, gy, part,
-        p, d, h, wd, od, oh, ow, kd, kh, kw, *geo.args, cgi, cgo, geo.groups, split,
-        *x.stride(), *gy.stride(),
-        **_flags(x.dtype),
-    )  # fmt: skip
+    with device_guard(x.device):  # Triton launches on the current device
+        k.conv_wgrad_kernel[grid](
+            x, gy, part,
+            p, d, h, wd, od, oh, ow, kd, kh, kw, *geo.args, cgi, cgo, geo.groups, split,
+            *x.stride(), *gy.stride(),
+            **_flags(x.dtype),
+        )  # fmt: skip
     return part.sum(0).view(tuple(w_shape)).to(x.dtype)
 
 

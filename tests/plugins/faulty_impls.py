@@ -12,6 +12,9 @@ workers inherit the variable, so they register the same implementations.
   candidate's own flags) to the JSON-lines file $ADVISOR_TEST_PROBE_LOG.
 - test_leaky: computes like native, but changes global flags behind the advisor's back while it is
   set up, so a worker that did not restore its state would leak them into the next trial.
+- test_scaled: wrong on purpose, subtly: the weights are off by 1e-3 relative (invisible in a
+  BatchNorm network's outputs, so only the per-layer check can catch it).
+- test_tap: wrong on purpose: the kernel's first tap (every [..., 0, 0]) is dropped.
 """
 
 from __future__ import annotations
@@ -120,7 +123,37 @@ class LeakyImpl(_TestImpl):
         return super().wrap(module)
 
 
-TEST_IMPLS = (CrashImpl(), HangImpl(), OomImpl(), ProbeImpl(), LeakyImpl())
+def _with_weight(module: nn.Module, input: Tensor, weight: Tensor) -> Tensor:
+    return original_class(module)._conv_forward(module, input, weight, module.bias)
+
+
+class ScaledImpl(_TestImpl):
+    name = "test_scaled"
+    class_prefix = "TestScaled"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        return _with_weight(module, input, module.weight * (1 + 1e-3))
+
+
+class TapImpl(_TestImpl):
+    name = "test_tap"
+    class_prefix = "TestTap"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        mask = torch.ones_like(module.weight)
+        mask[(slice(None), slice(None)) + (0,) * (module.weight.dim() - 2)] = 0
+        return _with_weight(module, input, module.weight * mask)
+
+
+TEST_IMPLS = (
+    CrashImpl(),
+    HangImpl(),
+    OomImpl(),
+    ProbeImpl(),
+    LeakyImpl(),
+    ScaledImpl(),
+    TapImpl(),
+)
 
 
 def register_all() -> None:

@@ -1,0 +1,66 @@
+"""The pick: beyond noise, an interval above 1.0x, and among the re-timed finalists only."""
+
+from __future__ import annotations
+
+import random
+
+from advisor.knobs import Settings
+from advisor.pick import pick_best, pick_final
+from advisor.runner import TrialResult
+from advisor.timing import Measurement, clearly_faster, speedup
+
+
+def _r(settings: Settings, samples: list[float], retimed: bool = False) -> TrialResult:
+    return TrialResult(
+        settings=settings,
+        status="ok",
+        measurement=Measurement(samples_ms=samples),
+        retimed=retimed,
+    )
+
+
+def _noisy(center: float, spread: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_a_change_whose_speedup_interval_includes_one_is_not_recommended() -> None:
+    # Like the 3-block MobileNet case: 1.07x, significant by Mann-Whitney, but the interval from
+    # the two medians' CIs reaches below 1.0x.
+    base = _r(Settings(), _noisy(10.0, 0.1, 30, 1))
+    layers = _r(Settings(layers={"0": "unfold_gemm"}), _noisy(9.3, 0.1, 30, 2))
+    ratio, lo, hi = speedup(base.measurement, layers.measurement)
+    assert ratio > 1.02 and lo <= 1.0 < hi
+    assert clearly_faster(layers.measurement, base.measurement)  # the old rule would take it
+    pick = pick_best([base, layers], base)
+    assert pick.chosen is base
+    assert "includes 1.0x" in pick.why and "not recommended" in pick.why
+
+
+def test_a_clear_win_is_still_recommended() -> None:
+    base = _r(Settings(), _noisy(10.0, 0.02, 30, 3))
+    cl = _r(Settings(memory_format="channels_last"), _noisy(6.0, 0.02, 30, 4))
+    pick = pick_best([base, cl], base)
+    assert pick.chosen is cl
+    assert speedup(base.measurement, cl.measurement)[1] > 1.0
+
+
+def test_an_unsure_fastest_does_not_hide_a_sure_win() -> None:
+    base = _r(Settings(), _noisy(10.0, 0.02, 30, 5))
+    sure = _r(Settings(memory_format="channels_last"), _noisy(7.0, 0.02, 30, 6))
+    wild = _r(Settings(amp="bf16"), [2.0] * 5 + [30.0] * 4)  # fastest median, huge spread
+    pick = pick_best([base, sure, wild], base)
+    assert pick.chosen is sure
+    assert "amp=bf16" in pick.why and "includes 1.0x" in pick.why
+
+
+def test_the_final_pick_is_made_among_the_re_timed_finalists_only() -> None:
+    base = _r(Settings(), _noisy(10.0, 0.02, 30, 7), retimed=True)
+    cl = _r(Settings(memory_format="channels_last"), _noisy(8.0, 0.02, 30, 8), retimed=True)
+    # measured alone, on a quieter moment of the machine: looks fastest, was never re-timed
+    stale = _r(Settings(amp="bf16"), _noisy(5.0, 0.02, 30, 9))
+    assert pick_best([base, cl, stale], base).chosen is stale
+    assert pick_final([base, cl, stale], base).chosen is cl
+    # without a re-time, every measured candidate competes
+    plain = [r.model_copy(update={"retimed": False}) for r in (base, cl)]
+    assert pick_final([*plain, stale], plain[0]).chosen is stale
