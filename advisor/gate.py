@@ -13,12 +13,13 @@ Two checks, each where its question is well posed:
    exact-fp32 computations can differ by 1e-6 or 1e-2 depending on the input draw. The yardstick
    is measured on the same inputs: the noise floor is the largest difference from the reference
    among fp32 references with the inputs perturbed by a few roundings (and the float64 answer);
-   an fp32-class candidate may differ by `noise_factor` times that where that is more than the
-   space's `tolerances` / `grad_tolerances` (an exact reordering is as good as fp32 gets). A
-   TF32/fp16/bf16 candidate may differ by the space's tolerance, or by `yardstick_factor` times
-   what PyTorch's own path at that precision (autocast or TF32, native kernels, contiguous)
-   differs where that is less: the space says what precision the user accepts, the yardstick
-   that a candidate is not much worse than autocast itself.
+   an fp32-class candidate may differ by the space's `tolerances` / `grad_tolerances`, or by
+   `noise_factor` times that floor where that is more (an exact reordering is as good as fp32
+   gets). For TF32/fp16/bf16 the yardstick is what PyTorch's own path at that precision (autocast
+   or TF32, native kernels, contiguous) differs on this model: the precision is accepted only if
+   that is within the space's tolerance (the precision the user accepts), and then a candidate
+   may differ by the space's tolerance or `yardstick_factor` times the yardstick, whichever is
+   larger (as good as PyTorch's own path at that precision).
 
 NaN or Inf never passes.
 """
@@ -64,32 +65,71 @@ def compare(got: Captured, ref: Captured, mode: Mode) -> Errors:
 
 @dataclass(frozen=True)
 class Bound:
-    """One model-level tolerance, the space key that sets it, and how it was set."""
+    """One model-level check (outputs, or all gradients together) and what sets its limit.
 
-    value: float
-    key: str  # e.g. "grad_tolerances.fp32" or "gate.yardstick_factor"
-    basis: str
+    The limit is the larger of the space's tolerance and `factor` x the yardstick: the model's
+    fp32 noise floor, or for TF32/fp16/bf16 what PyTorch's own path at that precision differs.
+    For those, the precision itself must be acceptable first: PyTorch's own path (`own`) within
+    the space's tolerance.
+    """
 
-    def needed(self, error: float, yardstick: float | None) -> str:
-        """The setting that would accept `error`, as `key=value`."""
-        if self.key.startswith("gate.") and yardstick:
-            return f"{self.key}={round_up(error / yardstick)}"
-        return f"{self.key}={round_up(error)}"
+    what: str  # "error" or "gradient error"
+    precision: str
+    space_key: str  # e.g. "grad_tolerances.fp32"
+    space_value: float
+    yardstick: float
+    factor: float
+    own: float | None = None  # PyTorch's own path's error (None for the fp32 class)
+
+    @property
+    def value(self) -> float:
+        return max(self.space_value, self.factor * self.yardstick)
+
+    @property
+    def basis(self) -> str:
+        if self.factor * self.yardstick <= self.space_value:
+            return f"the space's {self.precision} tolerance"
+        if self.own is None:
+            return f"{self.factor:g} x this model's fp32 noise floor {self.yardstick:.1e}"
+        return f"{self.factor:g} x PyTorch's own {self.precision} path on this model ({self.yardstick:.1e})"
+
+    def judge(self, error: float) -> tuple[str, str] | None:
+        """None when `error` passes; else (reason, the `key=value` setting that would accept it)."""
+        p = self.precision
+        if self.own is not None and self.own > self.space_value:
+            need = max(self.own, error if error > self.factor * self.yardstick else 0.0)
+            return (
+                f"PyTorch's own {p} path itself differs by {self.own:.2e} ({self.what}) on this "
+                f"model, over the {p} tolerance {self.space_value:.1e}: {p} is not accepted here",
+                f"{self.space_key}={round_up(need)}",
+            )
+        if error > self.value:
+            return (
+                f"{self.what} {error:.2e} over the {p} tolerance {self.value:.1e} ({self.basis})",
+                f"{self.space_key}={round_up(error)}",
+            )
+        return None
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """The model-level tolerances for one candidate."""
+    """The model-level checks for one candidate."""
 
     precision: str
     out: Bound
     grad: Bound | None  # None in infer mode
-    yardstick: Errors | None  # what the bounds scale (noise floor or PyTorch's own path)
 
     @property
     def basis(self) -> str:
         parts = [self.out.basis] + ([self.grad.basis] if self.grad else [])
         return "; ".join(dict.fromkeys(parts))
+
+    def judge(self, errors: Errors) -> tuple[str, str] | None:
+        """None when the candidate passes; else (reason, setting that would accept it)."""
+        verdict = self.out.judge(errors.out)
+        if verdict is None and self.grad is not None and errors.grad is not None:
+            verdict = self.grad.judge(errors.grad)
+        return verdict
 
 
 @dataclass(frozen=True)
@@ -181,39 +221,31 @@ class Gate:
         return worst
 
     def tolerance(self, settings: Settings) -> Tolerance:
-        """fp32 class: the space's tolerance, or `noise_factor` x this model's noise floor where
-        that is larger (an exact reordering is as good as fp32 gets). TF32/fp16/bf16: the space's
-        tolerance, or `yardstick_factor` x what PyTorch's own path at that precision differs where
-        that is smaller (a candidate may not be much worse than autocast itself)."""
+        """The model-level checks for a candidate with these settings (see `Bound`)."""
         precision = self.precision(settings)
         noise = self.cases[0].noise
         for c in self.cases[1:]:
             noise = noise.worst(c.noise)
         g = self.space.gate
-        spaces = (
-            (f"tolerances.{precision}", self.space.tolerances.for_precision(precision)),
-            (f"grad_tolerances.{precision}", self.space.grad_tolerances.for_precision(precision)),
-        )
-        yard = self._yardstick(settings)
-        if yard is None:
-            scale = Errors(noise.out, noise.grad)
-            factor, key = g.noise_factor, "gate.noise_factor"
-            what = "this model's fp32 noise floor"
-        else:
-            scale = Errors(max(yard.out, noise.out), _max(yard.grad, noise.grad))
-            factor, key = g.yardstick_factor, "gate.yardstick_factor"
-            what = f"PyTorch's own {precision} path on this model"
+        own = self._yardstick(settings)
         bounds = []
-        for (space_key, base), err in zip(spaces, (scale.out, scale.grad), strict=True):
-            calibrated = factor * (err or 0.0)
-            if err is None:
-                bounds.append(Bound(base, space_key, f"the space's {precision} tolerance"))
-            elif yard is None and calibrated > base or yard is not None and calibrated < base:
-                bounds.append(Bound(calibrated, key, f"{factor:g} x {what} ({err:.1e})"))
-            else:
-                bounds.append(Bound(base, space_key, f"the space's {precision} tolerance"))
-        grad = bounds[1] if self.mode == "train" else None
-        return Tolerance(precision, bounds[0], grad, scale)
+        for what, key, space_value, floor, own_err in (
+            ("error", "tolerances", self.space.tolerances, noise.out, own and own.out),
+            ("gradient error", "grad_tolerances", self.space.grad_tolerances, noise.grad,
+             own and own.grad),
+        ):  # fmt: skip
+            bounds.append(
+                Bound(
+                    what,
+                    precision,
+                    f"{key}.{precision}",
+                    space_value.for_precision(precision),
+                    max(floor or 0.0, own_err or 0.0),
+                    g.noise_factor if own is None else g.yardstick_factor,
+                    None if own is None else (own_err or 0.0),
+                )
+            )
+        return Tolerance(precision, bounds[0], bounds[1] if self.mode == "train" else None)
 
     # ---- each conv layer alone -----------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.errors import first_line
-from advisor.gate import Gate, compare, round_up
+from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
 from advisor.space import SearchSpace
 from advisor.timing import Measurement, TimingPolicy, l2_flusher, measure
@@ -187,18 +187,11 @@ def evaluate(
             f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
             f"{precision} layer tolerance {layer.tolerance:.1e}"
         )
-    elif err > tol.out.value:
-        status, rejected_by = "rejected", tol.out.needed(err, tol.yardstick and tol.yardstick.out)
-        reason = (
-            f"error {err:.2e} over the {precision} tolerance {tol.out.value:.1e} ({tol.out.basis})"
-        )
-    elif grad_err is not None and tol.grad is not None and grad_err > tol.grad.value:
-        status = "rejected"
-        rejected_by = tol.grad.needed(grad_err, tol.yardstick and tol.yardstick.grad)
-        reason = (
-            f"gradient error {grad_err:.2e} over the {precision} tolerance {tol.grad.value:.1e} "
-            f"({tol.grad.basis})"
-        )
+    else:
+        verdict = tol.judge(Errors(err, grad_err))
+        if verdict is not None:
+            status = "rejected"
+            reason, rejected_by = verdict
     weights = [c.weight for c in workload.shape_cases]
     return TrialResult(
         settings=settings,

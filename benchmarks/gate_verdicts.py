@@ -1,0 +1,100 @@
+"""The advisor's numeric gate, verdict by verdict, over several input draws of real networks.
+
+For each model and each input seed, the gate (`advisor.gate.Gate`, as `advisor advise` builds it
+from a space) judges: exact-fp32 channels_last, bf16 autocast, bf16 + channels_last, and two conv
+implementations that are wrong on purpose (weights off by 1e-3 relative; one kernel tap dropped,
+from tests/plugins/faulty_impls.py). A verdict that changes with the seed is the lottery this gate
+exists to remove. Timing is minimal: only the verdicts matter here.
+
+    python benchmarks/gate_verdicts.py [models...] [--seeds 5] [--space cpu] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from advisor.knobs import Settings  # noqa: E402
+from advisor.runner import Gate, evaluate  # noqa: E402
+from advisor.space import load_space  # noqa: E402
+from advisor.timing import TimingPolicy  # noqa: E402
+from advisor.workload import model_workload  # noqa: E402
+
+MODELS = ["relu_bn_block", "resnet18", "mobilenet_v3_small", "monai_unet3d"]
+CANDIDATES = {
+    "channels_last": Settings(memory_format="channels_last"),
+    "bf16": Settings(amp="bf16"),
+    "bf16+channels_last": Settings(amp="bf16", memory_format="channels_last"),
+    "weights x1.001": Settings(conv_impl="test_scaled"),
+    "tap dropped": Settings(conv_impl="test_tap"),
+}
+QUICK = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=3, max_samples=3, max_time_s=0.0)
+
+
+def _cell(r) -> str:  # noqa: ANN001 - a TrialResult
+    if r.status == "ok":
+        grad = f", grad {r.grad_error:.1e} <= {r.grad_tolerance:.1e}" if r.grad_error else ""
+        return f"ok (out {r.rel_error:.1e}{grad})"
+    if r.status == "rejected":
+        by = (r.rejected_by or "").split("=")[0]
+        return f"**rejected** by {by}"
+    return f"failed: {r.reason}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", default=MODELS)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--space", default="cpu")
+    p.add_argument("--mode", default="train", choices=["train", "infer"])
+    p.add_argument("--out", help="also write the markdown here")
+    args = p.parse_args(argv)
+    from tests.plugins import faulty_impls  # registers test_scaled and test_tap
+
+    faulty_impls.register_all()
+    cpu = torch.device("cpu")
+    space = load_space(args.space, cpu)
+    lines = [
+        "# Numeric-gate verdicts over input draws",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}; space `{space.name}`, mode {args.mode}.",
+        f"Command: `python benchmarks/gate_verdicts.py {' '.join(argv or sys.argv[1:])}`",
+        "",
+    ]
+    for name in args.models:
+        path = ROOT / "benchmarks" / "models" / f"{name}.py"
+        try:
+            w = model_workload(str(path))
+        except Exception as e:  # noqa: BLE001 - e.g. monai not installed
+            lines += [f"## {name}", "", f"skipped: {e}", ""]
+            continue
+        lines += [f"## {name}", "", "| seed | " + " | ".join(CANDIDATES) + " |"]
+        lines.append("|---" * (len(CANDIDATES) + 1) + "|")
+        for seed in range(args.seeds):
+            t0 = time.perf_counter()
+            gate = Gate(w, cpu, args.mode, space, seed=seed)
+            cells = [
+                _cell(evaluate(w, s, cpu, args.mode, space, gate, policy=QUICK))
+                for s in CANDIDATES.values()
+            ]
+            lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+            print(f"{name} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
