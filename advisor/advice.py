@@ -147,6 +147,12 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         precision=r.precision,
         tolerance=r.tolerance,
         grad_tolerance=r.grad_tolerance,
+        tolerance_basis=r.tolerance_basis or "",
+        layer_error=r.layer_error if r.layer_error is not None else math.nan,
+        layer_tolerance=r.layer_tolerance,
+        worst_layer=r.layer_detail or "",
+        accepted_with=r.rejected_by or "",
+        retimed=r.retimed,
         peak_memory_mb=r.peak_memory_mb,
     )
     return row
