@@ -10,7 +10,7 @@ from advisor import __version__
 from advisor.config import Config, Result, Timing, atomic_write, save_config
 from advisor.per_layer import LayerChoice
 from advisor.pick import Pick, pick_final
-from advisor.runner import TrialResult
+from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.timing import Measurement, speedup
 
@@ -232,6 +232,7 @@ def build_advice(
         peak_memory_mb=chosen.peak_memory_mb,
         why=pick.why
         + (f" (after an interleaved re-time of {retimed} finalists)" if retimed else ""),
+        min_gain=min_gain,
         benchmark_note=benchmark_note(outcome.results, chosen),
         rejected_faster=rejected_faster(outcome.results, chosen),
         trials=len(outcome.results),

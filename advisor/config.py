@@ -41,6 +41,7 @@ class Result(BaseModel):
     tolerance: float
     peak_memory_mb: float | None = None
     why: str = Field(description="why these settings were picked")
+    min_gain: float = Field(0.02, description="the space's min_gain the pick was made with")
     warnings: list[str] = Field(
         default_factory=list, description="what may make these measurements less reliable"
     )

@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
+from advisor.candidate import Mode
 from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, precision_of
-from advisor.runner import Mode, TrialResult
+from advisor.results import TrialResult
 from advisor.space import SearchSpace
 
 # Messages after which a CUDA context cannot be trusted: the worker is replaced.

@@ -22,9 +22,10 @@ from optuna.trial import TrialState
 
 from advisor import impls
 from advisor.candidate import Candidate, ConvInput, Mode
+from advisor.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.pick import pick_best
-from advisor.runner import TrialResult
+from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.workload import Workload, layer_workload_from_module
 
@@ -171,7 +172,7 @@ def choose_layer_impls(
     device: torch.device,
     mode: Mode,
     space: SearchSpace,
-    make_evaluator: Callable[[Workload], Callable[[Settings], TrialResult]],
+    make_evaluator: Callable[[Workload], Evaluator],
     storage: Any,
     study_name: str,
     min_gain: float = 0.02,
@@ -205,7 +206,7 @@ def choose_layer_impls(
         if len(usable) < 2:
             continue
         results: dict[str, TrialResult] = {}
-        evaluator: Callable[[Settings], TrialResult] | None = None
+        evaluator: Evaluator | None = None
         for name in usable:
             key = (g.key, name, _base(settings))
             if key not in done:
@@ -218,7 +219,7 @@ def choose_layer_impls(
             count += 1
             if progress is not None:
                 progress(count, total, results[name])
-        if evaluator is not None and hasattr(evaluator, "close"):
+        if evaluator is not None:
             evaluator.close()
         base = results["native"]
         if base.status != "ok":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from advisor.runner import TrialResult
+from advisor.results import TrialResult
 from advisor.timing import clearly_faster, speedup
 
 
@@ -96,3 +96,17 @@ def pick_final(
 def _interval(r: TrialResult, baseline: TrialResult) -> tuple[float, float, float]:
     assert r.measurement is not None and baseline.measurement is not None
     return speedup(baseline.measurement, r.measurement)
+
+
+def pareto_front(results: list[TrialResult]) -> list[TrialResult]:
+    """Accepted results that no other accepted result beats in both time and peak memory."""
+    ok = [r for r in results if r.status == "ok" and r.measurement is not None]
+
+    def point(r: TrialResult) -> tuple[float, float]:
+        return r.median_ms, float(r.peak_memory_mb or 0.0)
+
+    def dominates(a: TrialResult, b: TrialResult) -> bool:
+        (ta, ma), (tb, mb) = point(a), point(b)
+        return ta <= tb and ma <= mb and (ta < tb or ma < mb)
+
+    return [r for r in ok if not any(dominates(o, r) for o in ok if o is not r)]

@@ -12,7 +12,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from advisor.advice import Advice
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
     from advisor.search import Progress as SearchProgress
 
 

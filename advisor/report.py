@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
 
 STATUS_COLORS = {"ok": "#2a7ab0", "rejected": "#e08a1e", "failed": "#c0392b"}
 REQUIRED_CSV_COLUMNS = ("label", "status", "median_ms", "ci_low_ms", "ci_high_ms")
@@ -123,7 +123,7 @@ def _layers_study(study: optuna.Study) -> optuna.Study | None:
 def _results(study: optuna.Study) -> list[tuple[int, TrialResult]]:
     """Every measured candidate: the study's trials, then the whole-model measurements of
     per-layer combinations kept in the companion study (numbered -1: not trials of this study)."""
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
 
     out = [
         (t.number, TrialResult.model_validate(t.user_attrs["result"]))
@@ -262,7 +262,7 @@ def _layer_label(attrs: dict[str, Any]) -> str:
 
 def _layer_rows(study: optuna.Study | None, mode: str, env: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-layer measurements from the companion study: one row per layer group and impl."""
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
 
     layers = _layers_study(study) if study is not None else None
     if layers is None:

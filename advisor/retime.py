@@ -17,8 +17,16 @@ import torch
 
 from advisor.candidate import Candidate, Mode
 from advisor.knobs import GlobalFlags
-from advisor.runner import TrialResult, combine
-from advisor.timing import Clock, Measurement, Sampler, TimingPolicy, device_guard, l2_flusher
+from advisor.results import TrialResult
+from advisor.timing import (
+    Clock,
+    Measurement,
+    Sampler,
+    TimingPolicy,
+    combine,
+    device_guard,
+    l2_flusher,
+)
 from advisor.workload import Workload
 
 

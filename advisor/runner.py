@@ -10,53 +10,20 @@ import math
 import resource
 import sys
 from collections.abc import Callable
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
+from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
-from advisor.timing import Measurement, TimingPolicy, l2_flusher, measure
+from advisor.timing import Measurement, TimingPolicy, combine, l2_flusher, measure
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
-
-Status = Literal["ok", "rejected", "failed"]
-
-
-class TrialResult(BaseModel):
-    """One measured (or failed) candidate. Stored with its optuna trial."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    settings: Settings
-    status: Status
-    reason: str | None = None
-    measurement: Measurement | None = None
-    rel_error: float | None = None  # outputs vs the fp32 reference
-    grad_error: float | None = None  # all parameter and input gradients together (train mode)
-    precision: str = "fp32"
-    tolerance: float | None = None
-    grad_tolerance: float | None = None
-    tolerance_basis: str | None = None  # how the model-level tolerances were set
-    layer_error: float | None = None  # the worst conv layer alone vs float64
-    layer_tolerance: float | None = None
-    layer_detail: str | None = None  # which layer and tensor that was
-    rejected_by: str | None = None  # the space setting that would accept it, as key=value
-    peak_memory_mb: float | None = None
-    per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
-    retimed: bool = False  # measured in the interleaved re-time of the finalists
-
-    @property
-    def median_ms(self) -> float:
-        return self.measurement.median_ms if self.measurement else math.inf
-
-
 def _reset_peak_rss() -> None:
     """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
     trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""
@@ -85,25 +52,6 @@ def _peak_growth_mb(device: torch.device, rss0: float, mem0: int) -> float:
     if device.type == "cuda":
         return (torch.cuda.max_memory_allocated(device) - mem0) / 2**20
     return max(0.0, _peak_rss_mb() - rss0)
-
-
-def combine(measurements: list[Measurement], weights: list[float]) -> Measurement:
-    """The weighted-sum step time over a shape set, as samples: sample j is the weighted sum of
-    each shape's j-th sample (so the spread reflects every shape's noise)."""
-    if len(measurements) == 1:
-        return measurements[0]
-    n = min(len(m.samples_ms) for m in measurements)
-    samples = [
-        sum(w * m.samples_ms[j] for m, w in zip(measurements, weights, strict=True))
-        for j in range(n)
-    ]
-    first = [m.first_call_ms for m in measurements]
-    return Measurement(
-        samples_ms=samples,
-        first_call_ms=sum(first) if all(f is not None for f in first) else None,  # type: ignore[misc]
-        warmup_runs=min(m.warmup_runs for m in measurements),
-        reps=min(m.reps for m in measurements),
-    )
 
 
 def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:

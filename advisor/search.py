@@ -22,35 +22,33 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import socket
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 import torch
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from advisor.candidate import Mode
 from advisor.environment import Environment, current_environment
 from advisor.errors import AdvisorError, StorageError
+from advisor.evaluators import Evaluator, new_evaluator
 from advisor.impls import conv_modules
 from advisor.impls import names as impl_names
 from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
-from advisor.runner import Gate, Mode, TrialResult, evaluate
+from advisor.ownership import owner_dead, owner_id
+from advisor.pick import pareto_front
+from advisor.results import TrialResult
 from advisor.space import Dropped, SearchSpace, candidates
 from advisor.storage import GRACE_S, RETRIES, open_storage
 from advisor.workload import Workload
 
-if TYPE_CHECKING:
-    from advisor.isolate import IsolatedEvaluator
-
-Evaluator = Callable[[Settings], TrialResult]
 log = logging.getLogger("advisor")
 WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again
 
@@ -111,57 +109,18 @@ class WorkSummary:
     elapsed_s: float
 
 
-class InProcessEvaluator:
-    """Evaluates candidates in this process, computing the gate's references once. Global state
-    is put back after every candidate, so nothing leaks into the next one (or the caller)."""
-
-    def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
-        self.workload, self.device, self.mode, self.space = workload, device, mode, space
-        self._gate: Gate | None = None
-
-    def __call__(self, settings: Settings) -> TrialResult:
-        from advisor.isolate import classify, global_state, restore_global_state
-
-        saved = global_state()
-        try:
-            if self._gate is None:
-                self._gate = Gate(self.workload, self.device, self.mode, self.space)
-            result = evaluate(
-                self.workload, settings, self.device, self.mode, self.space, self._gate
-            )
-        finally:
-            restore_global_state(saved)
-        return classify(result)
-
-    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
-        """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
-        from advisor.isolate import global_state, restore_global_state
-        from advisor.retime import retime
-
-        saved = global_state()
-        try:
-            return retime(
-                self.workload, results, self.device, self.mode, self.space.timing.policy()
-            )
-        finally:
-            restore_global_state(saved)
-
-    def close(self) -> None:
-        self._gate = None
-
-
 def make_evaluator(
     workload: Workload, device: torch.device, space: SearchSpace, options: SearchOptions
-) -> InProcessEvaluator | IsolatedEvaluator:
-    """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
-    worker and the user did not ask for in-process trials; in-process otherwise."""
-    from advisor.isolate import IsolatedEvaluator, recreatable
-
-    if options.isolate and recreatable(workload.info):
-        return IsolatedEvaluator(
-            workload.info, device, options.mode, space, options.trial_timeout_s
-        )
-    return InProcessEvaluator(workload, device, options.mode, space)
+) -> Evaluator:
+    """The evaluator these options ask for (see `advisor.evaluators`)."""
+    return new_evaluator(
+        workload,
+        device,
+        space,
+        options.mode,
+        isolate=options.isolate,
+        timeout_s=options.trial_timeout_s,
+    )
 
 
 def applicable_impls(workload: Workload, device: torch.device) -> list[str]:
@@ -220,48 +179,6 @@ def _settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
 # ---- who runs a trial: orphans of dead processes on this host are reclaimed at once -----------
 
 
-def _start_ticks(pid: int) -> str | None:
-    """A process's start time (Linux), so a recycled pid is not taken for the original."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _host_id() -> str:
-    """This machine: its hostname and (Linux) boot id, so two machines that share a hostname are
-    not taken for one."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f"{socket.gethostname()}/{f.read().strip()[:8]}"
-    except OSError:
-        return socket.gethostname()
-
-
-def _owner_id() -> str:
-    pid = os.getpid()
-    return f"{_host_id()}:{pid}:{_start_ticks(pid) or ''}"
-
-
-def _owner_dead(owner: str) -> bool:
-    """True only when the owner ran on this host and is gone; other hosts: heartbeats decide."""
-    host, _, rest = owner.partition(":")
-    pid_s, _, ticks = rest.partition(":")
-    if host != _host_id() or not pid_s.isdigit():
-        return False
-    pid = int(pid_s)
-    if ticks and os.path.isdir("/proc"):
-        return _start_ticks(pid) != ticks
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def _reclaim_orphans(study: optuna.Study) -> None:
     """Fail RUNNING trials whose process on this host died (kill -9, a crash in-process), and
     (storages without heartbeats) RUNNING trials that never named their process for too long."""
@@ -270,7 +187,7 @@ def _reclaim_orphans(study: optuna.Study) -> None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
         if owner is not None:
-            orphan = _owner_dead(owner)
+            orphan = owner_dead(owner)
         else:
             started = t.datetime_start or now
             orphan = not _has_heartbeat(study) and now - started > timedelta(seconds=6 * GRACE_S)
@@ -359,6 +276,7 @@ def _open(
         study.set_user_attr("workload", workload.info)
         study.set_user_attr("mode", options.mode)
         study.set_user_attr("space", space.name)
+        study.set_user_attr("min_gain", space.min_gain)  # the pick rule, for reports
         study.set_user_attr("environment", env.model_dump(mode="json"))
     except Exception as e:  # noqa: BLE001 - storage backends raise many kinds
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -443,7 +361,7 @@ def _run(
     other processes' trials; returns (evaluated, failed) by this process."""
     study, varying, fixed, default = plan.study, plan.varying, plan.fixed, plan.cands[0]
     allowed = {c.model_dump_json() for c in plan.cands}
-    owner = _owner_id()
+    owner = owner_id()
     best: list[float] = []
     mine = {"evaluated": 0, "failed": 0}
 
@@ -532,7 +450,7 @@ def _with_evaluator(
     try:
         return _run(plan, device, space, options, ev, start)
     finally:
-        if own and hasattr(ev, "close"):
+        if own:
             ev.close()
 
 
@@ -564,20 +482,6 @@ def work(
     evaluated, failed = _with_evaluator(plan, workload, device, space, options, evaluator, start)
     done = _points_done(plan.study)
     return WorkSummary(plan.name, evaluated, failed, done, plan.total, time.perf_counter() - start)
-
-
-def pareto_front(results: list[TrialResult]) -> list[TrialResult]:
-    """Accepted results that no other accepted result beats in both time and peak memory."""
-    ok = [r for r in results if r.status == "ok" and r.measurement is not None]
-
-    def point(r: TrialResult) -> tuple[float, float]:
-        return r.median_ms, float(r.peak_memory_mb or 0.0)
-
-    def dominates(a: TrialResult, b: TrialResult) -> bool:
-        (ta, ma), (tb, mb) = point(a), point(b)
-        return ta <= tb and ma <= mb and (ta < tb or ma < mb)
-
-    return [r for r in ok if not any(dominates(o, r) for o in ok if o is not r)]
 
 
 def _outcome(plan: _Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:

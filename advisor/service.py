@@ -24,8 +24,8 @@ from advisor.per_layer import (
     stored_model_result,
 )
 from advisor.pick import pick_final
+from advisor.results import TrialResult
 from advisor.retime import finalists
-from advisor.runner import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, load_space, with_tolerances
 from advisor.storage import open_storage
@@ -171,8 +171,7 @@ def per_layer_stage(
         try:
             result = evaluator(combined)
         finally:
-            if hasattr(evaluator, "close"):
-                evaluator.close()
+            evaluator.close()
         store_model_result(storage, outcome.study_name, result)
     outcome.results.append(result)
     outcome.trial_numbers.append(-1)  # not an optuna trial of the main study

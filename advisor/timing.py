@@ -327,3 +327,22 @@ def _measure(
             if clock() - start >= policy.max_time_s:
                 break
     return Measurement(samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps)
+
+
+def combine(measurements: list[Measurement], weights: list[float]) -> Measurement:
+    """The weighted-sum step time over a shape set, as samples: sample j is the weighted sum of
+    each shape's j-th sample (so the spread reflects every shape's noise)."""
+    if len(measurements) == 1:
+        return measurements[0]
+    n = min(len(m.samples_ms) for m in measurements)
+    samples = [
+        sum(w * m.samples_ms[j] for m, w in zip(measurements, weights, strict=True))
+        for j in range(n)
+    ]
+    first = [m.first_call_ms for m in measurements]
+    return Measurement(
+        samples_ms=samples,
+        first_call_ms=sum(first) if all(f is not None for f in first) else None,  # type: ignore[misc]
+        warmup_runs=min(m.warmup_runs for m in measurements),
+        reps=min(m.reps for m in measurements),
+    )

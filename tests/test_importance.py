@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from advisor.importance import EXACT, FANOVA, Importance, knob_importance
 from advisor.knobs import Settings
 from advisor.report import importance_title, write_report
-from advisor.runner import TrialResult
+from advisor.results import TrialResult
 from advisor.timing import Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 import torch
 
+from advisor.evaluators import InProcessEvaluator
 from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify, global_state
 from advisor.knobs import Settings
-from advisor.runner import TrialResult
-from advisor.search import InProcessEvaluator
+from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.workload import layer_spec, layer_workload
 from tests.conftest import DATA, run_env

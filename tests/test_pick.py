@@ -6,7 +6,7 @@ import random
 
 from advisor.knobs import Settings
 from advisor.pick import pick_best, pick_final
-from advisor.runner import TrialResult
+from advisor.results import TrialResult
 from advisor.timing import Measurement, clearly_faster, speedup
 
 

@@ -3,8 +3,8 @@
 import torch
 
 from advisor.knobs import GlobalFlags, Settings
+from advisor.results import TrialResult
 from advisor.retime import finalists, retime
-from advisor.runner import TrialResult
 from advisor.timing import Measurement, TimingPolicy
 from advisor.workload import layer_spec, layer_workload, with_shape_set
 

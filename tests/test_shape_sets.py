@@ -6,9 +6,9 @@ import torch
 import advisor
 from advisor.errors import SpecError
 from advisor.knobs import Settings
-from advisor.runner import Gate, combine, evaluate
+from advisor.runner import Gate, evaluate
 from advisor.space import load_space
-from advisor.timing import Measurement
+from advisor.timing import Measurement, combine
 from advisor.workload import (
     layer_spec,
     layer_workload,
@@ -82,7 +82,7 @@ def test_model_workload_rebuilds_from_info(small_model_file: str) -> None:
 
 def test_benchmark_note_counts_the_per_shape_search() -> None:
     from advisor.advice import benchmark_note
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
 
     off = TrialResult(
         settings=Settings(),

@@ -140,7 +140,7 @@ def test_trials_and_re_time_share_one_sampler(monkeypatch: pytest.MonkeyPatch) -
     sample its trial used, under the device guard."""
     from advisor import retime as retime_mod
     from advisor.knobs import Settings
-    from advisor.runner import TrialResult
+    from advisor.results import TrialResult
     from advisor.workload import layer_spec, layer_workload
 
     seen: list[tuple[str, int]] = []

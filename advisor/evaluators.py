@@ -1,0 +1,87 @@
+"""Evaluators: what runs candidates. In this process (`InProcessEvaluator`) or in a worker
+subprocess with a time limit (`advisor.isolate.IsolatedEvaluator`); both satisfy `Evaluator`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from advisor.candidate import Mode
+from advisor.knobs import Settings
+from advisor.results import TrialResult
+from advisor.runner import Gate, evaluate
+from advisor.space import SearchSpace
+from advisor.workload import Workload
+
+if TYPE_CHECKING:
+    from advisor.isolate import IsolatedEvaluator
+
+__all__ = ["Evaluator", "InProcessEvaluator", "new_evaluator"]
+
+
+class Evaluator(Protocol):
+    """Measures and gates candidates of one workload; `close()` releases what it holds."""
+
+    def __call__(self, settings: Settings) -> TrialResult: ...
+
+    def retime(self, results: list[TrialResult]) -> list[TrialResult]: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessEvaluator:
+    """Evaluates candidates in this process, computing the gate's references once. Global state
+    is put back after every candidate, so nothing leaks into the next one (or the caller)."""
+
+    def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
+        self.workload, self.device, self.mode, self.space = workload, device, mode, space
+        self._gate: Gate | None = None
+
+    def __call__(self, settings: Settings) -> TrialResult:
+        from advisor.isolate import classify, global_state, restore_global_state
+
+        saved = global_state()
+        try:
+            if self._gate is None:
+                self._gate = Gate(self.workload, self.device, self.mode, self.space)
+            result = evaluate(
+                self.workload, settings, self.device, self.mode, self.space, self._gate
+            )
+        finally:
+            restore_global_state(saved)
+        return classify(result)
+
+    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
+        """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
+        from advisor.isolate import global_state, restore_global_state
+        from advisor.retime import retime
+
+        saved = global_state()
+        try:
+            return retime(
+                self.workload, results, self.device, self.mode, self.space.timing.policy()
+            )
+        finally:
+            restore_global_state(saved)
+
+    def close(self) -> None:
+        self._gate = None
+
+
+def new_evaluator(
+    workload: Workload,
+    device: torch.device,
+    space: SearchSpace,
+    mode: Mode,
+    *,
+    isolate: bool = False,
+    timeout_s: float = 600.0,
+) -> InProcessEvaluator | IsolatedEvaluator:
+    """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
+    worker and the user did not ask for in-process trials; in-process otherwise."""
+    from advisor.isolate import IsolatedEvaluator, recreatable
+
+    if isolate and recreatable(workload.info):
+        return IsolatedEvaluator(workload.info, device, mode, space, timeout_s)
+    return InProcessEvaluator(workload, device, mode, space)
