@@ -86,7 +86,9 @@ def _to_format(x: Any, device: torch.device, memory_format: str) -> Any:
     return x.contiguous(memory_format=fmt) if fmt is not None else x
 
 
-def _compute_dtype(module: nn.Module, settings: Settings) -> torch.dtype:
+def compute_dtype(module: nn.Module, settings: Settings) -> torch.dtype:
+    """The dtype a conv layer computes in under `settings`: the autocast dtype, else its
+    weights' dtype (what an implementation's `why_not` is asked about)."""
     if settings.amp in _AMP_DTYPES:
         return _AMP_DTYPES[settings.amp]
     weight = getattr(module, "weight", None)
@@ -104,9 +106,7 @@ def swap_layers(
     used: dict[str, str] = {}
     for name, module in impls.conv_modules(model):
         wanted = settings.layers.get(name, settings.conv_impl)
-        reason = impls.why_not(
-            wanted, module, device=device, dtype=_compute_dtype(module, settings)
-        )
+        reason = impls.why_not(wanted, module, device=device, dtype=compute_dtype(module, settings))
         if reason is not None:
             if warn and wanted != "native":
                 warnings.warn(

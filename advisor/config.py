@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.environment import Environment
-from advisor.errors import ConfigError, validation_message
+from advisor.errors import ConfigError, first_line, validation_message
 from advisor.knobs import Settings
 
 CONFIG_SCHEMA_VERSION = 1
@@ -114,7 +114,9 @@ def load_config(path: str | Path) -> Config:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"config {path} is not valid JSON: {str(e).splitlines()[0]}") from None
+        raise ConfigError(
+            f"config {path} is not valid JSON: {first_line(e, with_type=False)}"
+        ) from None
     if not isinstance(data, dict) or "settings" not in data or "schema_version" not in data:
         raise ConfigError(f"{path} is not an advisor config (no schema_version/settings)")
     if data.get("schema_version") != CONFIG_SCHEMA_VERSION:

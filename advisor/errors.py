@@ -18,10 +18,13 @@ def validation_message(e: ValidationError, what: str) -> str:
     return f"invalid {what}: {loc}: {msg}" if loc else f"invalid {what}: {msg}"
 
 
-def first_line(e: BaseException, limit: int = 300) -> str:
-    """An exception as one line for a failure reason: its type and the first line of its text."""
+def first_line(e: BaseException, limit: int = 300, *, with_type: bool = True) -> str:
+    """An exception as one line: its type (unless `with_type` is off) and the first line of its
+    text (its type alone when it has none)."""
     first = (str(e).strip().splitlines() or [""])[0][:limit]
-    return f"{type(e).__name__}: {first}"
+    if not first:
+        return type(e).__name__
+    return f"{type(e).__name__}: {first}" if with_type else first
 
 
 class AdvisorError(Exception):

@@ -84,7 +84,7 @@ def restore_global_state(saved: dict[str, Any]) -> None:
     """Put back what `global_state()` saved, so no flag leaks from one trial into the next."""
     if global_state() == saved:
         return
-    GlobalFlags._write(saved)
+    GlobalFlags.write(saved)
     torch.set_default_dtype(saved["default_dtype"])
     torch.set_grad_enabled(saved["grad_enabled"])
 

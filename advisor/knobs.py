@@ -187,7 +187,8 @@ class GlobalFlags:
         return bool(torch.backends.cuda.matmul.allow_tf32)
 
     @staticmethod
-    def _write(state: dict[str, Any]) -> None:
+    def write(state: dict[str, Any]) -> None:
+        """Set the flags to a state `read()` returned (or `wanted()` made)."""
         tf32 = state["tf32"]
         if _has_fp32_precision_api():
             torch.backends.cudnn.conv.fp32_precision = tf32["conv"]
@@ -213,17 +214,17 @@ class GlobalFlags:
     def apply(self, settings: Settings) -> None:
         if self._saved is None:
             self._saved = self.read()
-        self._write(self.wanted(settings))
+        self.write(self.wanted(settings))
 
     @classmethod
     def switch_to(cls, settings: Settings) -> None:
         """Set the flags for `settings` without saving: for switching between candidates that
         are each held by their own GlobalFlags (which restore the original state)."""
-        cls._write(cls.wanted(settings))
+        cls.write(cls.wanted(settings))
 
     def restore(self) -> None:
         if self._saved is not None:
-            self._write(self._saved)
+            self.write(self._saved)
             self._saved = None
 
     def __enter__(self) -> GlobalFlags:

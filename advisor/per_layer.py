@@ -21,6 +21,7 @@ import torch
 from optuna.trial import TrialState
 
 from advisor import impls
+from advisor.apply import compute_dtype
 from advisor.candidate import Candidate, ConvInput, Mode
 from advisor.evaluators import Evaluator
 from advisor.knobs import Settings
@@ -28,8 +29,6 @@ from advisor.pick import pick_best
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.workload import Workload, layer_workload_from_module
-
-_AMP = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,6 @@ def layer_groups(
         )
         out.append(LayerGroup(key, tuple(names), wl.name, wl))
     return out
-
-
-def _compute_dtype(settings: Settings) -> torch.dtype:
-    return _AMP.get(settings.amp, torch.float32)
 
 
 def _layers_study(storage: Any, study_name: str) -> optuna.Study:
@@ -187,10 +182,10 @@ def choose_layer_impls(
     groups = layer_groups(workload, settings, device, mode)
     study = _layers_study(storage, study_name)
     done = _stored(study)
-    dtype = _compute_dtype(settings)
     plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
     for g in groups:
         module = g.workload.make_model()
+        dtype = compute_dtype(module, settings)
         usable, skipped = [], {}
         for name in wanted:
             reason = impls.why_not(name, module, device=device, dtype=dtype)

@@ -24,6 +24,8 @@ from advisor.timing import Measurement, TimingPolicy, combine, l2_flusher, measu
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
+
+
 def _reset_peak_rss() -> None:
     """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
     trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""

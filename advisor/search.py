@@ -36,7 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from advisor.candidate import Mode
 from advisor.environment import Environment, current_environment
-from advisor.errors import AdvisorError, StorageError
+from advisor.errors import AdvisorError, StorageError, first_line
 from advisor.evaluators import Evaluator, new_evaluator
 from advisor.impls import conv_modules
 from advisor.impls import names as impl_names
@@ -179,23 +179,21 @@ def _settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
 # ---- who runs a trial: orphans of dead processes on this host are reclaimed at once -----------
 
 
-def _reclaim_orphans(study: optuna.Study) -> None:
+def _reclaim_orphans(study: optuna.Study, heartbeats: bool) -> None:
     """Fail RUNNING trials whose process on this host died (kill -9, a crash in-process), and
     (storages without heartbeats) RUNNING trials that never named their process for too long."""
     now = datetime.now()
-    storage = study._storage
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
         if owner is not None:
             orphan = owner_dead(owner)
         else:
             started = t.datetime_start or now
-            orphan = not _has_heartbeat(study) and now - started > timedelta(seconds=6 * GRACE_S)
+            orphan = not heartbeats and now - started > timedelta(seconds=6 * GRACE_S)
         if not orphan:
             continue
         with contextlib.suppress(Exception):  # another process may reclaim it first
-            storage.set_trial_user_attr(t._trial_id, "reason", "its process died")
-            storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             log.warning("trial %d: its process died; the candidate will be retried", t.number)
 
 
@@ -206,10 +204,9 @@ def _fail_stale(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def _has_heartbeat(study: optuna.Study) -> bool:
-    from optuna.storages._heartbeat import is_heartbeat_enabled
-
-    return is_heartbeat_enabled(study._storage)
+def _has_heartbeat(storage: optuna.storages.BaseStorage) -> bool:
+    interval = getattr(storage, "get_heartbeat_interval", None)  # RDB storages
+    return interval is not None and interval() is not None
 
 
 # ---- the study ----------------------------------------------------------------------------------
@@ -220,6 +217,7 @@ class _Plan:
     """A study opened for one workload, and the candidates it holds."""
 
     study: optuna.Study
+    storage: optuna.storages.BaseStorage
     name: str
     env: Environment
     cands: list[Settings]
@@ -279,10 +277,11 @@ def _open(
         study.set_user_attr("min_gain", space.min_gain)  # the pick rule, for reports
         study.set_user_attr("environment", env.model_dump(mode="json"))
     except Exception as e:  # noqa: BLE001 - storage backends raise many kinds
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise StorageError(f"cannot open study {name!r}: {first}") from None
-    return _Plan(study, name, env, cands, dropped, fixed, varying, len(cands) <= budget, budget,
-                 multi)  # fmt: skip
+        raise StorageError(
+            f"cannot open study {name!r}: {first_line(e, with_type=False)}"
+        ) from None
+    return _Plan(study, storage, name, env, cands, dropped, fixed, varying, len(cands) <= budget,
+                 budget, multi)  # fmt: skip
 
 
 def _died_result(plan: _Plan, s: Settings, space: SearchSpace, device: torch.device) -> TrialResult:
@@ -407,7 +406,7 @@ def _run(
     deadline = start + space.budget.time_s
     stalled = 0
     while (remaining := deadline - time.perf_counter()) > 0:
-        _reclaim_orphans(study)
+        _reclaim_orphans(study, _has_heartbeat(plan.storage))
         _fail_stale(study)
         enqueue_missing(plan, space, device)
         trials = study.get_trials(deepcopy=False)

@@ -15,7 +15,7 @@ from torch import nn
 
 from advisor.advice import Advice, build_advice
 from advisor.environment import resolve_device
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, first_line
 from advisor.per_layer import (
     LayerChoice,
     choose_layer_impls,
@@ -199,7 +199,7 @@ def retime_finalists(
     try:
         fresh = evaluator.retime(fin)
     except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big to hold together
-        log.warning("interleaved re-time skipped: %s", (str(e).splitlines() or [""])[0][:200])
+        log.warning("interleaved re-time skipped: %s", first_line(e, with_type=False))
         return 0
     finally:
         evaluator.close()

@@ -17,7 +17,7 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from advisor.errors import SpaceError, validation_message
+from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
 from advisor.timing import TimingPolicy
 
@@ -173,7 +173,9 @@ def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchS
     try:
         data = json.loads(text) if where.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:
-        raise SpaceError(f"cannot parse search space {where}: {str(e).splitlines()[0]}") from None
+        raise SpaceError(
+            f"cannot parse search space {where}: {first_line(e, with_type=False)}"
+        ) from None
     if not isinstance(data, dict):
         raise SpaceError(f"search space {where} must be a mapping")
     try:

@@ -15,7 +15,7 @@ import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from advisor.errors import StorageError
+from advisor.errors import StorageError, first_line
 
 HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
 GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
@@ -65,7 +65,9 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
             if attempt + 1 < _CREATE_TRIES and _creation_race(e):
                 time.sleep(0.2 + random.random() * (attempt + 1))
                 continue
-            raise StorageError(f"cannot open storage {_redact(url)}: {_first_line(e)}") from None
+            raise StorageError(
+                f"cannot open storage {_redact(url)}: {first_line(e, 200, with_type=False)}"
+            ) from None
     raise AssertionError("unreachable")
 
 
@@ -95,7 +97,7 @@ def _journal(path: Path) -> JournalStorage:
         return JournalStorage(JournalFileBackend(str(path)))
     except Exception as e:  # noqa: BLE001 - optuna raises several kinds on a bad log
         raise StorageError(
-            f"cannot open journal storage {path}: not an optuna journal ({_first_line(e)})"
+            f"cannot open journal storage {path}: not an optuna journal ({first_line(e, 200, with_type=False)})"
         ) from None
 
 
@@ -120,8 +122,3 @@ def _redact(url: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}" if ":" in creds else url
     return url
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:200] if lines else type(e).__name__

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from torch import nn
 
-from advisor.errors import ModelFileError, SpecError, validation_message
+from advisor.errors import ModelFileError, SpecError, first_line, validation_message
 
 ConvKind = Literal[
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"
@@ -142,7 +142,7 @@ class LayerSpec(BaseModel):
                 module(torch.randn(1, *self.input_shape[1:]))  # rejects shapes that give no output
         except (RuntimeError, ValueError) as e:
             raise SpecError(
-                f"{self.kind} cannot run on input {self.input_shape}: {_first_line(e)}"
+                f"{self.kind} cannot run on input {self.input_shape}: {first_line(e, with_type=False)}"
             ) from None
         return module
 
@@ -199,11 +199,6 @@ def _fresh_small(x: torch.Tensor) -> torch.Tensor:
     if x.dim() <= 1:
         return x
     return _fresh_like(x[:1], torch.Generator())
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def parse_layer_call(text: str) -> dict[str, Any]:
@@ -288,7 +283,9 @@ def _load_mapping(path: Path) -> dict[str, Any]:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as e:
-        raise SpecError(f"cannot read layer spec {path}: {_first_line(e)}") from None
+        raise SpecError(
+            f"cannot read layer spec {path}: {first_line(e, with_type=False)}"
+        ) from None
     if not isinstance(data, dict):
         raise SpecError(f"layer spec {path} must be a mapping of field: value")
     if "layer" in data and isinstance(data["layer"], str):
@@ -390,7 +387,7 @@ def model_workload(
     except Exception as e:  # noqa: BLE001 - user code: any failure is a bad input
         raise ModelFileError(
             f"model from {target} fails on {inputs}() {[tuple(x.shape) for x in example if torch.is_tensor(x)]}: "
-            f"{type(e).__name__}: {_first_line(e)}"
+            f"{type(e).__name__}: {first_line(e, with_type=False)}"
         ) from None
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -434,7 +431,7 @@ def _import_target(target: str, build: str) -> tuple[Any, str]:
         module = importlib.import_module(modname)
     except Exception as e:  # noqa: BLE001
         raise ModelFileError(
-            f"cannot import module {modname!r}: {type(e).__name__}: {_first_line(e)}"
+            f"cannot import module {modname!r}: {type(e).__name__}: {first_line(e, with_type=False)}"
         ) from None
     return module, func or build
 
@@ -452,7 +449,9 @@ def _call(fn: Callable[[], Any], what: str) -> Any:
     try:
         return fn()
     except Exception as e:  # noqa: BLE001
-        raise ModelFileError(f"{what} raised {type(e).__name__}: {_first_line(e)}") from None
+        raise ModelFileError(
+            f"{what} raised {type(e).__name__}: {first_line(e, with_type=False)}"
+        ) from None
 
 
 def _describe_user_error(e: BaseException, path: Path) -> str:
@@ -463,7 +462,7 @@ def _describe_user_error(e: BaseException, path: Path) -> str:
     if isinstance(e, SyntaxError):
         line = f" (line {e.lineno})"
         return f"SyntaxError: {e.msg}{line}"
-    return f"{type(e).__name__}: {_first_line(e)}{line}"
+    return f"{type(e).__name__}: {first_line(e, with_type=False)}{line}"
 
 
 def spec_from_module(
@@ -547,7 +546,7 @@ def object_workload(model: nn.Module, inputs: Any) -> Workload:
         check_runs(copy.deepcopy(base), [x.cpu() if torch.is_tensor(x) else x for x in example])
     except Exception as e:  # noqa: BLE001
         raise ModelFileError(
-            f"model fails on the example inputs {shapes}: {type(e).__name__}: {_first_line(e)}"
+            f"model fails on the example inputs {shapes}: {type(e).__name__}: {first_line(e, with_type=False)}"
         ) from None
     info = {
         "kind": "model",
@@ -650,7 +649,7 @@ def _check_cases(workload: Workload, cases: tuple[ShapeCase, ...]) -> None:
             check_runs(model, case.inputs)
         except Exception as e:  # noqa: BLE001 - user model: any failure is a bad shape
             raise SpecError(
-                f"the workload fails on input shape {shapes}: {_first_line(e)}"
+                f"the workload fails on input shape {shapes}: {first_line(e, with_type=False)}"
             ) from None
 
 
