@@ -12,6 +12,7 @@ among the re-timed finalists only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
@@ -26,6 +27,7 @@ from advisor.timing import (
     combine,
     device_guard,
     l2_flusher,
+    sample_interleaved,
 )
 from advisor.workload import Workload
 
@@ -39,39 +41,6 @@ def finalists(results: Sequence[TrialResult], baseline: TrialResult, top: int) -
     if all(r.settings != baseline.settings for r in chosen):
         chosen.append(baseline)
     return chosen
-
-
-def _interleave(
-    cands: list[Candidate],
-    reps: list[int],
-    sampler: Sampler,
-    policy: TimingPolicy,
-) -> list[list[float]]:
-    samples: list[list[float]] = [[] for _ in cands]
-    clock = sampler.clock
-    launch_ms = []
-    for c in cands:  # warm up each under its own flags
-        GlobalFlags.switch_to(c.tuned.settings)
-        warm = max(1, policy.warmup_runs)
-        t = clock()
-        for _ in range(warm):
-            c.step()
-        launch_ms.append((clock() - t) * 1e3 / warm)  # host time per call (queue_ahead)
-    budget_s = policy.max_time_s * len(cands)  # the same time per candidate as a trial
-    start = clock()
-    rounds = 0
-    while rounds < policy.max_samples:
-        order = list(enumerate(cands))
-        if rounds % 2:
-            order.reverse()
-        for i, c in order:
-            GlobalFlags.switch_to(c.tuned.settings)
-            sampler.launch_ms = launch_ms[i]
-            samples[i].append(sampler(c.step, reps[i]))
-        rounds += 1
-        if rounds >= policy.min_samples and clock() - start >= budget_s:
-            break
-    return samples
 
 
 def retime(
@@ -95,7 +64,16 @@ def retime(
             try:
                 for r in results:
                     cands.append(Candidate(workload, r.settings, device, mode, case=case))
-                samples = _interleave(cands, reps, sampler, policy)
+                samples = sample_interleaved(
+                    [c.step for c in cands],
+                    sampler,
+                    reps=reps,
+                    before=[partial(GlobalFlags.switch_to, c.tuned.settings) for c in cands],
+                    warmup=policy.warmup_runs,
+                    min_rounds=policy.min_samples,
+                    max_rounds=policy.max_samples,
+                    budget_s=policy.max_time_s,  # the same time per candidate as a trial
+                )
             finally:
                 for c in reversed(cands):  # flags were saved in creation order: restore in reverse
                     c.close()

@@ -15,7 +15,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,6 +260,54 @@ class Sampler:
             fn()
         synchronize(self.device)
         return (self.clock() - t) * 1e3 / reps
+
+
+def sample_interleaved(
+    steps: Sequence[Callable[[], object]],
+    sampler: Sampler,
+    *,
+    reps: Sequence[int] | None = None,
+    before: Sequence[Callable[[], None]] | None = None,
+    warmup: int = 1,
+    min_rounds: int = 5,
+    max_rounds: int = 200,
+    budget_s: float = 1.0,
+) -> list[list[float]]:
+    """Samples (ms per call) of several steps taken in rounds, one sample of each per round, in
+    alternating order (A B C, C B A, ...), so drift and other load hit every step alike.
+
+    `before[i]` runs before each call of step i outside the timed span (switch the global flags
+    to that candidate's, clear gradients). Stops after `max_rounds`, or after `min_rounds` once
+    `budget_s` per step is spent. The one interleaving sampler: the finalists' re-time and the
+    benchmarks use it.
+    """
+    n = len(steps)
+    reps = list(reps) if reps is not None else [1] * n
+    prepare = list(before) if before is not None else [lambda: None] * n
+    clock = sampler.clock
+    launch_ms = []
+    for step, prep in zip(steps, prepare, strict=True):
+        t = 0.0
+        for _ in range(max(1, warmup)):
+            prep()
+            t0 = clock()
+            step()
+            t += clock() - t0
+        launch_ms.append(t * 1e3 / max(1, warmup))  # host time per call (queue_ahead)
+    synchronize(sampler.device)
+    samples: list[list[float]] = [[] for _ in steps]
+    start = clock()
+    rounds = 0
+    while rounds < max_rounds:
+        order = list(range(n)) if rounds % 2 == 0 else list(reversed(range(n)))
+        for i in order:
+            prepare[i]()
+            sampler.launch_ms = launch_ms[i]
+            samples[i].append(sampler(steps[i], reps[i]))
+        rounds += 1
+        if rounds >= min_rounds and clock() - start >= budget_s * n:
+            break
+    return samples
 
 
 def _hold_gpu(device: torch.device, ms: float) -> None:

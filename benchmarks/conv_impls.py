@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import itertools
 import os
 import platform
 import statistics
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from advisor import impls, roofline  # noqa: E402
 from advisor.allocator import settle_cpu_allocator  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
+from advisor.timing import Sampler, sample_interleaved  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,6 @@ class Row:
         return q[2] - q[0]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _steps(
     module: nn.Module, pool: list[torch.Tensor], grad_out: torch.Tensor
 ) -> dict[str, tuple[Callable[[int], None], Callable[[], None]]]:
@@ -155,35 +152,25 @@ def _steps(
     return {"infer": (infer, clear), "train": (train, clear)}
 
 
-def sample_interleaved(
+def _interleaved(
     steps: dict[str, tuple[Callable[[int], None], Callable[[], None]]],
     device: torch.device,
     budget_s: float,
-    max_samples: int = 40,
-    min_samples: int = 5,
 ) -> dict[str, list[float]]:
-    """Samples (ms) per impl, taken round-robin (A B C A B C ...) so that load from other
-    processes hits every impl alike; 2 warm-up runs each; about budget_s per impl."""
-    for step, clear in steps.values():
-        for i in range(2):
-            clear()
-            step(i)
-    _sync(device)
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < max_samples and (
-        rounds < min_samples or time.perf_counter() - start < budget_s * len(steps)
-    ):
-        for name, (step, clear) in steps.items():
-            clear()
-            _sync(device)
-            t0 = time.perf_counter()
-            step(rounds)
-            _sync(device)
-            samples[name].append((time.perf_counter() - t0) * 1e3)
-        rounds += 1
-    return samples
+    """Samples (ms) per impl from the advisor's one interleaving sampler (A B C, C B A, ...):
+    2 warm-up runs each, 5 to 40 rounds, about budget_s per impl; `clear` before each call."""
+    counters = {name: itertools.count() for name in steps}
+    calls = [lambda s=s, c=counters[n]: s(next(c)) for n, (s, _) in steps.items()]
+    samples = sample_interleaved(
+        calls,
+        Sampler(device),
+        before=[clear for _, clear in steps.values()],
+        warmup=2,
+        min_rounds=5,
+        max_rounds=40,
+        budget_s=budget_s,
+    )
+    return dict(zip(steps, samples, strict=True))
 
 
 def bench_layer(layer: Layer, device: torch.device, budget_s: float) -> list[Row]:
@@ -218,7 +205,7 @@ def bench_layer(layer: Layer, device: torch.device, budget_s: float) -> list[Row
         runnable[name] = _steps(module, pool, grad_out)
     for mode in ("infer", "train"):
         steps = {name: by_mode[mode] for name, by_mode in runnable.items()}
-        for name, samples in sample_interleaved(steps, device, budget_s).items():
+        for name, samples in _interleaved(steps, device, budget_s).items():
             rows.append(Row(layer.name, name, mode, samples, errors[name]))
     return rows
 

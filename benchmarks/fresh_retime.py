@@ -2,9 +2,10 @@
 
 Used by advisor_vs_defaults.py and model_retime.py. The child process rebuilds the workload from
 the config, applies each variant with `advisor.apply` to its own copy of the model (same weights),
-compares outputs and gradients with the untuned fp32 model, then times the steps with
-`torch.utils.benchmark` in interleaved rounds (A B C, C B A, ...) so drift hits every variant
-alike. Returns, per variant, the median and IQR over all blocks of all rounds, and the errors.
+compares outputs and gradients with the untuned fp32 model, then times the steps with the
+advisor's one interleaving sampler (`advisor.timing.sample_interleaved`: rounds A B C, C B A, ...)
+so drift hits every variant alike. Returns, per variant, the median and IQR of its samples, and
+the errors.
 
     python benchmarks/fresh_retime.py tuned.json train cpu '{"default": {}, "advisor": {...}}'
 """
@@ -59,12 +60,11 @@ def _run(args: list[str]) -> dict[str, Any]:
 
 
 def _plain_child(argv: list[str]) -> dict[str, Any]:
-    import numpy as np
     import torch
-    import torch.utils.benchmark as tb
 
     from advisor.config import load_config
     from advisor.runner import flatten_tensors
+    from advisor.timing import TimingPolicy, measure
     from advisor.workload import workload_from_info
 
     cfg_path, mode, device, _variants, rounds, min_run = argv
@@ -85,24 +85,24 @@ def _plain_child(argv: list[str]) -> dict[str, Any]:
             gs.extend(torch.randn(o.shape, device=dev) for o in outs)
         sum((o * g).sum() for o, g in zip(outs, gs, strict=True)).backward()  # type: ignore[union-attr]
 
-    timer = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
-    s = [t * 1e3 for t in timer.blocked_autorange(min_run_time=float(min_run) * int(rounds)).times]
-    q75, q25 = np.percentile(s, [75, 25])
-    return {"median_ms": float(np.median(s)), "iqr_ms": float(q75 - q25), "blocks": len(s)}
+    budget = float(min_run) * int(rounds)
+    policy = TimingPolicy(min_samples=10, max_samples=10_000, target_rel_ci=1e-9, max_time_s=budget)
+    m = measure(step, dev, policy)
+    return {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "blocks": len(m.samples_ms)}
 
 
 def _child(argv: list[str]) -> dict[str, Any]:
     import warnings
+    from functools import partial
 
-    import numpy as np
     import torch
-    import torch.utils.benchmark as tb
 
     import advisor
     from advisor.allocator import settle_cpu_allocator
     from advisor.config import load_config
     from advisor.knobs import GlobalFlags
     from advisor.runner import flatten_tensors
+    from advisor.timing import Measurement, Sampler, sample_interleaved
     from advisor.workload import workload_from_info
 
     warnings.simplefilter("ignore")
@@ -162,20 +162,19 @@ def _child(argv: list[str]) -> dict[str, Any]:
         runs[name] = (tuned, step)
         tuned.restore()
 
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    order = list(runs)
-    for r in range(int(rounds)):
-        for name in order if r % 2 == 0 else order[::-1]:
-            tuned, step = runs[name]
-            GlobalFlags.switch_to(tuned.settings)
-            timer = tb.Timer(stmt="step()", globals={"step": step},
-                             num_threads=torch.get_num_threads())  # fmt: skip
-            samples[name] += [
-                t * 1e3 for t in timer.blocked_autorange(min_run_time=float(min_run)).times
-            ]
-    for name, s in samples.items():
-        q75, q25 = np.percentile(s, [75, 25])
-        out[name].update(median_ms=float(np.median(s)), iqr_ms=float(q75 - q25), blocks=len(s))
+    names = list(runs)
+    samples = sample_interleaved(
+        [runs[n][1] for n in names],
+        Sampler(dev),
+        before=[partial(GlobalFlags.switch_to, runs[n][0].settings) for n in names],
+        warmup=2,
+        min_rounds=10,
+        max_rounds=100_000,
+        budget_s=float(min_run) * int(rounds),
+    )
+    for name, s in zip(names, samples, strict=True):
+        m = Measurement(samples_ms=s)
+        out[name].update(median_ms=m.median_ms, iqr_ms=m.iqr_ms, blocks=len(s))
     return out
 
 

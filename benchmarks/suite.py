@@ -142,18 +142,6 @@ def _advise_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tf32_everywhere() -> None:
-    import torch
-
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(conv, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision"):
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
-    else:  # older torch: never mix the two APIs in one process
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-
-
 def _time_job(job: dict[str, Any]) -> dict[str, Any]:
     """Set one configuration up in this fresh process and time the case's step."""
     import torch
@@ -165,12 +153,11 @@ def _time_job(job: dict[str, Any]) -> dict[str, Any]:
     cuda = dev.type == "cuda"
     train = case.mode == "train"
     if not cuda:
-        # glibc raises its mmap threshold when a large mmapped block is freed. Until then every
-        # output over 128 KiB is mmapped and page-faulted anew on each call (a 3->16 conv on
-        # 128x128 measured 6x slower). A training loop reaches the raised state after its
-        # first step, and so does the advisor's search: put every configuration there alike.
-        buf = torch.empty(16 << 20, dtype=torch.uint8)  # 16 MiB: under the 32 MiB ceiling
-        del buf
+        # The glibc malloc state every advisor measurement and advisor.apply use (see
+        # advisor/allocator.py): put every configuration there alike.
+        from advisor.allocator import settle_cpu_allocator
+
+        settle_cpu_allocator()
     model = case.make_model(quick).train(train)
     xs = [x.to(dev) for x in case.make_inputs(quick)]
     ctx: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
@@ -180,14 +167,17 @@ def _time_job(job: dict[str, Any]) -> dict[str, Any]:
     if config == "default":
         model.to(dev)
     elif config == "cudnn_benchmark":
-        torch.backends.cudnn.benchmark = True
+        from advisor.knobs import GlobalFlags, Settings
+
+        GlobalFlags.switch_to(Settings(cudnn_benchmark=True))
         model.to(dev)
         label = "cudnn_benchmark=on"
     elif config == "everything_on":
         half = torch.float16 if cuda else torch.bfloat16
-        if cuda:
-            _tf32_everywhere()
-            torch.backends.cudnn.benchmark = True
+        if cuda:  # through the advisor's one door for global flags
+            from advisor.knobs import GlobalFlags, Settings
+
+            GlobalFlags.switch_to(Settings(tf32="on", cudnn_benchmark=True))
         five_d = any(m.weight.dim() == 5 for m in model.modules() if isinstance(m, _conv_types()))
         fmt = torch.channels_last_3d if five_d else torch.channels_last
         model.to(dev, memory_format=fmt)
