@@ -143,7 +143,7 @@ def apply_settings(
     fmt_ndim = _model_ndim(model)
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None
     if fmt is not None:
-        model.to(memory_format=fmt)
+        model.to(memory_format=fmt)  # type: ignore[call-overload]  # real overload, not in stubs
     used = swap_layers(model, settings, dev, warn=warn)
     flags = GlobalFlags()
     flags.apply(settings)
@@ -155,7 +155,11 @@ def apply_settings(
 
 def _model_ndim(model: nn.Module) -> int:
     """Tensor rank that the model's convs take (4 for Conv2d, 5 for Conv3d), 0 if none."""
-    ranks = {m.weight.dim() for _, m in impls.conv_modules(model) if m.weight is not None}
+    ranks = {
+        w.dim()
+        for _, m in impls.conv_modules(model)
+        if isinstance(w := getattr(m, "weight", None), torch.Tensor)
+    }
     if 5 in ranks:
         return 5
     return 4 if 4 in ranks else 0

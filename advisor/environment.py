@@ -130,7 +130,7 @@ def _environment(device_type: str, index: int) -> Environment:
         fields["cudnn"] = None
     key = "|".join(f"{k}={fields.get(k)}" for k in _FINGERPRINT_FIELDS)
     fields["fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return Environment(**fields)  # type: ignore[arg-type]
+    return Environment(**fields)
 
 
 def current_environment(device: str | torch.device | None = "auto") -> Environment:

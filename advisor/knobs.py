@@ -157,9 +157,10 @@ class GlobalFlags:
 
     @staticmethod
     def read() -> dict[str, Any]:
+        tf32: dict[str, Any]
         if _has_fp32_precision_api():
             tf32 = {
-                "conv": torch.backends.cudnn.conv.fp32_precision,
+                "conv": torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
                 "matmul": torch.backends.cuda.matmul.fp32_precision,
             }
         else:
@@ -191,7 +192,7 @@ class GlobalFlags:
         """Set the flags to a state `read()` returned (or `wanted()` made)."""
         tf32 = state["tf32"]
         if _has_fp32_precision_api():
-            torch.backends.cudnn.conv.fp32_precision = tf32["conv"]
+            torch.backends.cudnn.conv.fp32_precision = tf32["conv"]  # type: ignore[attr-defined]
             torch.backends.cuda.matmul.fp32_precision = tf32["matmul"]
         else:
             torch.backends.cudnn.allow_tf32 = tf32["conv"]
@@ -202,6 +203,7 @@ class GlobalFlags:
     def wanted(settings: Settings) -> dict[str, Any]:
         conv_on = settings.tf32 in ("conv", "on")
         matmul_on = settings.tf32 == "on"
+        tf32: dict[str, Any]
         if _has_fp32_precision_api():
             tf32 = {
                 "conv": "tf32" if conv_on else "ieee",

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -30,7 +37,7 @@ class ProgressReporter:
         self.enabled = enabled
         self.console = console or _stderr_console()
         self._bar: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> ProgressReporter:
         if self.enabled:

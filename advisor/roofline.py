@@ -33,12 +33,12 @@ def output_shape(sig: ConvSignature, input_shape: Sequence[int]) -> tuple[int, .
     out = []
     for i, (s_in, k, s, d) in enumerate(zip(size, sig.kernel_size, sig.stride, sig.dilation)):
         if sig.transposed:
-            p = sig.padding[i]  # type: ignore[index]
+            p = int(sig.padding[i])
             out.append((s_in - 1) * s - 2 * p + d * (k - 1) + sig.output_padding[i] + 1)
         elif sig.padding == "same":
             out.append(s_in)
         else:
-            p = 0 if sig.padding == "valid" else sig.padding[i]  # type: ignore[index]
+            p = 0 if sig.padding == "valid" else int(sig.padding[i])
             out.append((s_in + 2 * p - d * (k - 1) - 1) // s + 1)
     return (n, sig.out_channels, *out)
 

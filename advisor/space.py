@@ -21,7 +21,7 @@ from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
 from advisor.timing import TimingPolicy
 
-SPACE_SCHEMA_VERSION = 1
+SPACE_SCHEMA_VERSION: Literal[1] = 1
 
 
 class Budget(BaseModel):

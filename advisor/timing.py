@@ -390,7 +390,7 @@ def combine(measurements: list[Measurement], weights: list[float]) -> Measuremen
     first = [m.first_call_ms for m in measurements]
     return Measurement(
         samples_ms=samples,
-        first_call_ms=sum(first) if all(f is not None for f in first) else None,  # type: ignore[misc]
+        first_call_ms=None if None in first else sum(f or 0.0 for f in first),
         warmup_runs=min(m.warmup_runs for m in measurements),
         reps=min(m.reps for m in measurements),
     )

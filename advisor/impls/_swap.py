@@ -79,7 +79,7 @@ def _swapped_forward(
         output_padding = m._output_padding(  # type: ignore[operator]
             input, output_size, m.stride, m.padding, m.kernel_size, ndim, m.dilation
         )
-        return forward(self, input, tuple(m.padding), list(output_padding))
+        return forward(self, input, tuple(m.padding), list(output_padding))  # type: ignore[arg-type]
     if output_size is not None:
         raise TypeError("output_size is only accepted by transposed convolutions")
     if m.padding_mode != "zeros":
@@ -194,12 +194,12 @@ class SwappingImpl(ConvImpl):
         """The output of `module` for `input`, computed by this implementation."""
         m: nn.modules.conv._ConvNd = module  # type: ignore[assignment]
         if output_padding is None:
-            assert self.conv_fn is not None, f"{self.name} has no conv_fn"
-            return type(self).conv_fn(
-                input, m.weight, m.bias, m.stride, padding, m.dilation, m.groups
-            )
-        assert self.conv_transpose_fn is not None, f"{self.name} has no conv_transpose_fn"
-        return type(self).conv_transpose_fn(
+            conv = type(self).conv_fn
+            assert conv is not None, f"{self.name} has no conv_fn"
+            return conv(input, m.weight, m.bias, m.stride, padding, m.dilation, m.groups)
+        conv_t = type(self).conv_transpose_fn
+        assert conv_t is not None, f"{self.name} has no conv_transpose_fn"
+        return conv_t(
             input, m.weight, m.bias, m.stride, padding, output_padding, m.groups, m.dilation
         )
 

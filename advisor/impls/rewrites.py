@@ -98,7 +98,7 @@ def transpose_as_mul(
     unbatched = x.dim() == ndim + 1
     if unbatched:
         x = x.unsqueeze(0)
-    x, weight, bias = cast_for_autocast(x, weight, bias)
+    x, weight, bias = cast_for_autocast(x, weight, bias)  # type: ignore[assignment]
     channels_last = is_channels_last(x)
     n, cin, *size = x.shape
     cog = weight.shape[1]

@@ -88,7 +88,9 @@ def kernels() -> ModuleType:
 def _version(text: str) -> tuple[int, ...]:
     """(major, minor) of a version such as '3.4.0+git1234' or '3.10.0rc1'; () if unreadable."""
     parts = [re.match(r"\d+", piece) for piece in text.split(".")[:2]]
-    return tuple(int(m.group()) for m in parts) if len(parts) == 2 and all(parts) else ()
+    if len(parts) != 2 or any(m is None for m in parts):
+        return ()
+    return tuple(int(m.group()) for m in parts if m is not None)
 
 
 @functools.cache
@@ -295,7 +297,7 @@ def _grad_bias(gy: Tensor) -> Tensor:
 
 class _ConvFn(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         x: Tensor,
         w: Tensor,
@@ -326,7 +328,7 @@ class _ConvTransposeFn(torch.autograd.Function):
     """conv_transpose(x, w) is the grad-input of conv(., w): the kernels swap roles."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         x: Tensor,
         w: Tensor,

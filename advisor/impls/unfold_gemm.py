@@ -172,7 +172,7 @@ def unfold_gemm_conv_transpose(
         padding = (0, *padding)
         out = F.fold(cols, (1, *out_spatial), kernel, dilation, padding, stride).squeeze(2)
     else:
-        out = F.fold(cols, out_spatial, kernel, dilation, padding, stride)
+        out = F.fold(cols, tuple(out_spatial), kernel, dilation, padding, stride)
     if bias is not None:
         out = out + bias.to(out.dtype).view(1, -1, *([1] * ndim))
     if channels_last and ndim == 2:
