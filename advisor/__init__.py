@@ -18,7 +18,7 @@ from advisor.config import Config, config_schema, load_config, save_config  # no
 from advisor.environment import Environment, current_environment  # noqa: E402
 from advisor.errors import AdvisorError  # noqa: E402
 from advisor.knobs import Settings  # noqa: E402
-from advisor.workload import LayerSpec, layer_spec  # noqa: E402
+from advisor.layer_spec import LayerSpec, layer_spec  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -13,6 +13,7 @@ from advisor.pick import Pick, pick_final
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.timing import Measurement, speedup
+from advisor.workload_info import WorkloadInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -209,7 +210,7 @@ def rejected_faster(results: list[TrialResult], chosen: TrialResult) -> list[str
 
 def build_advice(
     outcome: SearchOutcome,
-    workload_info: dict[str, Any],
+    workload_info: WorkloadInfo,
     mode: str,
     space_name: str,
     min_gain: float = 0.02,
@@ -242,10 +243,10 @@ def build_advice(
     )
     config = Config(
         advisor_version=__version__,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         settings=chosen.settings,
         environment=outcome.environment,
-        workload={**workload_info, "study": outcome.study_name},
+        workload={**workload_info.model_dump(mode="json"), "study": outcome.study_name},
         space=space_name,
         result=result,
     )

@@ -7,15 +7,16 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.environment import Environment
 from advisor.errors import ConfigError, first_line, validation_message
 from advisor.knobs import Settings
+from advisor.workload_info import WorkloadInfo, parse_info
 
-CONFIG_SCHEMA_VERSION = 1
+CONFIG_SCHEMA_VERSION: Final = 1
 
 
 class Timing(BaseModel):
@@ -72,9 +73,16 @@ class Config(BaseModel):
     mode: Literal["infer", "train"]
     settings: Settings
     environment: Environment
+    # The workload's info as JSON (advisor.workload_info) plus the study's name; kept a plain
+    # mapping in the file so configs of any workload kind load. Typed: `workload_info`.
     workload: dict[str, Any]
     space: str
     result: Result | None = None
+
+    @property
+    def workload_info(self) -> WorkloadInfo:
+        """The workload's typed description (what `workload_from_info` rebuilds it from)."""
+        return parse_info(self.workload)
 
 
 def config_schema() -> dict[str, Any]:
@@ -89,11 +97,16 @@ def _umask() -> int:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves a half-written file."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """`atomic_write` for bytes (also the report's PNGs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a config is an ordinary file
         os.replace(tmp, path)
     except BaseException:

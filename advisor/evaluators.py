@@ -80,8 +80,8 @@ def new_evaluator(
 ) -> InProcessEvaluator | IsolatedEvaluator:
     """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
     worker and the user did not ask for in-process trials; in-process otherwise."""
-    from advisor.isolate import IsolatedEvaluator, recreatable
+    from advisor.isolate import IsolatedEvaluator
 
-    if isolate and recreatable(workload.info):
+    if isolate and workload.info.recreatable:
         return IsolatedEvaluator(workload.info, device, mode, space, timeout_s)
     return InProcessEvaluator(workload, device, mode, space)

@@ -4,15 +4,17 @@ A crash (segfault, abort, CUDA illegal address), a hang (killed at the limit) or
 becomes a failed trial with its reason, and the worker is replaced where its state may be bad; the
 study goes on. Workers are spawned, never forked, so a parent that already initialised CUDA is safe.
 
-Protocol over a pipe: the worker starts (imports, rebuilds the workload, computes the fp32
-reference) and sends ("ready", pid) or ("error", reason); then for each settings JSON it receives
-it sends ("result", TrialResult JSON). The time limit covers a candidate's own evaluation only:
-start-up has its own, larger limit, so the first trial does not pay for importing torch.
+Protocol over a pipe: the worker starts (imports, rebuilds the workload from its info's JSON,
+computes the fp32 reference) and sends ("ready", pid) or ("error", reason); then for each
+settings JSON it receives it sends ("result", TrialResult JSON). The time limit covers a
+candidate's own evaluation only: start-up has its own, larger limit, so the first trial does not
+pay for importing torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing as mp
 import signal
 import sys
@@ -28,6 +30,7 @@ from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, precision_of
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
+from advisor.workload_info import WorkloadInfo
 
 # Messages after which a CUDA context cannot be trusted: the worker is replaced.
 _POISONED = (
@@ -46,11 +49,6 @@ class RetimeFailed(RuntimeError):
 
 _OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
 STARTUP_TIMEOUT_S = 300.0  # importing torch, building the workload and the fp32 reference
-
-
-def recreatable(info: dict[str, Any]) -> bool:
-    """Whether a worker can rebuild this workload from its description alone."""
-    return info.get("kind") == "layer" or (info.get("kind") == "model" and "build" in info)
 
 
 def classify(result: TrialResult) -> TrialResult:
@@ -118,7 +116,7 @@ def _main_hidden() -> Iterator[None]:
 
 
 def _worker_main(
-    conn: Connection, info: dict[str, Any], device: str, mode: Mode, space_json: str
+    conn: Connection, info_json: str, device: str, mode: Mode, space_json: str
 ) -> None:
     """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
     receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together."""
@@ -135,7 +133,7 @@ def _worker_main(
             # Events, streams and Triton launches use the current device: make it this one.
             torch.cuda.set_device(dev)
         space = SearchSpace.model_validate_json(space_json)
-        workload = workload_from_info(info)
+        workload = workload_from_info(json.loads(info_json))
         gate = Gate(workload, dev, mode, space)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
@@ -167,11 +165,13 @@ def _worker_main(
 
 
 class IsolatedEvaluator:
-    """Evaluates each candidate in a worker subprocess, replacing it after a crash or hang."""
+    """Evaluates each candidate in a worker subprocess, replacing it after a crash or hang.
+
+    `info` must be recreatable (`info.recreatable`): the worker rebuilds the workload from it."""
 
     def __init__(
         self,
-        info: dict[str, Any],
+        info: WorkloadInfo,
         device: torch.device,
         mode: Mode,
         space: SearchSpace,
@@ -199,7 +199,13 @@ class IsolatedEvaluator:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(
             target=_worker_main,
-            args=(child, self.info, str(self.device), self.mode, self.space.model_dump_json()),
+            args=(
+                child,
+                self.info.model_dump_json(),  # the same JSON a config file holds
+                str(self.device),
+                self.mode,
+                self.space.model_dump_json(),
+            ),
             daemon=True,
         )
         with _main_hidden():

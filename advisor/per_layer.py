@@ -25,10 +25,12 @@ from advisor.apply import compute_dtype
 from advisor.candidate import Candidate, ConvInput, Mode
 from advisor.evaluators import Evaluator
 from advisor.knobs import Settings
+from advisor.layer_spec import DTYPE_NAMES, LayerSpec
 from advisor.pick import pick_best
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.workload import Workload, layer_workload_from_module
+from advisor.workload_info import LayerInfo
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ class LayerGroup:
     names: tuple[str, ...]
     description: str
     workload: Workload
+
+    @property
+    def spec(self) -> LayerSpec:
+        info = self.workload.info
+        assert isinstance(info, LayerInfo)  # layer_groups makes layer workloads only
+        return info.spec
 
 
 @dataclass
@@ -63,14 +71,13 @@ def conv_inputs(
         cand.close()
 
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-                torch.float64: "float64"}  # fmt: skip
-
-
 def layer_groups(
     workload: Workload, settings: Settings, device: torch.device, mode: Mode = "infer"
 ) -> list[LayerGroup]:
-    """Conv layers grouped by signature and by what they receive: one measurement per group."""
+    """Conv layers grouped by signature and by what they receive: one measurement per group.
+
+    Each group's layer workload has its first layer's weights; for a model file it also names
+    where that layer lives, so an isolated worker rebuilds it with the same weights."""
     seen = conv_inputs(workload, settings, device, mode)
     model = workload.make_model()
     groups: dict[str, list[str]] = {}
@@ -88,9 +95,10 @@ def layer_groups(
         wl = layer_workload_from_module(
             modules[names[0]],
             c.shape,
-            input_dtype=_DTYPE_NAMES[c.dtype],
+            input_dtype=DTYPE_NAMES[c.dtype],
             input_layout=c.layout if c.layout != "strided" else "contiguous",
             input_grad=c.requires_grad,
+            source=workload.info.layer_source(names[0]),
         )
         out.append(LayerGroup(key, tuple(names), wl.name, wl))
     return out
@@ -124,7 +132,7 @@ def _store(study: optuna.Study, group: LayerGroup, impl: str, result: TrialResul
         "impl": impl,
         "names": list(group.names),
         "description": group.description,
-        "spec": group.workload.info["spec"],  # for per-layer roofline in reports
+        "spec": group.spec.model_dump(mode="json"),  # for per-layer roofline in reports
     }
     _add(study, result, attrs)
 

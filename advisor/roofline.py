@@ -113,9 +113,10 @@ def _cached_peaks(device: str, dtype: torch.dtype) -> Peaks:
 
 
 def layer_fraction(spec: dict[str, Any], mode: str, median_ms: float, device: str) -> float:
-    """Roofline fraction of a layer spec (advisor.workload.LayerSpec fields) timed at
-    `median_ms` in `mode` ('infer', or 'train' which counts the backward too), on this machine's `device`."""
-    from advisor.workload import LayerSpec
+    """Roofline fraction of a layer spec (advisor.layer_spec.LayerSpec fields) timed at
+    `median_ms` in `mode` ('infer', or 'train' which counts the backward too), on this machine's
+    `device`."""
+    from advisor.layer_spec import LayerSpec
 
     layer = LayerSpec(**spec)
     sig = ConvSignature.from_module(layer.construct())

@@ -126,7 +126,7 @@ def make_evaluator(
 def applicable_impls(workload: Workload, device: torch.device) -> list[str]:
     """Implementations that can run every conv layer of a single-layer workload; for a model,
     only `native` here (models get per-layer implementations in a later stage)."""
-    if workload.info.get("kind") != "layer":
+    if not workload.is_layer:
         return ["native"]
     model = workload.make_model()
     convs = conv_modules(model)
@@ -149,7 +149,8 @@ def study_name_for(
     """One study per workload, mode, space and environment: results never mix across hardware.
     A time,memory study is another study (optuna fixes a study's directions when it is made)."""
     key: dict[str, Any] = {
-        "workload": workload.info,
+        # The info's JSON is what earlier versions hashed as a plain dict: same workload, same name.
+        "workload": workload.info.model_dump(mode="json"),
         "mode": mode,
         "space": space.model_dump(mode="json"),
     }
@@ -247,7 +248,7 @@ def _open(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     env = current_environment(device)
     cands, dropped = candidates(space, device, applicable_impls(workload, device))
-    if workload.info.get("kind") != "layer":
+    if not workload.is_layer:
         # A model's implementations are chosen per layer after this search, not dropped.
         dropped = [d for d in dropped if not d.what.startswith("conv_impl=")]
     axes = {k: list(dict.fromkeys(getattr(c, k) for c in cands)) for k in KNOB_NAMES}
@@ -271,7 +272,7 @@ def _open(
             sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=min(10, budget)),
             directions=["minimize", "minimize"] if multi else ["minimize"],
         )
-        study.set_user_attr("workload", workload.info)
+        study.set_user_attr("workload", workload.info.model_dump(mode="json"))
         study.set_user_attr("mode", options.mode)
         study.set_user_attr("space", space.name)
         study.set_user_attr("min_gain", space.min_gain)  # the pick rule, for reports
@@ -411,8 +412,8 @@ def _run(
         enqueue_missing(plan, space, device)
         trials = study.get_trials(deepcopy=False)
         before = sum(1 for t in trials if _evaluated(t))
-        run = dict(timeout=remaining, catch=(CandidateFailed,), callbacks=[on_trial],
-                   gc_after_trial=False)  # fmt: skip
+        run: dict[str, Any] = dict(timeout=remaining, catch=(CandidateFailed,),
+                                   callbacks=[on_trial], gc_after_trial=False)  # fmt: skip
         if plan.grid and any(t.state == TrialState.WAITING for t in trials):
             study.optimize(objective, **run)
             continue

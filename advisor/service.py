@@ -257,7 +257,7 @@ def run_advise(
     # re-timed with them, interleaved, before it can be picked.
     retimed = retime_finalists(workload, outcome, dev, sp, options)
     choices: list[LayerChoice] = []
-    if workload.info.get("kind") == "model" and sp.per_layer:
+    if not workload.is_layer and sp.per_layer:
         choices, combined = per_layer_stage(workload, outcome, dev, sp, options)
         if combined is not None:
             again = retime_finalists(workload, outcome, dev, sp, options, only_with=combined)

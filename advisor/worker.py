@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from advisor.cli import check_workload_args, search_kwargs, tolerance_overrides, workload_kwargs
+from advisor.cli_args import (
+    check_workload_args,
+    search_kwargs,
+    tolerance_overrides,
+    workload_kwargs,
+)
 from advisor.errors import AdvisorError
 
 

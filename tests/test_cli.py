@@ -183,3 +183,11 @@ def test_schema_env_and_show(tmp_path: Path, fast_space: str) -> None:
     r = advisor_cli("show", str(out))
     assert r.returncode == 0
     assert "This machine: matches" in r.stdout and "speedup" in r.stdout
+
+
+def test_worker_command_does_not_import_the_cli() -> None:
+    """`advisor.worker` takes the shared options from `advisor.cli_args`: no import cycle."""
+    probe = "import sys, advisor.worker; print('advisor.cli' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=run_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"

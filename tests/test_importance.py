@@ -13,9 +13,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from advisor.importance import EXACT, FANOVA, Importance, knob_importance
 from advisor.knobs import Settings
 from advisor.report import importance_title, write_report
+from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
 from advisor.results import TrialResult
 from advisor.timing import Measurement
 

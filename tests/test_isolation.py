@@ -21,9 +21,12 @@ import torch
 from advisor.evaluators import InProcessEvaluator
 from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify, global_state
 from advisor.knobs import Settings
+from advisor.layer_spec import layer_spec
+from advisor.per_layer import layer_groups
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
-from advisor.workload import layer_spec, layer_workload
+from advisor.workload import layer_workload, model_workload
+from advisor.workload_info import LayerInfo
 from tests.conftest import DATA, run_env
 
 PLUGINS = "tests.plugins.faulty_impls"
@@ -184,3 +187,41 @@ def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptur
         n = retime_finalists(w, outcome, CPU, space, SearchOptions(mode="infer", isolate=True))
     assert n == 0 and outcome.results == [good, crash]
     assert "interleaved re-time skipped: worker crashed (SIGSEGV)" in caplog.text
+
+
+UNSEEDED_NET = (
+    "import torch\nfrom torch import nn\n"
+    "def build_model():\n"  # no manual_seed: the advisor's fixed seed decides the weights
+    "    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3))\n"
+    "def example_inputs():\n    return (torch.randn(2, 3, 16, 16),)\n"
+)
+
+
+@pytest.mark.parametrize("seeded", [True, False], ids=["seeded file", "unseeded file"])
+def test_isolated_per_layer_evaluation_uses_the_models_weights(
+    plugins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seeded: bool
+) -> None:
+    """A model file's layer timed in a worker computes with its weights in the model, not with a
+    fresh initialisation of its spec: the worker rebuilds the model and takes that layer."""
+    target = DATA / "tiny_cnn.py"
+    if not seeded:
+        target = tmp_path / "net.py"
+        target.write_text(UNSEEDED_NET)
+    log = tmp_path / "probe.jsonl"
+    monkeypatch.setenv("ADVISOR_TEST_PROBE_LOG", str(log))
+    model = model_workload(target)
+    group = layer_groups(model, Settings(), CPU)[-1]
+    info = group.workload.info
+    assert isinstance(info, LayerInfo) and info.source is not None
+    weight = model.make_model().get_submodule(group.names[0]).weight.detach().double()
+    ev = IsolatedEvaluator(info, CPU, "infer", SPACE, timeout_s=60.0)
+    try:
+        result = ev(Settings(conv_impl="test_probe"))
+    finally:
+        ev.close()
+    assert result.status == "ok", result.reason
+    forwards = [json.loads(line) for line in log.read_text().splitlines()]
+    sums = [x["weight_sum"] for x in forwards if x["when"] == "forward"]
+    assert sums and sums == pytest.approx([float(weight.sum())] * len(sums), rel=1e-12)
+    fresh = layer_workload(info.spec).make_model().weight.detach().double()
+    assert float(fresh.sum()) != pytest.approx(float(weight.sum()), rel=1e-6)

@@ -28,7 +28,7 @@ def test_layers_with_same_signature_share_a_group() -> None:
     groups = layer_groups(model_workload(TWIN), Settings(), CPU)
     names = sorted(g.names for g in groups)
     assert names == [("0", "2"), ("3",)]
-    assert all(g.workload.info["kind"] == "layer" for g in groups)
+    assert all(g.workload.is_layer for g in groups)
 
 
 def test_layer_groups_record_what_each_layer_receives(tmp_path: Path) -> None:

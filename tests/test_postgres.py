@@ -22,10 +22,11 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
+from advisor.layer_spec import layer_spec
 from advisor.search import SearchOptions, _open, enqueue_missing, search
 from advisor.space import load_space
 from advisor.storage import open_storage
-from advisor.workload import layer_spec, layer_workload
+from advisor.workload import layer_workload
 from tests.conftest import DATA, run_env
 
 pytestmark = pytest.mark.postgres

@@ -182,7 +182,9 @@ def test_out_is_a_directory(tuned: tuple[Path, str, str], tmp_path: Path) -> Non
 def test_time_plot_marks_failed_candidates(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
     import pandas as pd
 
-    from advisor.report import _png, _trials_from_csv, time_figure
+    from advisor.report import time_figure
+    from advisor.report.load import _trials_from_csv
+    from advisor.report.plots import _png
 
     config, _, _ = tuned
     df = _trials_from_csv(config.with_name("tuned.trials.csv"))
@@ -193,3 +195,34 @@ def test_time_plot_marks_failed_candidates(tuned: tuple[Path, str, str], tmp_pat
     assert "conv_impl=triton" in labels
     assert "failed (no timing)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert _png(fig)[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("min_gain", [None, 0.02, 0.5])  # None: a study from before the attr
+def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | None) -> None:
+    """channels_last is 10% faster beyond noise: picked under 0.02 (the fallback for old
+    studies), not under a space asking for 50%; the report's summary must follow the study."""
+    import optuna
+    from optuna.trial import create_trial
+
+    from advisor.knobs import Settings
+    from advisor.results import TrialResult
+    from advisor.timing import Measurement
+
+    def result(ms: float, **knobs: str) -> TrialResult:
+        samples = [ms * (1 + 0.001 * i) for i in range(-10, 11)]
+        return TrialResult(
+            settings=Settings(**knobs), status="ok", measurement=Measurement(samples_ms=samples)
+        )
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="gain", storage=storage)
+    if min_gain is not None:
+        study.set_user_attr("min_gain", min_gain)
+    for r in (result(10.0), result(9.0, memory_format="channels_last")):
+        user_attrs = {"result": r.model_dump(mode="json")}
+        study.add_trial(create_trial(value=r.median_ms, user_attrs=user_attrs))
+    summary = load_report_data("gain", storage).summary
+    assert summary is not None
+    picked = "default" if min_gain == 0.5 else "memory_format=channels_last"
+    assert summary.tuned_label == picked, summary.why
+    assert summary.baseline_label == "default"

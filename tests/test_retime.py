@@ -3,10 +3,11 @@
 import torch
 
 from advisor.knobs import GlobalFlags, Settings
+from advisor.layer_spec import layer_spec
 from advisor.results import TrialResult
 from advisor.retime import finalists, retime
 from advisor.timing import Measurement, TimingPolicy
-from advisor.workload import layer_spec, layer_workload, with_shape_set
+from advisor.workload import layer_workload, with_shape_set
 
 CPU = torch.device("cpu")
 

@@ -6,9 +6,10 @@ import torch
 
 import advisor
 from advisor.knobs import Settings
+from advisor.layer_spec import layer_spec
 from advisor.runner import Candidate, Gate, evaluate
 from advisor.space import SearchSpace, load_space
-from advisor.workload import layer_spec, layer_workload
+from advisor.workload import layer_workload
 
 CPU = torch.device("cpu")
 

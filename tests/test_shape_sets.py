@@ -6,11 +6,11 @@ import torch
 import advisor
 from advisor.errors import SpecError
 from advisor.knobs import Settings
+from advisor.layer_spec import layer_spec
 from advisor.runner import Gate, evaluate
 from advisor.space import load_space
 from advisor.timing import Measurement, combine
 from advisor.workload import (
-    layer_spec,
     layer_workload,
     model_workload,
     with_shape_set,

@@ -140,8 +140,9 @@ def test_trials_and_re_time_share_one_sampler(monkeypatch: pytest.MonkeyPatch) -
     sample its trial used, under the device guard."""
     from advisor import retime as retime_mod
     from advisor.knobs import Settings
+    from advisor.layer_spec import layer_spec
     from advisor.results import TrialResult
-    from advisor.workload import layer_spec, layer_workload
+    from advisor.workload import layer_workload
 
     seen: list[tuple[str, int]] = []
     real = retime_mod.Sampler.__call__

@@ -14,10 +14,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import advisor
 from advisor.candidate import Candidate
 from advisor.knobs import Settings
+from advisor.layer_spec import layer_spec
 from advisor.runner import Gate, evaluate
 from advisor.space import load_space
 from advisor.timing import TimingPolicy
-from advisor.workload import layer_spec, layer_workload, model_workload
+from advisor.workload import layer_workload, model_workload
 from tests.conftest import DATA
 
 CPU = torch.device("cpu")
@@ -65,7 +66,8 @@ def test_advise_on_a_conv3d_layer_in_train_mode_times_the_data_gradient(
 
 
 def test_the_cli_takes_first_layer() -> None:
-    from advisor.cli import build_parser, workload_kwargs
+    from advisor.cli import build_parser
+    from advisor.cli_args import workload_kwargs
 
     args = build_parser().parse_args(
         ["advise", "--layer", CONV3D, "--input-shape", "2,8,4,16,16", "--first-layer"]

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from advisor.errors import ModelFileError, SpecError
-from advisor.workload import layer_spec, layer_workload, model_workload, parse_layer_call
+from advisor.layer_spec import layer_spec, parse_layer_call
+from advisor.workload import layer_workload, model_workload
+from advisor.workload_info import ModelFileInfo
 
 
 @pytest.mark.parametrize(
@@ -85,14 +87,14 @@ def test_model_file_loads(small_model_file: str) -> None:
         assert torch.equal(a, b)  # same weights every time
     (x,) = w.make_inputs(torch.device("cpu"))
     assert x.shape == (2, 3, 16, 16)
-    assert w.info["kind"] == "model"
+    assert isinstance(w.info, ModelFileInfo) and w.info.kind == "model"
     other = model_workload(small_model_file, build="build_other")
     assert isinstance(other.make_model(), torch.nn.Conv2d)
 
 
 def test_model_from_module_path() -> None:
     w = model_workload("advisor.examples.small_cnn:build_model")
-    assert w.info["build"] == "build_model"
+    assert isinstance(w.info, ModelFileInfo) and w.info.build == "build_model"
     assert isinstance(w.make_model(), torch.nn.Sequential)
 
 
@@ -118,3 +120,20 @@ def test_model_file_with_syntax_error(tmp_path) -> None:
     f.write_text("def build_model(:\n    pass\n")
     with pytest.raises(ModelFileError, match="SyntaxError"):
         model_workload(f)
+
+
+def test_model_file_weights_do_not_depend_on_the_process(tmp_path) -> None:
+    """A file that seeds nothing still gives the same weights in every process that loads it (the
+    advisor's isolated workers), and loading it leaves the caller's random state alone."""
+    f = tmp_path / "unseeded.py"
+    f.write_text(
+        "import torch\nfrom torch import nn\n"
+        "def build_model():\n    return nn.Conv2d(3, 4, 3)\n"
+        "def example_inputs():\n    return (torch.randn(1, 3, 8, 8),)\n"
+    )
+    state = torch.get_rng_state()
+    loaded = model_workload(f)
+    assert torch.equal(torch.get_rng_state(), state)
+    first = loaded.make_model().weight
+    torch.manual_seed(1234)  # another process, another random state
+    assert torch.equal(model_workload(f).make_model().weight, first)

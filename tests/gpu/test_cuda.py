@@ -7,10 +7,11 @@ import torch
 
 import advisor
 from advisor.knobs import GlobalFlags, Settings
+from advisor.layer_spec import layer_spec
 from advisor.runner import Gate, evaluate
 from advisor.space import load_space
 from advisor.timing import TimingPolicy, l2_flusher, measure
-from advisor.workload import layer_spec, layer_workload
+from advisor.workload import layer_workload
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda") if torch.cuda.is_available() else None

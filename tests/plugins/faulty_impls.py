@@ -9,7 +9,8 @@ workers inherit the variable, so they register the same implementations.
 - test_oom:   forward asks for an impossible allocation (out of memory).
 - test_probe: computes like native, and logs PyTorch's global flags as they are when the candidate
   is set up (before its own flags apply: what the previous trial left) and in forward (the
-  candidate's own flags) to the JSON-lines file $ADVISOR_TEST_PROBE_LOG.
+  candidate's own flags, and a checksum of the layer's weight) to the JSON-lines file
+  $ADVISOR_TEST_PROBE_LOG.
 - test_leaky: computes like native, but changes global flags behind the advisor's back while it is
   set up, so a worker that did not restore its state would leak them into the next trial.
 - test_scaled: wrong on purpose, subtly: the weights are off by 1e-3 relative (invisible in a
@@ -92,11 +93,12 @@ class OomImpl(_TestImpl):
         return _native(module, input)
 
 
-def _log_flags(when: str) -> None:
+def _log_flags(when: str, **extra: object) -> None:
     path = os.environ.get("ADVISOR_TEST_PROBE_LOG")
     if path:
+        line = {"pid": os.getpid(), "when": when, **GlobalFlags.read(), **extra}
         with open(path, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "when": when, **GlobalFlags.read()}) + "\n")
+            f.write(json.dumps(line) + "\n")
 
 
 class ProbeImpl(_TestImpl):
@@ -108,7 +110,8 @@ class ProbeImpl(_TestImpl):
         return super().wrap(module)
 
     def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
-        _log_flags("forward")
+        # Which weights the candidate computes with (a layer of a model: the model's own).
+        _log_flags("forward", weight_sum=float(module.weight.detach().double().sum()))
         return _native(module, input)
 
 

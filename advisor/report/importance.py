@@ -1,4 +1,4 @@
-"""Knob importance: each knob's share of the variance of log time.
+"""Knob importance (for the report): each knob's share of the variance of log time.
 
 On a complete grid the shares are exact (a balanced factorial design: main effects are
 orthogonal, so each knob's share and the interactions' remainder add up to 1). fANOVA is an

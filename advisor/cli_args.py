@@ -1,0 +1,174 @@
+"""The command-line options that `advisor advise` and `advisor worker` share, and what they map to.
+
+Both commands take the same workload and search options, so both name the same study; `advisor.cli`
+(the commands) and `advisor.worker` import them from here, and neither imports the other at load.
+The returned dicts are named exactly as `service.make_workload` and `search.SearchOptions` take
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from advisor.errors import AdvisorError
+
+__all__ = [
+    "add_search_args",
+    "add_workload_args",
+    "check_workload_args",
+    "search_kwargs",
+    "tolerance_overrides",
+    "workload_kwargs",
+]
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model_file",
+        nargs="?",
+        help="Python file defining build_model() and "
+        "example_inputs(), or package.module[:function]",
+    )
+    p.add_argument(
+        "--layer", help="a layer as written in PyTorch, e.g. 'Conv2d(64, 64, 3, padding=1)'"
+    )
+    p.add_argument("--layer-file", help="YAML/JSON file with the layer's fields")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        help="input shape for --layer, e.g. "
+        "8,64,56,56; repeat it for a shape set (variable image sizes)",
+    )
+    p.add_argument("--batch-sizes", help="a shape set over batch sizes, e.g. 8,16,32,64")
+    p.add_argument("--shape-weights", help="weights of the shape set's shapes, e.g. 1,1,2,4")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="layer dtype")
+    p.add_argument(
+        "--first-layer",
+        action="store_true",
+        help="the layer takes the network's input: in train mode its input needs no gradient",
+    )
+    p.add_argument(
+        "--build", default="build_model", help="model factory name (default build_model)"
+    )
+    p.add_argument(
+        "--inputs", default="example_inputs", help="inputs factory name (default example_inputs)"
+    )
+
+
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mode",
+        choices=["infer", "train"],
+        default="infer",
+        help="infer: forward under no_grad; train: forward + backward",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.add_argument("--space", help="search-space name (cpu, cuda, strict_fp32) or YAML file")
+    p.add_argument("--trials", type=int, help="most candidates to measure (overrides the space)")
+    p.add_argument(
+        "--storage",
+        help="study storage: a sqlite:/// or postgresql:// URL, a journal "
+        "file path, or 'memory' (default: a SQLite file in the cache folder)",
+    )
+    p.add_argument("--study-name", help="study name (the environment fingerprint is appended)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run candidates in this process (faster; a crash ends the search)",
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=600.0,
+        help="seconds per trial before it is killed (isolated mode)",
+    )
+    p.add_argument(
+        "--max-memory", type=float, help="reject candidates whose peak memory (MB) is above this"
+    )
+    p.add_argument(
+        "--objectives",
+        choices=["time", "time,memory"],
+        default="time",
+        help="time, or time,memory for the Pareto set",
+    )
+    p.add_argument(
+        "--tolerance",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a numeric-gate setting of the space, e.g. grad_tolerances.fp32=2e-3 "
+        "(repeatable; the result names the one that would accept a rejected candidate)",
+    )
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise AdvisorError(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str | None, option: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise AdvisorError(f"{option} takes comma-separated numbers, got {text!r}") from None
+
+
+def check_workload_args(args: argparse.Namespace) -> None:
+    if args.model_file and (args.layer or args.layer_file):
+        raise AdvisorError("give a model file or --layer, not both")
+    if not args.model_file and not (args.layer or args.layer_file):
+        raise AdvisorError("nothing to tune: give a model file or --layer with --input-shape")
+    if args.trials is not None and args.trials < 1:
+        raise AdvisorError("--trials must be at least 1")
+
+
+def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The workload options, as `service.make_workload` takes them."""
+    return {
+        "model_file": args.model_file,
+        "layer": args.layer,
+        "layer_file": args.layer_file,
+        "input_shapes": args.input_shape,
+        "batch_sizes": _ints(args.batch_sizes, "--batch-sizes"),
+        "shape_weights": _floats(args.shape_weights, "--shape-weights"),
+        "dtype": args.dtype,
+        "first_layer": args.first_layer,
+        "build": args.build,
+        "inputs_fn": args.inputs,
+    }
+
+
+def tolerance_overrides(args: argparse.Namespace) -> dict[str, float]:
+    """--tolerance KEY=VALUE options as a dict (see `space.with_tolerances`)."""
+    out: dict[str, float] = {}
+    for item in args.tolerance or []:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise AdvisorError(
+                f"--tolerance takes KEY=VALUE, e.g. grad_tolerances.fp32=2e-3, got {item!r}"
+            ) from None
+    return out
+
+
+def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options, named as `search.SearchOptions` (and `run_advise`) name them."""
+    return {
+        "mode": args.mode,
+        "trials": args.trials,
+        "storage": args.storage,
+        "study_name": args.study_name,
+        "isolate": not args.in_process,
+        "trial_timeout_s": args.trial_timeout,
+        "max_memory_mb": args.max_memory,
+        "objectives": tuple(args.objectives.split(",")),
+    }

@@ -1,0 +1,188 @@
+"""Model files: a Python file (`path.py`) or a module (`package.module[:build]`) -> a model and its
+example inputs, from the factories it defines (`build_model()`, `example_inputs()` by default).
+
+User code runs here: any failure to import, build or run becomes a one-line ModelFileError. The
+factories run under a fixed seed (the caller's random state untouched), so every process that
+loads the same file (the advisor, its isolated workers) gets the same weights even when the file
+does not seed them itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from advisor.errors import ModelFileError, first_line
+
+__all__ = ["LoadedModel", "build_model", "check_runs", "fresh_like", "load_model"]
+
+_SEED = 0
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model file's model (checked to run on its example inputs) and what made it."""
+
+    target: str
+    build: str  # the factory's name (from `module:function` when the target names one)
+    inputs: str
+    build_fn: Callable[[], Any]
+    model: nn.Module
+    example: tuple[Any, ...]
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        return [list(x.shape) for x in self.example if torch.is_tensor(x)]
+
+    @property
+    def description(self) -> str:
+        name = Path(self.target).name if self.target.endswith(".py") else self.target
+        return f"{name} ({type(self.model).__name__})"
+
+
+def load_model(
+    target: str | Path, *, build: str = "build_model", inputs: str = "example_inputs"
+) -> LoadedModel:
+    """Import `target`, call its factories, and check the model runs on the example inputs."""
+    target = str(target)
+    module, build = _import_target(target, build)
+    build_fn = _factory(module, build, target)
+    inputs_fn = _factory(module, inputs, target)
+    example = _seeded(inputs_fn, f"{inputs}()")
+    if torch.is_tensor(example):
+        example = (example,)
+    if not isinstance(example, (tuple, list)) or not example:
+        raise ModelFileError(
+            f"{inputs}() must return a tuple of tensors, got {type(example).__name__}"
+        )
+    example = tuple(example)
+    model = _built(build_fn, build)
+    try:
+        check_runs(model, example)
+    except Exception as e:  # noqa: BLE001 - user code: any failure is a bad input
+        shapes = [tuple(x.shape) for x in example if torch.is_tensor(x)]
+        raise ModelFileError(
+            f"model from {target} fails on {inputs}() {shapes}: "
+            f"{type(e).__name__}: {first_line(e, with_type=False)}"
+        ) from None
+    return LoadedModel(target, build, inputs, build_fn, model, example)
+
+
+def build_model(target: str | Path, *, build: str = "build_model") -> nn.Module:
+    """Only the model of `target` (no inputs, no check): what a layer's weights come from."""
+    target = str(target)
+    module, build = _import_target(target, build)
+    return _built(_factory(module, build, target), build)
+
+
+def _built(build_fn: Callable[[], Any], build: str) -> nn.Module:
+    model = _seeded(build_fn, f"{build}()")
+    if not isinstance(model, nn.Module):
+        raise ModelFileError(f"{build}() must return an nn.Module, got {type(model).__name__}")
+    return model
+
+
+def _seeded(fn: Callable[[], Any], what: str) -> Any:
+    """Call a factory under a fixed seed, restoring the caller's CPU random state after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_SEED)
+        return _call(fn, what)
+
+
+def _import_target(target: str, build: str) -> tuple[Any, str]:
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        path = Path(target)
+        if not path.is_file():
+            raise ModelFileError(f"model file not found: {target}")
+        name = f"_advisor_model_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ModelFileError(f"cannot import model file {target}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling look modules up here
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001
+            sys.modules.pop(name, None)
+            raise ModelFileError(
+                f"model file {target} fails to import: {_describe_user_error(e, path)}"
+            ) from None
+        return module, build
+    modname, _, func = target.partition(":")
+    try:
+        module = importlib.import_module(modname)
+    except Exception as e:  # noqa: BLE001
+        raise ModelFileError(f"cannot import module {modname!r}: {first_line(e)}") from None
+    return module, func or build
+
+
+def _factory(module: Any, name: str, target: str) -> Callable[[], Any]:
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ModelFileError(f"{target} defines no {name}()")
+    if not callable(fn):
+        raise ModelFileError(f"{name} in {target} is not callable")
+    return fn
+
+
+def _call(fn: Callable[[], Any], what: str) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        raise ModelFileError(
+            f"{what} raised {type(e).__name__}: {first_line(e, with_type=False)}"
+        ) from None
+
+
+def _describe_user_error(e: BaseException, path: Path) -> str:
+    line = ""
+    for frame in traceback.extract_tb(e.__traceback__):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = f" (line {frame.lineno})"
+    if isinstance(e, SyntaxError):
+        line = f" (line {e.lineno})"
+        return f"SyntaxError: {e.msg}{line}"
+    return f"{type(e).__name__}: {first_line(e, with_type=False)}{line}"
+
+
+def check_runs(model: nn.Module, example: Sequence[Any]) -> None:
+    """Run `model` once on CPU to reject bad inputs early (raises what the model raises).
+
+    Tried at batch size 1 first — a full-size CPU forward of a large model can take minutes — and
+    at full size only if that fails (a model may need its real batch size).
+    """
+    tensors = [x for x in example if torch.is_tensor(x)]
+    batch = {x.shape[0] for x in tensors if x.dim() > 1}
+    model = model.eval()
+    with torch.no_grad():
+        if len(batch) == 1 and batch.pop() > 1:
+            small = [_fresh_small(x) if torch.is_tensor(x) else x for x in example]
+            try:
+                model(*small)
+                return
+            except Exception:  # noqa: BLE001 - decide at full size
+                pass
+        model(*(fresh_like(x, torch.Generator()) if torch.is_tensor(x) else x for x in example))
+
+
+def _fresh_small(x: torch.Tensor) -> torch.Tensor:
+    """The first sample of a batch: random floats, the real values of integer inputs (ids)."""
+    if x.dim() <= 1:
+        return x
+    return fresh_like(x[:1], torch.Generator())
+
+
+def fresh_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Random values of the same shape and dtype; never zeros. Integer inputs (ids) are kept."""
+    if x.is_floating_point():
+        return torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.dtype)
+    return x.clone()

@@ -1,0 +1,43 @@
+"""`advisor report`: a self-contained HTML report (and PNG plots beside it) of one tuning run.
+
+The source is a config file or a stored study's name. The modules, in the order a report is made:
+
+- `load`: the study (with its per-layer companion) or the config and its trials CSV, read into
+  a `ReportData`, with the summary of baseline vs recommendation;
+- `importance`: each knob's share of the variance of log time (exact on a complete grid, else
+  fANOVA);
+- `plots`: the plots, in memory (matplotlib PNG bytes, plotly HTML divs);
+- `page`: the HTML page, which needs no network;
+- `write`: the files, written last and atomically, and the `advisor report` command.
+"""
+
+from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
+from advisor.report.load import ReportData, Summary, load_report_data
+from advisor.report.page import render_html
+from advisor.report.plots import (
+    Plots,
+    importance_problem,
+    importance_title,
+    make_plots,
+    time_figure,
+)
+from advisor.report.write import cli_report, png_dir, write_report
+
+__all__ = [
+    "EXACT",
+    "FANOVA",
+    "Importance",
+    "Plots",
+    "ReportData",
+    "Summary",
+    "cli_report",
+    "importance_problem",
+    "importance_title",
+    "knob_importance",
+    "load_report_data",
+    "make_plots",
+    "png_dir",
+    "render_html",
+    "time_figure",
+    "write_report",
+]

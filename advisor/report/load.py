@@ -1,0 +1,374 @@
+"""What a report shows, loaded from its source into a `ReportData` before anything is drawn.
+
+The source is a config file or a study name. A config's study is looked up in the storage; when
+it is gone, the trials CSV beside the config stands in, and failing that the config's own result.
+A study is read with its companion "<study>/layers" (per-layer measurements, and the whole-model
+measurements of per-layer combinations), both from the one storage opened here.
+
+This module also owns the summary (baseline vs recommendation) and the optional roofline column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from advisor.config import Config, load_config
+from advisor.errors import ConfigError, StorageError
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+
+    from advisor.results import TrialResult
+
+REQUIRED_CSV_COLUMNS = ("label", "status", "median_ms", "ci_low_ms", "ci_high_ms")
+# Studies made before the search recorded its space's min_gain were picked with this one.
+DEFAULT_MIN_GAIN = 0.02
+
+
+@dataclass
+class Summary:
+    """Baseline vs recommended: what the config's `result` holds, or what a study implies."""
+
+    baseline_label: str
+    tuned_label: str
+    baseline: tuple[float, float, float]  # median, CI low, CI high (ms)
+    tuned: tuple[float, float, float]
+    speedup: float
+    speedup_ci: tuple[float, float]
+    rel_error: float | None
+    precision: str
+    tolerance: float | None
+    why: str
+    trials: int
+    rejected: int
+    failed: int
+
+
+@dataclass
+class ReportData:
+    title: str
+    mode: str
+    source: str
+    environment: dict[str, Any]
+    trials: pd.DataFrame
+    summary: Summary | None
+    config: Config | None = None
+    study: optuna.Study | None = None
+    layer_rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study and its companion "<name>/layers" (None if the search made none), one storage."""
+
+    study: optuna.Study
+    layers: optuna.Study | None
+
+
+def load_report_data(source: str, storage: str | None = None) -> ReportData:
+    """A config file (with its study, or its trials CSV) or a study name in `storage`."""
+    path = Path(source)
+    if path.suffix == ".json" or path.is_file():
+        return _from_config(path, storage)
+    stored = _open_study(source, storage)
+    if stored is None:
+        raise StorageError(
+            f"no config file or study named {source!r} (storage: {storage or 'the default cache'})"
+        )
+    return _from_study(stored)
+
+
+def _from_config(path: Path, storage: str | None) -> ReportData:
+    cfg = load_config(path)
+    env = cfg.environment.model_dump(mode="json")
+    title = str(cfg.workload.get("description") or cfg.workload.get("target") or path.name)
+    summary = _summary_from_config(cfg)
+    notes: list[str] = []
+    study_name = cfg.workload.get("study")
+    stored = None
+    if isinstance(study_name, str):
+        try:
+            stored = _open_study(study_name, storage)
+        except StorageError as e:
+            notes.append(f"study not read ({e}): built from the config and its trials table")
+    csv = path.with_name(path.stem + ".trials.csv")
+    layer_rows: list[dict[str, Any]] = []
+    if stored is not None:
+        trials, _ = _trials_from_study(stored)
+        layer_rows = _layer_rows(stored.layers, cfg.mode, env)
+        notes.append(f"trials from study {stored.study.study_name!r}")
+    elif csv.is_file():
+        trials = _trials_from_csv(csv)
+        notes.append(f"study not found in the storage: trials from {csv.name}")
+    elif summary is not None:
+        trials = _trials_from_summary(summary)
+        notes.append("neither the study nor the trials table found: only the config's result")
+    else:
+        raise ConfigError(f"{path} has no result, and neither its study nor {csv.name} exists")
+    study = stored.study if stored is not None else None
+    return ReportData(
+        title, cfg.mode, str(path), env, trials, summary, cfg, study, layer_rows, notes
+    )
+
+
+def _from_study(stored: StoredStudy) -> ReportData:
+    study = stored.study
+    attrs = study.user_attrs
+    workload = attrs.get("workload") or {}
+    trials, results = _trials_from_study(stored)
+    env = attrs.get("environment") or {}
+    mode = str(attrs.get("mode", "?"))
+    min_gain = float(attrs.get("min_gain", DEFAULT_MIN_GAIN))  # the space's, set by the search
+    data = ReportData(
+        title=str(workload.get("description") or workload.get("target") or study.study_name),
+        mode=mode,
+        source=f"study {study.study_name!r}",
+        environment=env,
+        trials=trials,
+        summary=_summary_from_results(results, min_gain),
+        study=study,
+    )
+    data.layer_rows = _layer_rows(stored.layers, mode, env)
+    if data.summary is None:
+        data.notes.append("PyTorch's default has no valid measurement: no speedup to report")
+    return data
+
+
+# ---------------------------------------------------------------- the storage
+
+
+def _sqlite_missing(url: str) -> bool:
+    """Opening a SQLite URL creates the file: a report must not, so check first."""
+    if not url.startswith("sqlite:///"):
+        return False
+    return not Path(url.removeprefix("sqlite:///")).expanduser().is_file()
+
+
+def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
+    """The stored study called `name` (or `name@<fingerprint>` when only one matches) with its
+    companion; None if the storage has no such study. A storage that cannot be opened is a
+    StorageError."""
+    import optuna
+
+    from advisor.storage import default_storage_url, open_storage
+
+    url = storage_url or default_storage_url()
+    if url == "memory":
+        raise StorageError("--storage memory holds no studies between runs: name a stored one")
+    if _sqlite_missing(url) or ("://" not in url and not Path(url).is_file()):
+        return None
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = open_storage(url)
+    try:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    except Exception as e:  # noqa: BLE001 - backends raise many kinds on a corrupt store
+        raise StorageError(f"cannot read studies from {url}: {str(e).splitlines()[0]}") from None
+    if name not in names:
+        matches = [n for n in names if n.startswith(f"{name}@") and not n.endswith("/layers")]
+        if len(matches) != 1:
+            return None
+        name = matches[0]
+    study = optuna.load_study(study_name=name, storage=storage)
+    layers = None
+    if f"{name}/layers" in names:  # the search made per-layer measurements
+        layers = optuna.load_study(study_name=f"{name}/layers", storage=storage)
+    return StoredStudy(study, layers)
+
+
+# ---------------------------------------------------------------- trials and summary
+
+
+def _results(stored: StoredStudy) -> list[tuple[int, TrialResult]]:
+    """Every measured candidate: the study's trials, then the whole-model measurements of
+    per-layer combinations kept in the companion study (numbered -1: not trials of this study)."""
+    from advisor.results import TrialResult
+
+    out = [
+        (t.number, TrialResult.model_validate(t.user_attrs["result"]))
+        for t in stored.study.get_trials(deepcopy=False)
+        if "result" in t.user_attrs
+    ]
+    if stored.layers is not None:
+        out += [
+            (-1, TrialResult.model_validate(t.user_attrs["result"]))
+            for t in stored.layers.get_trials(deepcopy=False)
+            if t.user_attrs.get("kind") == "model" and "result" in t.user_attrs
+        ]
+    return out
+
+
+def _baseline_of(results: Sequence[TrialResult]) -> TrialResult:
+    """PyTorch's default if it was measured (the search enqueues it first), else the first."""
+    from advisor.knobs import Settings
+
+    default = Settings()
+    for r in results:
+        if r.settings == default:
+            return r
+    return results[0]
+
+
+def _trials_from_study(stored: StoredStudy) -> tuple[pd.DataFrame, list[TrialResult]]:
+    import pandas as pd
+
+    from advisor.advice import trial_row
+
+    numbered = _results(stored)
+    if not numbered:
+        raise StorageError(f"study {stored.study.study_name!r} has no measured trials yet")
+    results = [r for _, r in numbered]
+    baseline = _baseline_of(results)
+    df = pd.DataFrame([trial_row(n, r, baseline) for n, r in numbered])
+    return df, results
+
+
+def _summary_from_config(cfg: Config) -> Summary | None:
+    """The config's own result: its pick was made (with its `min_gain`) when it was written."""
+    r = cfg.result
+    if r is None:
+        return None
+    return Summary(
+        baseline_label="default",
+        tuned_label=cfg.settings.label(),
+        baseline=(r.baseline.median_ms, r.baseline.ci_low_ms, r.baseline.ci_high_ms),
+        tuned=(r.tuned.median_ms, r.tuned.ci_low_ms, r.tuned.ci_high_ms),
+        speedup=r.speedup,
+        speedup_ci=r.speedup_ci,
+        rel_error=r.rel_error,
+        precision=r.precision,
+        tolerance=r.tolerance,
+        why=r.why,
+        trials=r.trials,
+        rejected=r.rejected,
+        failed=r.failed,
+    )
+
+
+def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summary | None:
+    """What the search would have recommended from these trials (same pick rule as `advise`,
+    with the search space's `min_gain`)."""
+    from advisor.pick import pick_final
+    from advisor.timing import speedup
+
+    base = _baseline_of(results)
+    if base.status != "ok" or base.measurement is None:
+        return None
+    pick = pick_final(results, base, min_gain)
+    chosen = pick.chosen
+    assert chosen.measurement is not None
+    ratio, lo, hi = speedup(base.measurement, chosen.measurement)
+    bm, cm = base.measurement, chosen.measurement
+    return Summary(
+        baseline_label=base.settings.label(),
+        tuned_label=chosen.settings.label(),
+        baseline=(bm.median_ms, bm.ci_low_ms, bm.ci_high_ms),
+        tuned=(cm.median_ms, cm.ci_low_ms, cm.ci_high_ms),
+        speedup=ratio,
+        speedup_ci=(lo, hi),
+        rel_error=chosen.rel_error,
+        precision=chosen.precision,
+        tolerance=chosen.tolerance,
+        why=pick.why,
+        trials=len(results),
+        rejected=sum(r.status == "rejected" for r in results),
+        failed=sum(r.status == "failed" for r in results),
+    )
+
+
+def _trials_from_csv(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise ConfigError(f"cannot read trials table {path}: {str(e).splitlines()[0]}") from None
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"trials table {path} lacks column(s): {', '.join(missing)}")
+    for col in ("reason", "layers"):
+        if col in df.columns:
+            df[col] = ["" if pd.isna(v) else str(v) for v in df[col]]
+    return df
+
+
+def _trials_from_summary(s: Summary) -> pd.DataFrame:
+    """Only the config survives: its two timings are all there is to plot."""
+    import pandas as pd
+
+    rows = []
+    for i, (label, t) in enumerate(((s.baseline_label, s.baseline), (s.tuned_label, s.tuned))):
+        rows.append(
+            dict(
+                trial=i,
+                label=label,
+                status="ok",
+                reason="",
+                median_ms=t[0],
+                ci_low_ms=t[1],
+                ci_high_ms=t[2],
+            )
+        )
+    return pd.DataFrame(rows).drop_duplicates(subset="label")
+
+
+# ---------------------------------------------------------------- per-layer rows
+
+
+def _layer_label(attrs: dict[str, Any]) -> str:
+    """'0, 2: Conv3d(4, 4, (1, 3, 3), ...) on 1x4x4x12x12' (older studies: the raw key)."""
+    names, desc = attrs.get("names"), attrs.get("description")
+    if names and desc:
+        return f"{', '.join(names)}: {desc}"
+    return str(attrs.get("key", "?"))
+
+
+def _layer_rows(
+    layers: optuna.Study | None, mode: str, env: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Per-layer measurements from the companion study: one row per layer group and impl."""
+    from advisor.results import TrialResult
+
+    if layers is None:
+        return []
+    rows = []
+    for t in layers.get_trials(deepcopy=False):
+        if "result" not in t.user_attrs or t.user_attrs.get("kind") == "model":
+            continue
+        r = TrialResult.model_validate(t.user_attrs["result"])
+        row: dict[str, Any] = {
+            "layer": _layer_label(t.user_attrs),
+            "impl": str(t.user_attrs.get("impl", r.settings.conv_impl)),
+            # the global settings it ran under: a resume under others measures layers again
+            "under": r.settings.global_only().label(),
+            "status": r.status,
+            "median_ms": r.median_ms if r.measurement else math.nan,
+            "reason": r.reason or "",
+        }
+        spec = t.user_attrs.get("spec")
+        if isinstance(spec, dict) and r.measurement is not None:
+            row["roofline"] = roofline_fraction_of(spec, mode, r.median_ms, env)
+        rows.append(row)
+    return rows
+
+
+def roofline_fraction_of(
+    spec: dict[str, Any], mode: str, median_ms: float, env: dict[str, Any]
+) -> float | None:
+    """Fraction of the roofline floor a layer reached, when this is the machine it was tuned on
+    (peaks measured elsewhere would be meaningless); else None."""
+    from advisor import roofline
+    from advisor.environment import current_environment
+
+    try:
+        device = str(env.get("device_type", "cpu"))
+        if current_environment(device).fingerprint != env.get("fingerprint"):
+            return None
+        return float(roofline.layer_fraction(spec, mode, median_ms, device))
+    except Exception:  # noqa: BLE001 - an optional column: never fail the report for it
+        return None

@@ -1,0 +1,49 @@
+"""Writing a report: the HTML file and its PNGs beside it, and the `advisor report` command.
+
+Everything is loaded and drawn in memory first and the files are written last, each atomically
+(`advisor.config`'s writers), so a failure never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from advisor.config import atomic_write, atomic_write_bytes
+from advisor.errors import AdvisorError
+from advisor.report.load import load_report_data
+from advisor.report.page import render_html
+from advisor.report.plots import make_plots
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def png_dir(out: Path) -> Path:
+    """report.html -> report_files/ (the browser convention for a page's companions)."""
+    return out.with_name(out.stem + "_files")
+
+
+def write_report(source: str, out: str | Path, storage: str | None = None) -> Path:
+    """Build the report for `source` and write `out` (HTML) and its PNGs; returns `out`."""
+    out = Path(out)
+    if out.is_dir():
+        raise AdvisorError(f"--out {out} is a directory")
+    data = load_report_data(source, storage)
+    plots = make_plots(data)
+    folder = png_dir(out)
+    names = {k: f"{folder.name}/{k}.png" for k in plots.png}
+    page = render_html(data, plots, names)
+    try:
+        for k, payload in plots.png.items():
+            atomic_write_bytes(folder / f"{k}.png", payload)
+        atomic_write(out, page)  # last: the page refers to the PNGs
+    except OSError as e:
+        raise AdvisorError(f"cannot write {out}: {e.strerror or e}") from None
+    return out
+
+
+def cli_report(args: argparse.Namespace) -> int:
+    out = write_report(args.source, args.out, args.storage)
+    print(f"Wrote {out} (plots in {png_dir(out)}/)")
+    return 0
