@@ -6,8 +6,8 @@ the same signature and input shape share one measurement. The fastest beyond noi
 (ties go to `native`). The combination is then measured on the whole model and kept only if it
 beats the global-knob winner beyond noise.
 
-Measurements are stored in a companion optuna study ("<study>/layers") so a resumed search does
-not repeat them.
+Measurements are stored in a companion study ("<study>/layers", `storage.LayerStore`) so a
+resumed search does not repeat them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
 import torch
-from optuna.trial import TrialState
 
 from advisor import impls
 from advisor.apply import compute_dtype
@@ -29,6 +27,7 @@ from advisor.layer_spec import DTYPE_NAMES, LayerSpec
 from advisor.pick import pick_best
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
+from advisor.storage import LayerStore, measured_under
 from advisor.workload import Workload, layer_workload_from_module
 from advisor.workload_info import LayerInfo
 
@@ -104,71 +103,6 @@ def layer_groups(
     return out
 
 
-def _layers_study(storage: Any, study_name: str) -> optuna.Study:
-    return optuna.create_study(
-        storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
-    )
-
-
-def _base(settings: Settings) -> str:
-    """The global settings a layer was measured under (its own implementation aside)."""
-    return settings.global_only().model_dump_json()
-
-
-def _stored(study: optuna.Study) -> dict[tuple[str, str, str], TrialResult]:
-    """Stored layer measurements by (group, implementation, global settings they ran under): a
-    resume under other global settings (another memory format or precision) measures again."""
-    out = {}
-    for t in study.get_trials(deepcopy=False):
-        if "result" in t.user_attrs and "key" in t.user_attrs:
-            result = TrialResult.model_validate(t.user_attrs["result"])
-            out[(t.user_attrs["key"], t.user_attrs["impl"], _base(result.settings))] = result
-    return out
-
-
-def _store(study: optuna.Study, group: LayerGroup, impl: str, result: TrialResult) -> None:
-    attrs = {
-        "key": group.key,
-        "impl": impl,
-        "names": list(group.names),
-        "description": group.description,
-        "spec": group.spec.model_dump(mode="json"),  # for per-layer roofline in reports
-    }
-    _add(study, result, attrs)
-
-
-def _add(study: optuna.Study, result: TrialResult, attrs: dict[str, Any]) -> None:
-    ok = result.status == "ok"
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=TrialState.COMPLETE if ok else TrialState.FAIL,
-            value=result.median_ms if ok else None,
-            params={},
-            distributions={},
-            user_attrs={**attrs, "result": result.model_dump(mode="json")},
-        )
-    )
-
-
-def stored_model_result(storage: Any, study_name: str, settings: Settings) -> TrialResult | None:
-    """The whole-model measurement of a per-layer combination, if a previous run stored it."""
-    key = settings.model_dump_json()
-    for t in _layers_study(storage, study_name).get_trials(deepcopy=False):
-        if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
-            return TrialResult.model_validate(t.user_attrs["result"])
-    return None
-
-
-def store_model_result(storage: Any, study_name: str, result: TrialResult) -> None:
-    """Keep the combination's whole-model measurement (for resuming and for reports)."""
-    attrs = {
-        "kind": "model",
-        "settings": result.settings.model_dump_json(),
-        "label": result.settings.label(),
-    }
-    _add(_layers_study(storage, study_name), result, attrs)
-
-
 def choose_layer_impls(
     workload: Workload,
     settings: Settings,
@@ -188,8 +122,8 @@ def choose_layer_impls(
     if "native" not in wanted:
         wanted = ["native", *wanted]
     groups = layer_groups(workload, settings, device, mode)
-    study = _layers_study(storage, study_name)
-    done = _stored(study)
+    store = LayerStore(storage, study_name)
+    done = store.layer_results()
     plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
     for g in groups:
         module = g.workload.make_model()
@@ -211,12 +145,19 @@ def choose_layer_impls(
         results: dict[str, TrialResult] = {}
         evaluator: Evaluator | None = None
         for name in usable:
-            key = (g.key, name, _base(settings))
+            key = (g.key, name, measured_under(settings))
             if key not in done:
                 if evaluator is None:
                     evaluator = make_evaluator(g.workload)
                 res = evaluator(settings.model_copy(update={"conv_impl": name, "layers": {}}))
-                _store(study, g, name, res)
+                store.add_layer_result(
+                    res,
+                    key=g.key,
+                    impl=name,
+                    names=list(g.names),
+                    description=g.description,
+                    spec=g.spec.model_dump(mode="json"),  # for per-layer roofline in reports
+                )
                 done[key] = res
             results[name] = done[key]
             count += 1

@@ -20,15 +20,13 @@ from advisor.per_layer import (
     LayerChoice,
     choose_layer_impls,
     layers_map,
-    store_model_result,
-    stored_model_result,
 )
 from advisor.pick import pick_final
 from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, load_space, with_tolerances
-from advisor.storage import open_storage
+from advisor.storage import LayerStore, open_storage
 from advisor.timing import machine_load_warning
 from advisor.workload import (
     Workload,
@@ -165,14 +163,15 @@ def per_layer_stage(
     known = [r for r in outcome.results if r.settings == combined]
     if known:
         return choices, known[0]
-    result = stored_model_result(storage, outcome.study_name, combined)
+    store = LayerStore(storage, outcome.study_name)
+    result = store.model_result(combined)
     if result is None:
         evaluator = make_evaluator(workload, device, space, options)
         try:
             result = evaluator(combined)
         finally:
             evaluator.close()
-        store_model_result(storage, outcome.study_name, result)
+        store.add_model_result(result)
     outcome.results.append(result)
     outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
     return choices, result

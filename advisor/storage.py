@@ -14,8 +14,11 @@ from typing import Any
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
 
 from advisor.errors import StorageError, first_line
+from advisor.knobs import Settings
+from advisor.results import TrialResult
 
 HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
 GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
@@ -122,3 +125,63 @@ def _redact(url: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}" if ":" in creds else url
     return url
+
+
+def measured_under(settings: Settings) -> str:
+    """The global settings a layer was measured under (its own implementation aside)."""
+    return settings.global_only().model_dump_json()
+
+
+class LayerStore:
+    """The companion study "<study>/layers": per-layer measurements and the whole-model
+    measurements of per-layer combinations, kept so a resumed search does not repeat them."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
+        self.study = optuna.create_study(
+            storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
+        )
+
+    def layer_results(self) -> dict[tuple[str, str, str], TrialResult]:
+        """Stored layer measurements by (group, implementation, global settings they ran under):
+        a resume under other global settings (another memory format or precision) measures
+        again."""
+        out = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if "result" in t.user_attrs and "key" in t.user_attrs:
+                result = TrialResult.model_validate(t.user_attrs["result"])
+                out[
+                    (t.user_attrs["key"], t.user_attrs["impl"], measured_under(result.settings))
+                ] = result
+        return out
+
+    def add_layer_result(self, result: TrialResult, **attrs: Any) -> None:
+        self._add(result, attrs)
+
+    def model_result(self, settings: Settings) -> TrialResult | None:
+        """The whole-model measurement of a per-layer combination, if a previous run stored it."""
+        key = settings.model_dump_json()
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
+                return TrialResult.model_validate(t.user_attrs["result"])
+        return None
+
+    def add_model_result(self, result: TrialResult) -> None:
+        """Keep the combination's whole-model measurement (for resuming and for reports)."""
+        attrs = {
+            "kind": "model",
+            "settings": result.settings.model_dump_json(),
+            "label": result.settings.label(),
+        }
+        self._add(result, attrs)
+
+    def _add(self, result: TrialResult, attrs: dict[str, Any]) -> None:
+        ok = result.status == "ok"
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE if ok else TrialState.FAIL,
+                value=result.median_ms if ok else None,
+                params={},
+                distributions={},
+                user_attrs={**attrs, "result": result.model_dump(mode="json")},
+            )
+        )

@@ -23,7 +23,7 @@ import torch
 from optuna.trial import TrialState
 
 from advisor.layer_spec import layer_spec
-from advisor.search import SearchOptions, _open, enqueue_missing, search
+from advisor.search import SearchOptions, enqueue_missing, open_plan, search
 from advisor.space import load_space
 from advisor.storage import open_storage
 from advisor.workload import layer_workload
@@ -136,10 +136,10 @@ def test_racing_enqueues_still_measure_each_point_once(study_prefix: str) -> Non
     space = load_space(GRID8, CPU)
     workload = layer_workload(layer_spec("Conv2d(3, 4, 3)", input_shape="1,3,16,16"))
     options = SearchOptions(storage=URL, study_name=study_prefix)
-    plans = [_open(workload, CPU, space, options) for _ in range(3)]
+    plans = [open_plan(workload, CPU, space, options) for _ in range(3)]
     barrier = threading.Barrier(len(plans))
 
-    def enqueue(plan) -> None:  # noqa: ANN001 - a search._Plan
+    def enqueue(plan) -> None:  # noqa: ANN001 - a search.Plan
         barrier.wait()  # every "worker" sees an empty study, then all enqueue the grid
         enqueue_missing(plan, space, CPU)
 

@@ -5,28 +5,19 @@ dilation, groups, output_padding and bias, in fp32 (TF32 only when PyTorch's mat
 on), fp16 and bf16 (fp32 accumulation), for contiguous and channels-last tensors (via strides).
 A transposed conv is the grad-input of a plain conv, so the three kernels serve both directions.
 
-Triton is imported lazily: `import advisor.impls` must not pay for it, and `why_not` reports a
-missing triton instead of raising. TRITON_INTERPRET is read by `triton.jit` when a kernel is
-decorated, so the kernels (in `_triton_kernels.py`) are loaded on first use, once per value of
-TRITON_INTERPRET: set it before the first call, not necessarily before the import.
+Triton is imported lazily (`triton_loader`): `import advisor.impls` must not pay for it, and
+`why_not` reports a missing or too old triton instead of raising.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from advisor.errors import first_line
 from advisor.impls._swap import (
     SwappingImpl,
     cast_for_autocast,
@@ -35,86 +26,22 @@ from advisor.impls._swap import (
     resolve_padding,
 )
 from advisor.impls.base import ConvSignature
+from advisor.impls.triton_loader import (
+    interpreting,
+    kernels,
+    kernels_problem,
+    triton_import_problem,
+)
 from advisor.impls.unfold_gemm import is_channels_last
 from advisor.knobs import GlobalFlags
 from advisor.timing import device_guard
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_GRID_YZ = 65535  # CUDA limit on grid axes 1 and 2
-_MIN_TRITON = (3, 4)  # the kernel module reads triton.knobs, new in Triton 3.4
 
 # Test hook: fill every output buffer with NaN before the kernels write it, so an element a kernel
 # forgets to write shows up as NaN instead of as leftover memory.
 POISON_OUTPUTS = False
-
-_KERNELS: dict[bool, ModuleType] = {}
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@functools.cache
-def triton_import_problem() -> str | None:
-    """None if triton imports, else why not (cached: an import is not retried)."""
-    if importlib.util.find_spec("triton") is None:
-        return "triton is not installed (pip install 'conv-advisor[triton]')"
-    try:
-        import triton  # noqa: F401
-    except Exception as exc:  # a broken install raises anything, not only ImportError
-        return f"triton does not import: {type(exc).__name__}: {exc}"
-    return None
-
-
-def kernels() -> ModuleType:
-    """The kernel module, decorated under the current TRITON_INTERPRET setting."""
-    interpret = interpreting()
-    module = _KERNELS.get(interpret)
-    if module is None:
-        problem = triton_import_problem()
-        if problem is not None:
-            raise RuntimeError(problem)
-        name = f"advisor.impls._triton_kernels_{'interpreted' if interpret else 'compiled'}"
-        path = os.path.join(os.path.dirname(__file__), "_triton_kernels.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _KERNELS[interpret] = module
-    return module
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """(major, minor) of a version such as '3.4.0+git1234' or '3.10.0rc1'; () if unreadable."""
-    parts = [re.match(r"\d+", piece) for piece in text.split(".")[:2]]
-    if len(parts) != 2 or any(m is None for m in parts):
-        return ()
-    return tuple(int(m.group()) for m in parts if m is not None)
-
-
-@functools.cache
-def kernels_problem(interpret: bool) -> str | None:
-    """None if the kernels load under this TRITON_INTERPRET value, else why not, as one line.
-
-    Cached per value: the first call decorates the kernels (once), later calls are free. Call it
-    with `interpreting()`, the value `kernels()` reads.
-    """
-    problem = triton_import_problem()
-    if problem is not None:
-        return problem
-    import triton
-
-    version = str(getattr(triton, "__version__", "?"))
-    if () < _version(version) < _MIN_TRITON:  # an unreadable version: let the load decide
-        need = ".".join(map(str, _MIN_TRITON))
-        return f"triton {version} is too old: the kernels need triton>={need}"
-    try:
-        kernels()
-    except Exception as exc:  # an old or broken triton fails in many ways, all "cannot run here"
-        return f"triton {version} cannot load the kernels here: {first_line(exc)}"
-    return None
-
 
 # ---- geometry and buffers -----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 triton = pytest.importorskip("triton")
 
 from advisor.impls import triton_conv as tc  # noqa: E402
-from advisor.impls import why_not  # noqa: E402
+from advisor.impls import triton_loader, why_not  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
 from advisor.knobs import GlobalFlags, Settings  # noqa: E402
 from tests.impls.conv_cases import Case, cases, check  # noqa: E402
@@ -189,9 +189,9 @@ def test_user_matmul_precision_then_global_flags_do_not_mix_apis() -> None:
 @pytest.fixture
 def _fresh_kernels_problem() -> Iterator[None]:
     """kernels_problem caches per TRITON_INTERPRET value: start and end each test uncached."""
-    tc.kernels_problem.cache_clear()
+    triton_loader.kernels_problem.cache_clear()
     yield
-    tc.kernels_problem.cache_clear()
+    triton_loader.kernels_problem.cache_clear()
 
 
 SIG = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
@@ -206,7 +206,7 @@ def test_why_not_when_the_kernels_do_not_load(monkeypatch: pytest.MonkeyPatch) -
         calls.append(1)
         raise AttributeError("module 'triton' has no attribute 'knobs'\nsecond line")
 
-    monkeypatch.setattr(tc, "kernels", broken)
+    monkeypatch.setattr(triton_loader, "kernels", broken)
     for _ in range(2):
         reason = tc.TritonImpl().why_not(SIG, device=CPU, dtype=torch.float32)
         assert reason is not None and "\n" not in reason
@@ -225,5 +225,5 @@ def test_why_not_with_an_old_triton(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("_fresh_kernels_problem")
 def test_why_not_loads_the_kernels_through_the_registry() -> None:
     assert why_not("triton", torch.nn.Conv2d(3, 4, 3), device=CPU, dtype=torch.float32) is None
-    assert tc.kernels_problem(True) is None  # loaded under the interpreter, and cached
-    assert tc.kernels().INTERPRET
+    assert triton_loader.kernels_problem(True) is None  # loaded under the interpreter, and cached
+    assert triton_loader.kernels().INTERPRET

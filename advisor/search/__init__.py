@@ -1,0 +1,54 @@
+"""The optuna search. With `advisor.storage` (and the report, which reads studies), the only
+code that imports optuna: `options` (what is asked and returned), `study` (the study and its
+grid), `run` (the trials).
+
+PyTorch's default configuration is enqueued first and is the baseline. When the whole grid fits the
+budget every point is enqueued (each evaluated exactly once, even with many workers on one study);
+otherwise a TPE sampler explores after the default. A candidate that fails or is rejected by the
+numeric gate is a FAIL trial with its reason, and the study goes on.
+
+Every process that runs trials (`advisor advise`, `advisor worker`) runs the same loop:
+1. reclaim orphans: a RUNNING trial whose process (on this host) is gone is failed; heartbeats do
+   the same for other hosts on a database storage;
+2. enqueue the grid points that have neither a result nor a WAITING/RUNNING trial, so a trial
+   lost to a kill -9, a Ctrl-C or a dead worker is run again; a point whose process died
+   `RETRIES + 1` times is recorded as failed instead;
+3. run WAITING trials; a trial whose point already has a lower-numbered trial (result, running or
+   waiting) is pruned as a duplicate, so racing workers never measure a point twice;
+4. while other processes hold RUNNING trials, wait for them (and for their heartbeats).
+"""
+
+from __future__ import annotations
+
+from advisor.search.options import (
+    CandidateFailed,
+    Progress,
+    SearchOptions,
+    SearchOutcome,
+    WorkSummary,
+)
+from advisor.search.run import WAIT_S, make_evaluator, search, work
+from advisor.search.study import (
+    Plan,
+    applicable_impls,
+    enqueue_missing,
+    open_plan,
+    study_name_for,
+)
+
+__all__ = [
+    "WAIT_S",
+    "CandidateFailed",
+    "Plan",
+    "Progress",
+    "SearchOptions",
+    "SearchOutcome",
+    "WorkSummary",
+    "applicable_impls",
+    "enqueue_missing",
+    "make_evaluator",
+    "open_plan",
+    "search",
+    "study_name_for",
+    "work",
+]

@@ -1,0 +1,241 @@
+"""Running trials: the objective (measure, gate, record), the loop every process runs, and the
+outcome read back from the study."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import FrozenTrial, TrialState
+
+from advisor.errors import AdvisorError, StorageError
+from advisor.evaluators import Evaluator, new_evaluator
+from advisor.knobs import Settings
+from advisor.ownership import owner_id
+from advisor.pick import pareto_front
+from advisor.results import TrialResult
+from advisor.search.options import (
+    CandidateFailed,
+    Progress,
+    SearchOptions,
+    SearchOutcome,
+    WorkSummary,
+)
+from advisor.search.study import (
+    Plan,
+    enqueue_missing,
+    evaluated,
+    fail_stale,
+    has_heartbeat,
+    open_plan,
+    point_key,
+    reclaim_orphans,
+    settings_from,
+    trial_params,
+)
+from advisor.space import SearchSpace
+from advisor.workload import Workload
+
+log = logging.getLogger("advisor")
+WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again
+
+
+def make_evaluator(
+    workload: Workload, device: torch.device, space: SearchSpace, options: SearchOptions
+) -> Evaluator:
+    """The evaluator these options ask for (see `advisor.evaluators`)."""
+    return new_evaluator(
+        workload,
+        device,
+        space,
+        options.mode,
+        isolate=options.isolate,
+        timeout_s=options.trial_timeout_s,
+    )
+
+
+def _memory_checked(result: TrialResult, limit: float | None, baseline: Settings) -> TrialResult:
+    """Reject an accepted candidate whose peak memory is over `limit` (never the baseline)."""
+    if limit is None or result.status != "ok" or (result.peak_memory_mb or 0.0) <= limit:
+        return result
+    if result.settings == baseline:
+        return result
+    return result.model_copy(
+        update={
+            "status": "rejected",
+            "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit "
+            f"of {limit:g} MB",
+        }
+    )
+
+
+def _run(
+    plan: Plan,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    evaluator: Evaluator,
+    start: float,
+) -> tuple[int, int]:
+    """Run trials until every point has a result (grid) or the budget is spent, waiting for
+    other processes' trials; returns (evaluated, failed) by this process."""
+    study, varying, fixed, default = plan.study, plan.varying, plan.fixed, plan.cands[0]
+    allowed = {c.model_dump_json() for c in plan.cands}
+    owner = owner_id()
+    best: list[float] = []
+    mine = {"evaluated": 0, "failed": 0}
+
+    def objective(trial: optuna.Trial) -> float | tuple[float, float]:
+        trial.set_user_attr("worker", owner)
+        params = {k: trial.suggest_categorical(k, v) for k, v in varying.items()}
+        settings = settings_from(params, fixed)
+        if settings.model_dump_json() not in allowed:
+            trial.set_user_attr("reason", "excluded by a skip rule of the search space")
+            raise optuna.TrialPruned()
+        for other in study.get_trials(deepcopy=False):
+            if other.number >= trial.number or trial_params(other) != params:
+                continue
+            if evaluated(other) or other.state in (TrialState.RUNNING, TrialState.WAITING):
+                trial.set_user_attr("reason", f"duplicate of trial {other.number}")
+                raise optuna.TrialPruned()
+        raw = evaluator(settings)
+        trial.set_user_attr("result", raw.model_dump(mode="json"))
+        trial.set_user_attr("label", settings.label())
+        mine["evaluated"] += 1
+        result = _memory_checked(raw, options.max_memory_mb, default)
+        if result.status != "ok":
+            mine["failed"] += result.status == "failed"
+            trial.set_user_attr("reason", result.reason)
+            raise CandidateFailed(result.reason)
+        best.append(result.median_ms)
+        if plan.multi:
+            return result.median_ms, float(result.peak_memory_mb or 0.0)
+        return result.median_ms
+
+    def on_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        if options.progress is not None and evaluated(trial):
+            done = _points_done(study)
+            last = TrialResult.model_validate(trial.user_attrs["result"])
+            options.progress(
+                Progress(
+                    done, plan.total, min(best) if best else None, last, time.perf_counter() - start
+                )
+            )
+        if plan.grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            study.stop()
+
+    deadline = start + space.budget.time_s
+    stalled = 0
+    while (remaining := deadline - time.perf_counter()) > 0:
+        reclaim_orphans(study, has_heartbeat(plan.storage))
+        fail_stale(study)
+        enqueue_missing(plan, space, device)
+        trials = study.get_trials(deepcopy=False)
+        before = sum(1 for t in trials if evaluated(t))
+        run: dict[str, Any] = dict(timeout=remaining, catch=(CandidateFailed,),
+                                   callbacks=[on_trial], gc_after_trial=False)  # fmt: skip
+        if plan.grid and any(t.state == TrialState.WAITING for t in trials):
+            study.optimize(objective, **run)
+            continue
+        if not plan.grid and before < plan.budget and stalled < 3:
+            study.optimize(objective, n_trials=plan.budget - before, **run)
+            # TPE may only re-suggest measured points (pruned): give up after a few rounds.
+            stalled = stalled + 1 if _count_evaluated(study) == before else 0
+            continue
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            break
+        time.sleep(WAIT_S)  # other processes hold trials: wait for them or their heartbeats
+    return mine["evaluated"], mine["failed"]
+
+
+def _points_done(study: optuna.Study) -> int:
+    return len(
+        {point_key(trial_params(t)) for t in study.get_trials(deepcopy=False) if evaluated(t)}
+    )
+
+
+def _count_evaluated(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if evaluated(t))
+
+
+def _with_evaluator(
+    plan: Plan,
+    workload: Workload,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    evaluator: Evaluator | None,
+    start: float,
+) -> tuple[int, int]:
+    own = evaluator is None
+    ev = evaluator or make_evaluator(workload, device, space, options)
+    try:
+        return _run(plan, device, space, options, ev, start)
+    finally:
+        if own:
+            ev.close()
+
+
+def search(
+    workload: Workload,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    evaluator: Evaluator | None = None,
+) -> SearchOutcome:
+    """Run (or resume, or join) the study for this workload and return every measured candidate."""
+    start = time.perf_counter()
+    plan = open_plan(workload, device, space, options)
+    _with_evaluator(plan, workload, device, space, options, evaluator, start)
+    return _outcome(plan, options, time.perf_counter() - start)
+
+
+def work(
+    workload: Workload,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    evaluator: Evaluator | None = None,
+) -> WorkSummary:
+    """Join the study for this workload (another process's `search` or `work` with the same
+    arguments names the same study) and evaluate trials until it is done; no recommendation."""
+    start = time.perf_counter()
+    plan = open_plan(workload, device, space, options)
+    evaluated, failed = _with_evaluator(plan, workload, device, space, options, evaluator, start)
+    done = _points_done(plan.study)
+    return WorkSummary(plan.name, evaluated, failed, done, plan.total, time.perf_counter() - start)
+
+
+def _outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
+    """Every point's result (the lowest-numbered trial's), the memory limit applied now, so a
+    resumed study may use another limit without measuring again."""
+    default = plan.cands[0]
+    results, numbers, seen = [], [], set()
+    for t in sorted(plan.study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if not evaluated(t) or (key := point_key(trial_params(t))) in seen:
+            continue
+        seen.add(key)
+        raw = TrialResult.model_validate(t.user_attrs["result"])
+        results.append(_memory_checked(raw, options.max_memory_mb, default))
+        numbers.append(t.number)
+    baseline = next((r for r in results if r.settings == default), None)
+    if baseline is None:
+        raise StorageError(f"study {plan.name!r} has no measurement of PyTorch's default yet")
+    if baseline.status != "ok":
+        raise AdvisorError(f"PyTorch's default configuration could not be measured: "
+                           f"{baseline.reason}")  # fmt: skip
+    limit = options.max_memory_mb
+    if limit is not None and (baseline.peak_memory_mb or 0.0) > limit:
+        log.warning(
+            "PyTorch's default peaks at %.1f MB, over --max-memory %g MB: it is kept as the "
+            "baseline; only candidates under the limit are considered instead of it",
+            baseline.peak_memory_mb,
+            limit,
+        )
+    pareto = pareto_front(results) if plan.multi else []
+    return SearchOutcome(
+        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto
+    )
