@@ -86,5 +86,3 @@ def kernels_problem(interpret: bool) -> str | None:
     except Exception as exc:  # an old or broken triton fails in many ways, all "cannot run here"
         return f"triton {version} cannot load the kernels here: {first_line(exc)}"
     return None
-
-
