@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, load_config
-from advisor.errors import ConfigError, StorageError
+from advisor.errors import ConfigError, StorageError, first_line
 
 if TYPE_CHECKING:
     import optuna
@@ -168,7 +168,9 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
     try:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     except Exception as e:  # noqa: BLE001 - backends raise many kinds on a corrupt store
-        raise StorageError(f"cannot read studies from {url}: {str(e).splitlines()[0]}") from None
+        raise StorageError(
+            f"cannot read studies from {url}: {first_line(e, with_type=False)}"
+        ) from None
     if name not in names:
         matches = [n for n in names if n.startswith(f"{name}@") and not n.endswith("/layers")]
         if len(matches) != 1:
@@ -287,7 +289,9 @@ def _trials_from_csv(path: Path) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
     except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise ConfigError(f"cannot read trials table {path}: {str(e).splitlines()[0]}") from None
+        raise ConfigError(
+            f"cannot read trials table {path}: {first_line(e, with_type=False)}"
+        ) from None
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(f"trials table {path} lacks column(s): {', '.join(missing)}")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from advisor.errors import first_line
 from advisor.report.importance import EXACT, Importance, knob_importance
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def _optuna_plot(make: Callable[[], Any]) -> tuple[Any, str | None]:
             warnings.simplefilter("ignore")  # optuna's matplotlib backend is "experimental"
             return make(), None
     except (ValueError, RuntimeError, ZeroDivisionError, ImportError) as e:
-        return None, (str(e).splitlines() or [type(e).__name__])[0]
+        return None, first_line(e, with_type=False)
 
 
 def _png(fig: Figure) -> bytes:
