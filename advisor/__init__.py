@@ -53,6 +53,7 @@ def advise(
     max_memory_mb: float | None = None,
     objectives: tuple[str, ...] = ("time",),
     tolerances: dict[str, float] | None = None,
+    budget_s: float | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> Advice:
     """Search the settings for a model (with example inputs), a layer spec, or a model file.
@@ -60,14 +61,27 @@ def advise(
     `input_shapes` (several shapes) or `batch_sizes`, with optional `shape_weights`, tune for a
     shape set: the weighted time over those shapes. In train mode a layer's input needs a gradient
     (it is an activation inside a network) unless `first_layer=True`. `tolerances` overrides the
-    space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`.
+    space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`. `budget_s` bounds the
+    whole run (default: the space's budget.time_s): the best answer so far, and what was not
+    measured.
     Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
     `storage` is 'memory' (default for the API), None for the embedded default study file, or a
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
     discards it first).
     """
     from advisor.service import run_advise  # the search engine: optuna and pandas load here
+    from advisor.sizes import check_workload_sizes
 
+    # Absurd sizes are a one-line SpecError here, before anything is allocated.
+    check_workload_sizes(
+        device,
+        layer=layer,
+        input_shape=input_shape,
+        input_shapes=input_shapes,
+        batch_sizes=batch_sizes,
+        dtype=dtype,
+        first_layer=first_layer,
+    )
     return run_advise(
         model=model,
         inputs=inputs,
@@ -91,6 +105,7 @@ def advise(
         max_memory_mb=max_memory_mb,
         objectives=objectives,
         tolerances=tolerances,
+        budget_s=budget_s,
         progress=progress,
     )
 

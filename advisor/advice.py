@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor import __version__
-from advisor.config import Config, Result, Timing, atomic_write, save_config
+from advisor.config import Config, Result, Timing, atomic_write_all, output_paths
 from advisor.per_layer import LayerChoice
 from advisor.pick import Pick, pick_final
 from advisor.results import TrialResult
@@ -111,14 +111,17 @@ class Advice:
         return pd.DataFrame(rows)
 
     def save(self, path: str | Path, trials_csv: bool = True) -> Path:
+        """Write the config, and its trials (and per-layer) CSV beside it, all or none: every file
+        is made in full first, then all are renamed into place. An OutputError (an OSError) names
+        the file that could not be written; files that were there are left as they were."""
         path = Path(path)
-        save_config(self.config, path)
+        config, trials, layers = output_paths(path)
+        files: dict[Path, str] = {config: self.config.model_dump_json(indent=2) + "\n"}
         if trials_csv:
-            csv = path.with_name(path.stem + ".trials.csv")
-            atomic_write(csv, self.trials.to_csv(index=False))
+            files[trials] = self.trials.to_csv(index=False)
             if self.layer_choices:
-                csv = path.with_name(path.stem + ".layers.csv")
-                atomic_write(csv, self.layer_trials.to_csv(index=False))
+                files[layers] = self.layer_trials.to_csv(index=False)
+        atomic_write_all(files)
         return path
 
     def __repr__(self) -> str:
@@ -216,8 +219,18 @@ def build_advice(
     min_gain: float = 0.02,
     layer_choices: list[LayerChoice] | None = None,
     retimed: int = 0,
+    retime_error: str | None = None,
+    notes: list[str] | None = None,
 ) -> Advice:
     pick = pick_final(outcome.results, outcome.baseline, min_gain)
+    if retime_error is not None and pick.chosen is not outcome.baseline:
+        # Never a recommendation that was not re-timed against the default.
+        pick = Pick(
+            outcome.baseline,
+            pick.fastest,
+            f"the finalists' interleaved re-time failed ({retime_error}): keeping PyTorch's "
+            f"default rather than {pick.chosen.settings.label()}, which was not re-timed against it",
+        )
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup(base.measurement, chosen.measurement)
@@ -239,7 +252,9 @@ def build_advice(
         trials=len(outcome.results),
         rejected=sum(r.status == "rejected" for r in outcome.results),
         failed=sum(r.status == "failed" for r in outcome.results),
+        stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
+        notes=notes or [],
     )
     config = Config(
         advisor_version=__version__,

@@ -20,6 +20,7 @@ from advisor import impls
 from advisor.allocator import settle_cpu_allocator
 from advisor.config import Config, load_config
 from advisor.environment import current_environment, resolve_device
+from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, memory_format_for
 
 _AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -95,18 +96,32 @@ def compute_dtype(module: nn.Module, settings: Settings) -> torch.dtype:
     return weight.dtype if weight is not None else torch.float32
 
 
-def swap_layers(
+def plan_layers(
     model: nn.Module, settings: Settings, device: torch.device, *, warn: bool = True
 ) -> dict[str, str]:
-    """Swap each conv layer to its implementation in place; returns name -> impl actually used.
+    """Which implementation each conv layer will run with here (name -> impl); changes nothing.
 
-    An implementation that cannot run a layer here falls back to `native`, with a warning that
-    names the layer when `warn` is set (a hand-edited or foreign config).
-    """
-    used: dict[str, str] = {}
+    Everything is decided before any layer is touched: an implementation that is unknown here
+    (e.g. a plugin that is not installed) or that cannot run a layer falls back to `native`, with
+    an AdvisorWarning naming the layer when `warn` is set (a hand-edited or foreign config).
+    Without `warn` (the search measuring a candidate) an unknown implementation is an ImplError,
+    raised before anything changes: a candidate is never measured as something else."""
+    known = set(impls.names())
+    plan: dict[str, str] = {}
     for name, module in impls.conv_modules(model):
         wanted = settings.layers.get(name, settings.conv_impl)
-        reason = impls.why_not(wanted, module, device=device, dtype=compute_dtype(module, settings))
+        reason: str | None
+        if wanted not in known:
+            if not warn:
+                impls.get_impl(wanted)  # raises the ImplError naming the known ones
+            reason = f"unknown implementation here; known: {', '.join(impls.names())}"
+        else:
+            try:
+                reason = impls.why_not(
+                    wanted, module, device=device, dtype=compute_dtype(module, settings)
+                )
+            except Exception as e:  # noqa: BLE001 - an implementation's own check failed
+                reason = f"its check failed: {first_line(e)}"
         if reason is not None:
             if warn and wanted != "native":
                 warnings.warn(
@@ -115,16 +130,44 @@ def swap_layers(
                     stacklevel=3,
                 )
             wanted = "native"
-        impls.swap(module, wanted)
-        used[name] = wanted
-    unknown = set(settings.layers) - set(used)
+        plan[name] = wanted
+    unknown = set(settings.layers) - set(plan)
     if unknown and warn:
         warnings.warn(
             f"config names layers this model does not have: {', '.join(sorted(unknown))}",
             AdvisorWarning,
             stacklevel=3,
         )
-    return used
+    return plan
+
+
+def swap_planned(model: nn.Module, plan: dict[str, str]) -> None:
+    """Swap the layers as `plan_layers` decided, all or none: when one swap fails, the layers
+    swapped before it get their own classes back and the error is raised."""
+    done: list[tuple[nn.Module, type[nn.Module]]] = []
+    try:
+        for name, module in impls.conv_modules(model):
+            impl = plan.get(name)
+            if impl is None:
+                continue
+            done.append((module, type(module)))
+            impls.swap(module, impl)
+    except BaseException:
+        for module, cls in reversed(done):
+            module.__class__ = cls
+        raise
+
+
+def swap_layers(
+    model: nn.Module, settings: Settings, device: torch.device, *, warn: bool = True
+) -> dict[str, str]:
+    """Swap each conv layer to its implementation in place; returns name -> impl actually used.
+
+    All or nothing: every layer's implementation is decided first (`plan_layers`: falling back to
+    `native`, with a warning, where one is unknown or cannot run here), then the layers swapped."""
+    plan = plan_layers(model, settings, device, warn=warn)
+    swap_planned(model, plan)
+    return plan
 
 
 def apply_settings(
@@ -137,6 +180,9 @@ def apply_settings(
 ) -> Tuned:
     """Apply `settings` to `model` (in place) and to PyTorch's global flags."""
     dev = resolve_device(device)
+    # Decide every layer before anything changes: a config that cannot be applied as written is
+    # applied as far as it can be (with warnings), never half-way.
+    used = plan_layers(model, settings, dev, warn=warn)
     if dev.type == "cpu":
         settle_cpu_allocator()  # the malloc state every candidate was measured in
     model.to(dev)
@@ -144,7 +190,7 @@ def apply_settings(
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None
     if fmt is not None:
         model.to(memory_format=fmt)  # type: ignore[call-overload]  # real overload, not in stubs
-    used = swap_layers(model, settings, dev, warn=warn)
+    swap_planned(model, used)
     flags = GlobalFlags()
     flags.apply(settings)
     scaler = None
@@ -199,10 +245,18 @@ def apply(
         device = "cpu"
     dev = resolve_device(device if device is not None else cfg.environment.device_type)
     here = current_environment(dev)
-    if here.fingerprint != cfg.environment.fingerprint:
-        diffs = "; ".join(here.differences(cfg.environment)) or "fingerprint differs"
+    diffs = here.mismatches(cfg.environment)  # the fields, not only the stored fingerprint
+    if diffs:
         warnings.warn(
-            f"config was tuned in another environment ({diffs}): re-tune for best results",
+            f"config was tuned in another environment ({'; '.join(diffs)}): "
+            "re-tune for best results",
+            AdvisorWarning,
+            stacklevel=2,
+        )
+    if cfg.settings.amp == "fp16" and dev.type == "cpu" and cfg.environment.device_type == "cuda":
+        warnings.warn(
+            "config turns on fp16 autocast, chosen on CUDA; on a CPU fp16 autocast is slow "
+            "(often slower than fp32): re-tune on this CPU (bf16 is its half precision)",
             AdvisorWarning,
             stacklevel=2,
         )

@@ -7,7 +7,8 @@ chosen, then `scaler.step(opt)` / `scaler.update()` (or `opt.step()`) with an SG
 learning rate is zero: the optimizer's cost is in the step, and the weights never change, so every
 step and the numeric gate see the same model. Inputs that need a gradient inside the user's network
 (a layer's input is an activation) are created with `requires_grad`, so the data gradient is
-computed and timed.
+computed and timed. The model is called as `model(*inputs, **kwargs)`: positional and keyword
+inputs (advisor.model_file's convention), each prepared alike.
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ class Candidate:
         self.seed = seed
         model = workload.make_model()
         model.train(mode == "train")
-        inputs = workload.make_inputs(torch.device("cpu"), seed, case)
+        args, kwargs = workload.make_call(torch.device("cpu"), seed, case)
+        # Positional and keyword inputs are prepared alike, as one sequence (positional first).
+        inputs = (*args, *kwargs.values())
         if dtype is not None:
             model.to(dtype)
             inputs = tuple(
@@ -144,7 +147,8 @@ class Candidate:
             for x, grad in zip(prepared, workload.input_grad, strict=False):
                 if grad and torch.is_tensor(x) and x.is_floating_point():
                     x.requires_grad_(True)
-        self.inputs = prepared
+        self.inputs = tuple(prepared[: len(args)])
+        self.kwargs: dict[str, Any] = dict(zip(kwargs, prepared[len(args) :], strict=True))
         self._grad_outputs: list[torch.Tensor] | None = None
         self._opt: torch.optim.Optimizer | None = None
         if mode == "train":
@@ -157,7 +161,7 @@ class Candidate:
 
     def _forward(self) -> list[torch.Tensor]:
         with self.tuned.autocast():
-            return flatten_tensors(self.tuned.model(*self.inputs))
+            return flatten_tensors(self.tuned.model(*self.inputs, **self.kwargs))
 
     def _loss(self, outs: list[torch.Tensor]) -> torch.Tensor:
         """A scalar whose gradient with respect to each output is a fixed random tensor of the
@@ -179,9 +183,14 @@ class Candidate:
             raise RuntimeError("no model output requires grad: nothing to train")
         return torch.stack(terms).sum()
 
+    def _named_inputs(self) -> list[tuple[str, Any]]:
+        """Every input with its name in the gradients: "input.0", ... and "input.<keyword>"."""
+        named = [(f"input.{i}", x) for i, x in enumerate(self.inputs)]
+        return named + [(f"input.{k}", x) for k, x in self.kwargs.items()]
+
     def _zero_grad(self) -> None:
         self.tuned.model.zero_grad(set_to_none=True)
-        for x in self.inputs:
+        for _, x in self._named_inputs():
             if torch.is_tensor(x) and x.requires_grad:
                 x.grad = None
 
@@ -253,9 +262,9 @@ class Candidate:
             for n, p in self.tuned.model.named_parameters()
             if p.grad is not None
         }
-        for i, x in enumerate(self.inputs):
+        for name, x in self._named_inputs():
             if torch.is_tensor(x) and x.grad is not None:
-                grads[f"input.{i}"] = x.grad.detach().to(acc_dtype(x.grad)) / scale
+                grads[name] = x.grad.detach().to(acc_dtype(x.grad)) / scale
         return grads
 
     def _record_convs(self, out: list[ConvInput]) -> list[Any]:
@@ -277,7 +286,7 @@ class Candidate:
 
     def close(self) -> None:
         self.tuned.restore()
-        del self.tuned, self.inputs, self._opt
+        del self.tuned, self.inputs, self.kwargs, self._opt
         if self.device.type == "cuda":
             # Give the next candidate the memory back now (cycles included), not at some later
             # collection. On CPU reference counting frees the tensors, and a full collection in

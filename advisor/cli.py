@@ -16,6 +16,7 @@ from advisor.cli_args import (
     add_search_args,
     add_workload_args,
     check_workload_args,
+    duration_s,
     search_kwargs,
     tolerance_overrides,
     workload_kwargs,
@@ -35,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_args(p)
     add_search_args(p)
     p.add_argument("--out", default="tuned.json", help="config file to write (default tuned.json)")
+    p.add_argument(
+        "--budget",
+        help="time for the whole run, e.g. 60s or 5m (default: the space's budget.time_s); when "
+        "it runs out the best answer so far is written, with what was not measured",
+    )
     p.add_argument(
         "--fresh", action="store_true", help="discard a stored study of the same name first"
     )
@@ -62,26 +68,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
+    from advisor.config import check_outputs, output_paths
     from advisor.progress import ProgressReporter
     from advisor.service import run_advise
+    from advisor.sizes import check_workload_sizes
+    from advisor.streams import stdout_to_stderr
 
     check_workload_args(args)
     out = Path(args.out)
-    if out.exists() and out.is_dir():
-        raise AdvisorError(f"--out {out} is a directory")
+    # Before the search, not after it: the outputs can be written, the sizes can be held here.
+    check_outputs(output_paths(out))
+    workload = workload_kwargs(args)
+    check_workload_sizes(args.device, **workload)
     reporter = ProgressReporter(enabled=not args.quiet)
-    with reporter:
+    # stdout is the config's alone (--json): whatever the user's model prints while it is
+    # imported, built and timed, here or in a worker process, goes to stderr.
+    with stdout_to_stderr(), reporter:
         advice = run_advise(
-            **workload_kwargs(args),
+            **workload,
             **search_kwargs(args),
             device=args.device,
             space=args.space,
             fresh=args.fresh,
             tolerances=tolerance_overrides(args),
+            budget_s=duration_s(args.budget),
             progress=reporter.update,
         )
     try:
-        advice.save(out)
+        advice.save(out)  # the config and its CSVs, all or none
+    except AdvisorError:
+        raise
     except OSError as e:
         raise AdvisorError(f"cannot write {out}: {e.strerror or e}") from None
     if not args.quiet:

@@ -144,6 +144,22 @@ def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def duration_s(text: str | None) -> float | None:
+    """'90', '90s', '2m', '1.5h' -> seconds (a one-line error otherwise)."""
+    if text is None:
+        return None
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = text.strip().lower()
+    scale = units.get(t[-1:])
+    try:
+        value = float(t[:-1] if scale else t) * (scale or 1.0)
+    except ValueError:
+        raise AdvisorError(f"--budget takes a time such as 60s, 5m or 90, got {text!r}") from None
+    if not value > 0:
+        raise AdvisorError(f"--budget must be a positive time, got {text!r}")
+    return value
+
+
 def tolerance_overrides(args: argparse.Namespace) -> dict[str, float]:
     """--tolerance KEY=VALUE options as a dict (see `space.with_tolerances`)."""
     out: dict[str, float] = {}

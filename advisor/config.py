@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -12,7 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.environment import Environment
-from advisor.errors import ConfigError, first_line, validation_message
+from advisor.errors import ConfigError, OutputError, first_line, validation_message
 from advisor.knobs import Settings
 from advisor.workload_info import WorkloadInfo, parse_info
 
@@ -57,7 +60,11 @@ class Result(BaseModel):
     trials: int
     rejected: int
     failed: int
+    stopped: int = Field(0, description="candidates stopped early: provably slower than the best")
     tuning_s: float
+    notes: list[str] = Field(
+        default_factory=list, description="what the time budget left out, what was reused"
+    )
 
 
 class Config(BaseModel):
@@ -112,6 +119,111 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def output_paths(path: str | Path) -> list[Path]:
+    """The files `Advice.save(path)` may write: the config, its trials CSV, its per-layer CSV."""
+    path = Path(path)
+    return [
+        path,
+        path.with_name(path.stem + ".trials.csv"),
+        path.with_name(path.stem + ".layers.csv"),
+    ]
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or first_line(e, with_type=False)
+
+
+def check_outputs(paths: Sequence[str | Path]) -> None:
+    """OutputError naming the first of `paths` that could not be written: checked before a long
+    search, so a bad `--out` is found at once, not after it. Each path must not be a folder (or
+    another non-file), and its folder must exist and be writable, or be creatable."""
+    probed: set[Path] = set()
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            raise OutputError(f"cannot write {path}: it is a directory")
+        if path.exists() and not path.is_file():
+            raise OutputError(f"cannot write {path}: it is not a regular file")
+        existing = path.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise OutputError(f"cannot write {path}: {existing} is not a directory")
+        if existing in probed:
+            continue
+        try:  # the one test that cannot be fooled (read-only file systems, ACLs, root)
+            fd, probe = tempfile.mkstemp(dir=existing, prefix=".advisor-probe-", suffix=".tmp")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise OutputError(f"cannot write {path}: {existing}: {_why(e)}") from None
+        probed.add(existing)
+
+
+def atomic_write_all(files: Mapping[Path, str | bytes]) -> None:
+    """Write several files as one: all of them, or none (files that were there are left as they
+    were). Every file is first written to a temporary name beside it, then all are renamed into
+    place; when a step fails, what was written is removed and the old files are put back, and an
+    OutputError names the file that failed."""
+    created: list[Path] = []  # folders made here, to remove on failure
+    temps: dict[Path, str] = {}
+    backups: dict[Path, str | None] = {}  # replaced path -> its old contents' copy (None: new)
+    current: Path | None = None
+    try:
+        for path, payload in files.items():
+            current = path
+            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            created += reversed(missing)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temps[path] = tmp
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a config is an ordinary file
+        for path, tmp in list(temps.items()):
+            current = path
+            if path.is_dir():
+                raise IsADirectoryError(21, "Is a directory")
+            backups[path] = _backup(path) if path.exists() else None
+            os.replace(tmp, path)
+            del temps[path]
+    except BaseException as e:
+        for path, backup in backups.items():
+            with contextlib.suppress(OSError):
+                if path not in temps:  # renamed into place: put the old file back, or remove it
+                    if backup is not None:
+                        os.replace(backup, path)
+                    else:
+                        path.unlink(missing_ok=True)
+                elif backup is not None:
+                    os.unlink(backup)
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(e, OSError) and not isinstance(e, OutputError):
+            raise OutputError(f"cannot write {current}: {_why(e)}; nothing was written") from None
+        raise
+    for backup in backups.values():
+        if backup is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(backup)
+
+
+def _backup(path: Path) -> str:
+    """A copy of `path`'s current contents beside it (a hard link where possible), to put back."""
+    fd, backup = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+    os.close(fd)
+    try:
+        os.unlink(backup)
+        os.link(path, backup)
+    except OSError:
+        shutil.copy2(path, backup)
+    return backup
 
 
 def save_config(config: Config, path: str | Path) -> Path:

@@ -28,6 +28,7 @@ def describe_config(path: str) -> str:
     for name, impl in s.layers.items():
         lines.append(f"    {name}: {impl}")
     lines.append(f"  changes from PyTorch's default: {s.label()}")
+    lines += _unknown_impls(s.conv_impl, s.layers)
     r = cfg.result
     if r is not None:
         lines += [
@@ -51,13 +52,31 @@ def describe_config(path: str) -> str:
     except Exception:  # noqa: BLE001 - e.g. a CUDA config on a CPU machine
         lines.append(f"This machine: no {env.device_type} device: the config does not match")
     else:
-        diffs = here.differences(env)
+        diffs = here.mismatches(env)  # recomputed here and compared field by field
         lines.append(
             "This machine: matches"
             if not diffs
             else "This machine: differs (" + "; ".join(diffs) + "): re-tune for best results"
         )
     return "\n".join(lines)
+
+
+def _unknown_impls(conv_impl: str, layers: dict[str, str]) -> list[str]:
+    """A line per implementation the config names that is not registered here (a plugin not
+    installed, a typo): `advisor.apply` runs those layers with native."""
+    known = impls.names()
+    named: dict[str, list[str]] = {}
+    if conv_impl not in known:
+        named.setdefault(conv_impl, []).append("conv_impl")
+    for layer, impl in layers.items():
+        if impl not in known:
+            named.setdefault(impl, []).append(f"layer {layer!r}")
+    return [
+        f"  unknown implementation here: {impl!r} ({', '.join(where[:5])}"
+        f"{', ...' if len(where) > 5 else ''}): advisor.apply uses native for it; "
+        f"known: {', '.join(known)}"
+        for impl, where in named.items()
+    ]
 
 
 def env_dict(device: str = "auto") -> dict[str, Any]:

@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,6 +62,25 @@ class Environment(BaseModel):
             a, b = getattr(self, name), getattr(other, name)
             if a != b:
                 out.append(f"{name}: {a} vs {b}")
+        return out
+
+    def fingerprint_of_fields(self) -> str:
+        """The fingerprint these fields give (a stored `fingerprint` may have been edited)."""
+        return _fingerprint({k: getattr(self, k) for k in _FINGERPRINT_FIELDS})
+
+    def mismatches(self, recorded: Environment) -> list[str]:
+        """Why a config `recorded` in another environment does not match this one (empty: it
+        matches). Compares the fields, not the stored fingerprint alone, and says when the stored
+        fingerprint is not the one its fields give (an edited file)."""
+        out = self.differences(recorded)
+        own = recorded.fingerprint_of_fields()
+        if recorded.fingerprint != own:
+            out.append(
+                f"fingerprint: the config's {recorded.fingerprint} is not the one its fields "
+                f"give ({own}): edited by hand?"
+            )
+        elif not out and recorded.fingerprint != self.fingerprint:
+            out.append(f"fingerprint: {self.fingerprint} vs {recorded.fingerprint}")
         return out
 
 
@@ -128,15 +148,36 @@ def _environment(device_type: str, index: int) -> Environment:
     else:
         fields["device_name"] = _cpu_name()
         fields["cudnn"] = None
-    key = "|".join(f"{k}={fields.get(k)}" for k in _FINGERPRINT_FIELDS)
-    fields["fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
+    fields["fingerprint"] = _fingerprint(fields)
     return Environment(**fields)
+
+
+def _fingerprint(fields: Mapping[str, object]) -> str:
+    key = "|".join(f"{k}={fields.get(k)}" for k in _FINGERPRINT_FIELDS)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def current_environment(device: str | torch.device | None = "auto") -> Environment:
     dev = resolve_device(device)
     index = (dev.index or torch.cuda.current_device()) if dev.type == "cuda" else 0
     return _environment(dev.type, index)
+
+
+def memory_limit(device: str | torch.device) -> tuple[int, str] | None:
+    """(bytes, what) that one tensor on `device` can never exceed here: the machine's total RAM
+    on a CPU, the device's total memory on CUDA; None where it cannot be read."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        return int(total), f"memory of {torch.cuda.get_device_name(index)}"
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+    return (int(total), "RAM") if total > 0 else None
 
 
 def triton_interpreter_enabled() -> bool:

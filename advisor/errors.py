@@ -57,3 +57,9 @@ class ImplError(AdvisorError):
 
 class StorageError(AdvisorError):
     """A study storage that cannot be opened or is corrupt."""
+
+
+class OutputError(AdvisorError, OSError):
+    """An output file (config, trials CSV) that cannot be written; the message names it.
+
+    Also an OSError, which is what writing a file raised before this class existed."""

@@ -12,6 +12,7 @@ from advisor.knobs import Settings
 from advisor.results import TrialResult
 from advisor.runner import Gate, evaluate
 from advisor.space import SearchSpace
+from advisor.timing import Race
 from advisor.workload import Workload
 
 if TYPE_CHECKING:
@@ -23,9 +24,15 @@ __all__ = ["Evaluator", "InProcessEvaluator", "new_evaluator"]
 class Evaluator(Protocol):
     """Measures and gates candidates of one workload; `close()` releases what it holds."""
 
-    def __call__(self, settings: Settings) -> TrialResult: ...
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult: ...
 
-    def retime(self, results: list[TrialResult]) -> list[TrialResult]: ...
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]: ...
+
+    def use(self, workload: Workload) -> None: ...
 
     def close(self) -> None: ...
 
@@ -38,7 +45,9 @@ class InProcessEvaluator:
         self.workload, self.device, self.mode, self.space = workload, device, mode, space
         self._gate: Gate | None = None
 
-    def __call__(self, settings: Settings) -> TrialResult:
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
         from advisor.isolate import classify, global_state, restore_global_state
 
         saved = global_state()
@@ -46,24 +55,36 @@ class InProcessEvaluator:
             if self._gate is None:
                 self._gate = Gate(self.workload, self.device, self.mode, self.space)
             result = evaluate(
-                self.workload, settings, self.device, self.mode, self.space, self._gate
+                self.workload,
+                settings,
+                self.device,
+                self.mode,
+                self.space,
+                self._gate,
+                race=race,
+                time_left_s=time_left_s,
             )
         finally:
             restore_global_state(saved)
         return classify(result)
 
-    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
         from advisor.isolate import global_state, restore_global_state
-        from advisor.retime import retime
+        from advisor.retime import retime, retime_policy
 
         saved = global_state()
         try:
-            return retime(
-                self.workload, results, self.device, self.mode, self.space.timing.policy()
-            )
+            policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
+            return retime(self.workload, results, self.device, self.mode, policy)
         finally:
             restore_global_state(saved)
+
+    def use(self, workload: Workload) -> None:
+        """Evaluate another workload from now on (its references are computed on first use)."""
+        self.workload, self._gate = workload, None
 
     def close(self) -> None:
         self._gate = None

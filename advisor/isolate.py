@@ -8,7 +8,8 @@ Protocol over a pipe: the worker starts (imports, rebuilds the workload from its
 computes the fp32 reference) and sends ("ready", pid) or ("error", reason); then for each
 settings JSON it receives it sends ("result", TrialResult JSON). The time limit covers a
 candidate's own evaluation only: start-up has its own, larger limit, so the first trial does not
-pay for importing torch.
+pay for importing torch. Workers are started with stdout on stderr: whatever the user's code
+prints there (at import, in its factories, in forward) never reaches a caller's stdout.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,7 +32,12 @@ from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, precision_of
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
+from advisor.streams import fd_stdout_to_stderr
+from advisor.timing import Race
 from advisor.workload_info import WorkloadInfo
+
+if TYPE_CHECKING:
+    from advisor.workload import Workload
 
 # Messages after which a CUDA context cannot be trusted: the worker is replaced.
 _POISONED = (
@@ -122,7 +129,12 @@ def _worker_main(
     receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
-    from advisor.retime import retime
+    # The user's code prints as it likes; our stdout may be someone's JSON. (The parent starts
+    # workers with stdout on stderr already, so prints at import time are covered too.)
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    from advisor.retime import retime, retime_policy
     from advisor.runner import Gate, evaluate
     from advisor.workload import workload_from_info
 
@@ -147,15 +159,28 @@ def _worker_main(
             return
         if msg is None:
             return
-        if isinstance(msg, tuple) and msg[0] == "retime":
+        if isinstance(msg, tuple) and msg[0] == "workload":
+            # Another workload in the same process (the per-layer stage's layer groups): no new
+            # interpreter, no new imports, only its references.
+            try:
+                workload = workload_from_info(json.loads(msg[1]))
+                gate = Gate(workload, dev, mode, space)
+                reply: tuple[str, Any] = ("ready", None)
+            except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+                reply = ("error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0] == "retime":
             try:
                 rs = [TrialResult.model_validate_json(j) for j in msg[1]]
-                fresh = retime(workload, rs, dev, mode, space.timing.policy())
-                reply: tuple[str, Any] = ("retimed", [r.model_dump_json() for r in fresh])
+                policy = retime_policy(space.timing.policy(), len(rs), msg[2])
+                fresh = retime(workload, rs, dev, mode, policy)
+                reply = ("retimed", [r.model_dump_json() for r in fresh])
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
         else:
-            result = evaluate(workload, Settings.model_validate_json(msg), dev, mode, space, gate)
+            _, settings_json, race_ms, time_left_s = msg
+            race = Race(race_ms) if race_ms is not None else None
+            result = evaluate(workload, Settings.model_validate_json(settings_json), dev, mode,
+                              space, gate, race=race, time_left_s=time_left_s)  # fmt: skip
             reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state
         try:
@@ -208,7 +233,9 @@ class IsolatedEvaluator:
             ),
             daemon=True,
         )
-        with _main_hidden():
+        # The worker inherits this process's descriptors: started with stdout on stderr, whatever
+        # the user's code prints there (at import, in build_model, in forward) stays off stdout.
+        with _main_hidden(), fd_stdout_to_stderr():
             self._proc.start()
         self.starts += 1
         child.close()
@@ -257,15 +284,18 @@ class IsolatedEvaluator:
             precision=precision_of(settings, self.device),
         )
 
-    def __call__(self, settings: Settings) -> TrialResult:
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
         if self._proc is None or not self._proc.is_alive():
             self._kill()
             why = self._start()
             if why is not None:
                 return self._failed(settings, why)
         assert self._conn is not None
+        race_ms = race.limit_ms if race is not None else None
         try:
-            self._conn.send(settings.model_dump_json())
+            self._conn.send(("evaluate", settings.model_dump_json(), race_ms, time_left_s))
         except (BrokenPipeError, OSError):
             return self._crashed(settings)
         msg = self._receive(self.timeout_s)
@@ -279,7 +309,24 @@ class IsolatedEvaluator:
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         return result
 
-    def retime(self, results: list[TrialResult]) -> list[TrialResult]:
+    def use(self, workload: Workload) -> None:
+        """Evaluate another workload from now on, in the same worker when it is alive (a worker
+        that cannot switch is replaced at the next call, which then reports why)."""
+        self.info = workload.info
+        if self._proc is None or not self._proc.is_alive() or self._conn is None:
+            return
+        try:
+            self._conn.send(("workload", self.info.model_dump_json()))
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return
+        msg = self._receive(self.startup_timeout_s)
+        if not (isinstance(msg, tuple) and msg[0] == "ready"):
+            self._kill()  # the next call starts a fresh worker on the new workload
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in a worker (advisor.retime).
 
         Raises RetimeFailed with the reason when the worker fails, crashes or runs out of time
@@ -291,7 +338,7 @@ class IsolatedEvaluator:
                 raise RetimeFailed(why)
         assert self._conn is not None
         try:
-            self._conn.send(("retime", [r.model_dump_json() for r in results]))
+            self._conn.send(("retime", [r.model_dump_json() for r in results], time_left_s))
         except (BrokenPipeError, OSError):
             raise RetimeFailed(self._exit_reason()) from None
         limit = self.timeout_s * len(results)

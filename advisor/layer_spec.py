@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from torch import nn
 
 from advisor.errors import SpecError, first_line, validation_message
+from advisor.sizes import INT64_MAX, check_tensor_fits, short
 
 __all__ = [
     "DTYPES",
@@ -49,6 +50,18 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 IntOrTuple = int | tuple[int, ...]
+MAX_SPEC_CHARS = 10_000  # a layer is written in well under 200; more is not a layer
+_INT_FIELDS = (
+    "in_channels",
+    "out_channels",
+    "groups",
+    "kernel_size",
+    "stride",
+    "padding",
+    "output_padding",
+    "dilation",
+    "input_shape",
+)
 
 
 class LayerSpec(BaseModel):
@@ -104,6 +117,11 @@ class LayerSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> LayerSpec:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(x, int) and abs(x) > INT64_MAX for x in values):
+                raise ValueError(f"{name} {short(value)} does not fit in a 64-bit integer")
         n = self.ndim
         for name in ("kernel_size", "stride", "dilation", "output_padding", "padding"):
             value = getattr(self, name)
@@ -152,8 +170,52 @@ class LayerSpec(BaseModel):
         module: nn.Module = getattr(nn, self.kind)(**self.constructor_args())
         return module
 
+    def tensors(
+        self, input_shape: Sequence[int] | None = None
+    ) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """(name, shape, dtype) of the tensors the layer implies on `input_shape` (default: its
+        own): its input, weight and output (the output where the shape gives one)."""
+        shape = tuple(input_shape) if input_shape is not None else self.input_shape
+        n = self.ndim
+        k, s, d = (_per_dim(getattr(self, f), n) for f in ("kernel_size", "stride", "dilation"))
+        g = self.groups
+        if self.transposed:
+            weight = (self.in_channels, self.out_channels // g, *k)
+        else:
+            weight = (self.out_channels, self.in_channels // g, *k)
+        dtype = DTYPES[self.dtype]
+        out = [
+            ("input", shape, DTYPES[self.input_dtype or self.dtype]),
+            ("weight", weight, dtype),
+        ]
+        spatial = shape[2:]
+        if len(spatial) == n:
+            sizes = []
+            for i, length in enumerate(spatial):
+                if self.transposed:
+                    p, op = _per_dim(self.padding, n)[i], _per_dim(self.output_padding, n)[i]
+                    sizes.append((length - 1) * s[i] - 2 * p + d[i] * (k[i] - 1) + op + 1)
+                elif self.padding == "same":
+                    sizes.append(length)
+                else:
+                    p = 0 if self.padding == "valid" else _per_dim(self.padding, n)[i]
+                    sizes.append((length + 2 * p - d[i] * (k[i] - 1) - 1) // s[i] + 1)
+            if all(x > 0 for x in sizes):
+                out.append(("output", (shape[0], self.out_channels, *sizes), dtype))
+        return out
+
+    def check_fits(
+        self, device: str | torch.device = "cpu", input_shape: Sequence[int] | None = None
+    ) -> None:
+        """A one-line SpecError when a tensor the layer implies (input, weight, output) could
+        never be held here: checked before anything is allocated. Inputs are made on the CPU
+        first, so its RAM bounds every device."""
+        for name, shape, dtype in self.tensors(input_shape):
+            check_tensor_fits(f"{self.kind} {name}", shape, dtype, device)
+
     def build(self) -> nn.Module:
         """construct(), checked to run on the spec's input shape."""
+        self.check_fits("cpu")  # the workload's example input is made on the CPU
         try:
             module = self.construct()
             with torch.no_grad():
@@ -195,21 +257,45 @@ def _fmt(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
 
 
-def parse_layer_call(text: str) -> dict[str, Any]:
-    """'Conv2d(3, 16, 3, padding=1)' -> {'kind': 'Conv2d', 'in_channels': 3, ...}, without eval."""
+def _per_dim(value: Any, n: int) -> tuple[int, ...]:
+    return tuple(value) if isinstance(value, tuple) else (value,) * n
+
+
+def _source(text: str, node: ast.AST, limit: int = 60) -> str:
+    """The text of `node` (shortened), without `ast.unparse` (which recurses on deep trees)."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+        segment = ast.get_source_segment(text, node)
+    except (RecursionError, MemoryError, ValueError):
+        segment = None
+    return short(segment if segment is not None else type(node).__name__, limit)
+
+
+def parse_layer_call(text: str) -> dict[str, Any]:
+    """'Conv2d(3, 16, 3, padding=1)' -> {'kind': 'Conv2d', 'in_channels': 3, ...}, without eval.
+
+    Any text gives this or a one-line SpecError: no parser error, however deep or long the text,
+    escapes as a traceback."""
+    text = text.strip()
+    if len(text) > MAX_SPEC_CHARS:
         raise SpecError(
-            f"cannot parse layer {text!r}: expected e.g. 'Conv2d(64, 64, 3, padding=1)'"
+            f"layer spec is {len(text)} characters long (at most {MAX_SPEC_CHARS}); "
+            "expected e.g. 'Conv2d(64, 64, 3, padding=1)'"
+        )
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        deep = " (too deeply nested)" if isinstance(e, (RecursionError, MemoryError)) else ""
+        raise SpecError(
+            f"cannot parse layer {short(repr(text))}{deep}: "
+            "expected e.g. 'Conv2d(64, 64, 3, padding=1)'"
         ) from None
     if not isinstance(node, ast.Call):
-        raise SpecError(f"layer {text!r} is not a call like 'Conv2d(64, 64, 3)'")
+        raise SpecError(f"layer {short(repr(text))} is not a call like 'Conv2d(64, 64, 3)'")
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
     if name is None or name.lower() not in _KINDS:
         raise SpecError(
-            f"unknown layer {ast.unparse(func)!r}; expected one of {', '.join(_KINDS.values())}"
+            f"unknown layer {_source(text, func)!r}; expected one of {', '.join(_KINDS.values())}"
         )
     kind = _KINDS[name.lower()]
     names = _POSITIONAL_T if kind.startswith("ConvTranspose") else _POSITIONAL_C
@@ -224,13 +310,13 @@ def parse_layer_call(text: str) -> dict[str, Any]:
             raise SpecError("**kwargs are not allowed in a layer spec")
         if key in ("device", "dtype") and key not in out:
             if key == "dtype":
-                out["dtype"] = ast.unparse(value).removeprefix("torch.")
+                out["dtype"] = _source(text, value).removeprefix("torch.")
                 continue
             raise SpecError("device belongs to --device, not the layer spec")
         try:
             out[key] = ast.literal_eval(value)
-        except ValueError:
-            raise SpecError(f"argument {key}={ast.unparse(value)} is not a literal") from None
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            raise SpecError(f"argument {key}={_source(text, value)} is not a literal") from None
         if isinstance(out[key], list):
             out[key] = tuple(out[key])
     return out
@@ -263,11 +349,13 @@ def layer_spec(
     if "input_shape" not in fields:
         raise SpecError("missing input shape: pass --input-shape N,C,H,W")
     try:
-        return LayerSpec(**fields)
+        spec = LayerSpec(**fields)
     except ValidationError as e:
         raise SpecError(validation_message(e, "layer spec")) from None
     except TypeError as e:
-        raise SpecError(f"invalid layer spec: {e}") from None
+        raise SpecError(f"invalid layer spec: {first_line(e, with_type=False)}") from None
+    spec.check_fits("cpu")  # its example input is made on the CPU: absurd sizes stop here
+    return spec
 
 
 def _load_mapping(path: Path) -> dict[str, Any]:
@@ -280,6 +368,8 @@ def _load_mapping(path: Path) -> dict[str, Any]:
         raise SpecError(
             f"cannot read layer spec {path}: {first_line(e, with_type=False)}"
         ) from None
+    except (RecursionError, MemoryError):
+        raise SpecError(f"cannot read layer spec {path}: too deeply nested") from None
     if not isinstance(data, dict):
         raise SpecError(f"layer spec {path} must be a mapping of field: value")
     if "layer" in data and isinstance(data["layer"], str):

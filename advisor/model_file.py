@@ -5,6 +5,12 @@ User code runs here: any failure to import, build or run becomes a one-line Mode
 factories run under a fixed seed (the caller's random state untouched), so every process that
 loads the same file (the advisor, its isolated workers) gets the same weights even when the file
 does not seed them itself.
+
+The calling convention (`split_inputs`): `example_inputs()` returns a tensor (one positional
+input), a tuple or list (positional inputs: `model(*inputs)`), or a dict with string keys (keyword
+inputs: `model(**inputs)`, for `forward(self, x, *, mask=None)`-style models). Tensors are the
+values the advisor redraws (floating: fresh random values; integer and bool: kept) and moves;
+anything else (a float, a string, None, a nested container) passes through unchanged.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,15 @@ from torch import nn
 
 from advisor.errors import ModelFileError, first_line
 
-__all__ = ["LoadedModel", "build_model", "check_runs", "fresh_like", "load_model"]
+__all__ = [
+    "LoadedModel",
+    "build_model",
+    "call_tensors",
+    "check_runs",
+    "fresh_like",
+    "load_model",
+    "split_inputs",
+]
 
 _SEED = 0
 
@@ -37,11 +51,13 @@ class LoadedModel:
     inputs: str
     build_fn: Callable[[], Any]
     model: nn.Module
-    example: tuple[Any, ...]
+    example: tuple[Any, ...]  # positional inputs
+    kwargs: dict[str, Any] = field(default_factory=dict)  # keyword inputs
 
     @property
     def input_shapes(self) -> list[list[int]]:
-        return [list(x.shape) for x in self.example if torch.is_tensor(x)]
+        """Every tensor input's shape: positional ones first, then keyword ones in order."""
+        return [list(x.shape) for x in call_tensors(self.example, self.kwargs)]
 
     @property
     def description(self) -> str:
@@ -57,24 +73,50 @@ def load_model(
     module, build = _import_target(target, build)
     build_fn = _factory(module, build, target)
     inputs_fn = _factory(module, inputs, target)
-    example = _seeded(inputs_fn, f"{inputs}()")
-    if torch.is_tensor(example):
-        example = (example,)
-    if not isinstance(example, (tuple, list)) or not example:
-        raise ModelFileError(
-            f"{inputs}() must return a tuple of tensors, got {type(example).__name__}"
-        )
-    example = tuple(example)
+    example, kwargs = split_inputs(_seeded(inputs_fn, f"{inputs}()"), f"{inputs}()")
     model = _built(build_fn, build)
     try:
-        check_runs(model, example)
+        check_runs(model, example, kwargs)
     except Exception as e:  # noqa: BLE001 - user code: any failure is a bad input
-        shapes = [tuple(x.shape) for x in example if torch.is_tensor(x)]
+        shapes = [tuple(x.shape) for x in call_tensors(example, kwargs)]
         raise ModelFileError(
             f"model from {target} fails on {inputs}() {shapes}: "
             f"{type(e).__name__}: {first_line(e, with_type=False)}"
         ) from None
-    return LoadedModel(target, build, inputs, build_fn, model, example)
+    return LoadedModel(target, build, inputs, build_fn, model, example, kwargs)
+
+
+def split_inputs(example: Any, what: str = "example_inputs()") -> tuple[tuple[Any, ...], dict]:
+    """Example inputs as (positional, keyword): a tensor is one positional input, a tuple or list
+    is the positional inputs, a dict with string keys is the keyword inputs (`model(**inputs)`).
+    ModelFileError for anything else, or for no inputs at all."""
+    if torch.is_tensor(example):
+        return (example,), {}
+    if isinstance(example, Mapping):
+        bad = [k for k in example if not isinstance(k, str) or not k.isidentifier()]
+        if bad:
+            raise ModelFileError(
+                f"{what} returned a dict whose keys are not argument names: {bad[0]!r} "
+                "(a dict is the model's keyword inputs: model(**inputs))"
+            )
+        if not example:
+            raise ModelFileError(f"{what} returned an empty dict: no inputs")
+        return (), dict(example)
+    if isinstance(example, (tuple, list)) and example:
+        return tuple(example), {}
+    raise ModelFileError(
+        f"{what} must return a tensor, a tuple of positional inputs or a dict of keyword "
+        f"inputs, got {'an empty ' if isinstance(example, (tuple, list)) else ''}"
+        f"{type(example).__name__}"
+    )
+
+
+def call_tensors(
+    args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> list[torch.Tensor]:
+    """The tensor inputs of a call: positional ones first, then keyword ones in order."""
+    values = [*args, *(kwargs or {}).values()]
+    return [x for x in values if torch.is_tensor(x)]
 
 
 def build_model(target: str | Path, *, build: str = "build_model") -> nn.Module:
@@ -154,24 +196,37 @@ def _describe_user_error(e: BaseException, path: Path) -> str:
     return f"{type(e).__name__}: {first_line(e, with_type=False)}{line}"
 
 
-def check_runs(model: nn.Module, example: Sequence[Any]) -> None:
-    """Run `model` once on CPU to reject bad inputs early (raises what the model raises).
+def check_runs(
+    model: nn.Module, example: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> None:
+    """Run `model(*example, **kwargs)` once on CPU to reject bad inputs early (raises what the
+    model raises).
 
     Tried at batch size 1 first — a full-size CPU forward of a large model can take minutes — and
     at full size only if that fails (a model may need its real batch size).
     """
-    tensors = [x for x in example if torch.is_tensor(x)]
-    batch = {x.shape[0] for x in tensors if x.dim() > 1}
+    kwargs = dict(kwargs or {})
+    batch = {x.shape[0] for x in call_tensors(example, kwargs) if x.dim() > 1}
     model = model.eval()
+
+    def each(fn: Callable[[torch.Tensor], torch.Tensor], x: Any) -> Any:
+        return fn(x) if torch.is_tensor(x) else x
+
     with torch.no_grad():
         if len(batch) == 1 and batch.pop() > 1:
-            small = [_fresh_small(x) if torch.is_tensor(x) else x for x in example]
             try:
-                model(*small)
+                model(
+                    *(each(_fresh_small, x) for x in example),
+                    **{k: each(_fresh_small, v) for k, v in kwargs.items()},
+                )
                 return
             except Exception:  # noqa: BLE001 - decide at full size
                 pass
-        model(*(fresh_like(x, torch.Generator()) if torch.is_tensor(x) else x for x in example))
+
+        def full(x: torch.Tensor) -> torch.Tensor:
+            return fresh_like(x, torch.Generator())
+
+        model(*(each(full, x) for x in example), **{k: each(full, v) for k, v in kwargs.items()})
 
 
 def _fresh_small(x: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,9 @@ resumed search does not repeat them.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,7 @@ from advisor.pick import pick_best
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.storage import LayerStore, measured_under
+from advisor.timing import Race
 from advisor.workload import Workload, layer_workload_from_module
 from advisor.workload_info import LayerInfo
 
@@ -103,6 +107,18 @@ def layer_groups(
     return out
 
 
+def layer_context(mode: Mode, space: SearchSpace) -> str:
+    """What else a layer measurement depends on: the mode, and the space's timing and gate
+    settings (another space with the same rules may reuse it; other rules measure again)."""
+    rules = space.model_dump(
+        mode="json",
+        include={"timing", "tolerances", "grad_tolerances", "layer_tolerances", "gate", "race",
+                 "min_gain"},
+    )  # fmt: skip
+    digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{mode}|{digest}"
+
+
 def choose_layer_impls(
     workload: Workload,
     settings: Settings,
@@ -114,16 +130,26 @@ def choose_layer_impls(
     study_name: str,
     min_gain: float = 0.02,
     progress: Callable[[int, int, TrialResult | None], None] | None = None,
+    deadline: float | None = None,
+    stats: dict[str, int] | None = None,
 ) -> list[LayerChoice]:
-    """Time each qualifying implementation per layer group under `settings`; pick per group."""
+    """Time each qualifying implementation per layer group under `settings`; pick per group.
+
+    One evaluator (one worker process when isolated) serves every group. An implementation that
+    provably cannot beat the group's best so far is stopped early (`timing.Race`). Groups are
+    not started after `deadline` (a `time.perf_counter()` value); `stats` counts them
+    ("unmeasured") and the measurements found stored ("reused")."""
+    stats = stats if stats is not None else {}
+    stats.setdefault("unmeasured", 0)
+    stats.setdefault("reused", 0)
     wanted = [n for n in space.knobs.get("conv_impl", ["native"]) if n in impls.names()]
     if wanted == ["native"] or not wanted:
         return []
     if "native" not in wanted:
         wanted = ["native", *wanted]
     groups = layer_groups(workload, settings, device, mode)
-    store = LayerStore(storage, study_name)
-    done = store.layer_results()
+    store = LayerStore(storage, study_name, layer_context(mode, space))
+    done, elsewhere = store.layer_results()
     plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
     for g in groups:
         module = g.workload.make_model()
@@ -139,41 +165,95 @@ def choose_layer_impls(
     total = sum(len(u) for _, u, _ in plan if len(u) > 1)
     count = 0
     choices = []
-    for g, usable, skipped in plan:
-        if len(usable) < 2:
-            continue
-        results: dict[str, TrialResult] = {}
-        evaluator: Evaluator | None = None
-        for name in usable:
-            key = (g.key, name, measured_under(settings))
-            if key not in done:
-                if evaluator is None:
-                    evaluator = make_evaluator(g.workload)
-                res = evaluator(settings.model_copy(update={"conv_impl": name, "layers": {}}))
-                store.add_layer_result(
-                    res,
-                    key=g.key,
-                    impl=name,
-                    names=list(g.names),
-                    description=g.description,
-                    spec=g.spec.model_dump(mode="json"),  # for per-layer roofline in reports
-                )
-                done[key] = res
-            results[name] = done[key]
-            count += 1
-            if progress is not None:
-                progress(count, total, results[name])
+    evaluator: Evaluator | None = None
+    try:
+        for g, usable, skipped in plan:
+            if len(usable) < 2:
+                continue
+            if deadline is not None and time.perf_counter() >= deadline:
+                stats["unmeasured"] += 1
+                continue
+            before = {(g.key, n, measured_under(settings)) for n in usable} & elsewhere
+            stats["shared"] = stats.get("shared", 0) + len(before)
+            evaluator = _measure_group(g, usable, settings, store, done, evaluator,
+                                       make_evaluator, min_gain, deadline, stats,
+                                       space.race, elsewhere)  # fmt: skip
+            results = {name: done[(g.key, name, measured_under(settings))] for name in usable}
+            for r in results.values():
+                count += 1
+                if progress is not None:
+                    progress(count, total, r)
+            choices.append(_choose(g, results, skipped, min_gain))
+    finally:
         if evaluator is not None:
             evaluator.close()
-        base = results["native"]
-        if base.status != "ok":
-            chosen, why = "native", f"native failed on this layer ({base.reason}): kept"
-        else:
-            pick = pick_best(list(results.values()), base, min_gain)
-            chosen = pick.chosen.settings.conv_impl
-            why = pick.why
-        choices.append(LayerChoice(g, results, chosen, why, skipped))
     return choices
+
+
+def _measure_group(
+    g: LayerGroup,
+    usable: list[str],
+    settings: Settings,
+    store: LayerStore,
+    done: dict[tuple[str, str, str], TrialResult],
+    evaluator: Evaluator | None,
+    make_evaluator: Callable[[Workload], Evaluator],
+    min_gain: float,
+    deadline: float | None,
+    stats: dict[str, int],
+    race_on: bool = True,
+    elsewhere: set[tuple[str, str, str]] | None = None,
+) -> Evaluator | None:
+    """Measure the group's implementations not stored yet (native first: the others race it)."""
+    elsewhere = elsewhere if elsewhere is not None else set()
+    switched = False
+    leader: TrialResult | None = None
+    for name in usable:
+        key = (g.key, name, measured_under(settings))
+        attrs: dict[str, Any] = dict(
+            key=g.key,
+            impl=name,
+            names=list(g.names),
+            description=g.description,
+            spec=g.spec.model_dump(mode="json"),
+        )  # spec: per-layer roofline in reports
+        if key in done:
+            stats["reused"] += 1
+            if key in elsewhere:  # measured by another study: this study's record (reports)
+                store.add_layer_result(done[key], shared=False, **attrs)
+                elsewhere.discard(key)
+        else:
+            if evaluator is None:
+                evaluator = make_evaluator(g.workload)
+            elif not switched:
+                evaluator.use(g.workload)
+            switched = True
+            race = None
+            if race_on and leader is not None and leader.measurement is not None:
+                race = Race(leader.measurement.ci_high_ms * (1 + min_gain))
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            res = evaluator(
+                settings.model_copy(update={"conv_impl": name, "layers": {}}),
+                race=race,
+                time_left_s=left,
+            )
+            store.add_layer_result(res, **attrs)
+            done[key] = res
+        r = done[key]
+        if r.status == "ok" and (leader is None or r.median_ms < leader.median_ms):
+            leader = r
+    return evaluator
+
+
+def _choose(
+    g: LayerGroup, results: dict[str, TrialResult], skipped: dict[str, str], min_gain: float
+) -> LayerChoice:
+    base = results["native"]
+    if base.status != "ok":
+        return LayerChoice(g, results, "native", f"native failed on this layer ({base.reason}): kept",
+                           skipped)  # fmt: skip
+    pick = pick_best(list(results.values()), base, min_gain)
+    return LayerChoice(g, results, pick.chosen.settings.conv_impl, pick.why, skipped)
 
 
 def layers_map(choices: list[LayerChoice], default_impl: str = "native") -> dict[str, str]:

@@ -81,6 +81,8 @@ class ProgressReporter:
                 self.console.print(f"[bold]cudnn.benchmark:[/bold] {r.benchmark_note}")
             for w in r.warnings:
                 self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}: timings may be noisy")
+            for note in r.notes:
+                self.console.print(f"[bold]Note:[/bold] {note}")
         if out is not None:
             self.console.print(f"Wrote {out} (apply with advisor.apply({str(out)!r}, model))")
 
@@ -94,6 +96,8 @@ def failure_kind(status: str, reason: str) -> str:
     r = reason.lower()
     if status == "ok":
         return ""
+    if status == "stopped":
+        return "stopped early: slower"
     if "nan or inf" in r:
         return "NaN/Inf in results"
     if "tolerance" in r or r.startswith("error "):
@@ -127,7 +131,7 @@ def summary_tables(advice: Advice) -> list[Table]:
     singles = [x for x in advice.results if len(x.settings.changes()) == 1]
     if singles:
         tables.append(_singles_table(advice.baseline, singles))
-    bad = [x for x in advice.results if x.status != "ok"]
+    bad = [x for x in advice.results if x.status not in ("ok", "stopped")]
     if bad:
         tables.append(_bad_table(bad))
     r = advice.config.result

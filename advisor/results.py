@@ -13,7 +13,7 @@ from advisor.timing import Measurement
 
 __all__ = ["Status", "TrialResult"]
 
-Status = Literal["ok", "rejected", "failed"]
+Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: raced out, not gated
 
 
 class TrialResult(BaseModel):

@@ -11,6 +11,7 @@ among the re-timed finalists only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from functools import partial
 
@@ -32,15 +33,41 @@ from advisor.timing import (
 from advisor.workload import Workload
 
 
-def finalists(results: Sequence[TrialResult], baseline: TrialResult, top: int) -> list[TrialResult]:
-    """The `top` fastest accepted candidates, plus the baseline."""
+def finalists(
+    results: Sequence[TrialResult], baseline: TrialResult, top: int, min_gain: float = 0.02
+) -> list[TrialResult]:
+    """The `top` fastest accepted candidates that could still win, plus the baseline.
+
+    A candidate whose whole interval lies above the fastest's interval by more than `min_gain`
+    cannot win the pick, so it is not re-timed (e.g. bf16 on a CPU without bf16 units)."""
     ok = sorted(
         (r for r in results if r.status == "ok" and r.measurement), key=lambda r: r.median_ms
     )
-    chosen = ok[:top]
+    if not ok:
+        return [baseline]
+    assert ok[0].measurement is not None
+    limit = ok[0].measurement.ci_high_ms * (1 + min_gain)
+    chosen = [r for r in ok if r.measurement is not None and r.measurement.ci_low_ms <= limit][:top]
     if all(r.settings != baseline.settings for r in chosen):
         chosen.append(baseline)
     return chosen
+
+
+def retime_policy(policy: TimingPolicy, n: int, time_left_s: float | None) -> TimingPolicy:
+    """The trials' policy, with the time per finalist cut to fit what is left of the budget
+    (and, when that is less than the trials had, one warm-up run and three rounds at least)."""
+    if time_left_s is None:
+        return policy
+    share = max(0.05, time_left_s / max(n, 1))
+    if share >= policy.max_time_s:
+        return policy
+    return dataclasses.replace(
+        policy,
+        max_time_s=share,
+        warmup_runs=min(policy.warmup_runs, 1),
+        warmup_s=0.0,
+        min_samples=min(policy.min_samples, 3),
+    )
 
 
 def retime(

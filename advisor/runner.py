@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import resource
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -20,7 +21,7 @@ from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
-from advisor.timing import Measurement, TimingPolicy, combine, l2_flusher, measure
+from advisor.timing import Measurement, Race, TimingPolicy, combine, l2_flusher, measure
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
@@ -56,6 +57,25 @@ def _peak_growth_mb(device: torch.device, rss0: float, mem0: int) -> float:
     return max(0.0, _peak_rss_mb() - rss0)
 
 
+def _stopped(
+    settings: Settings,
+    precision: str,
+    per_shape: list[Measurement],
+    workload: Workload,
+    why: str,
+) -> TrialResult:
+    """A candidate raced out: its samples so far, no numeric check (it cannot be picked)."""
+    weights = [c.weight for c in workload.shape_cases][: len(per_shape)]
+    return TrialResult(
+        settings=settings,
+        status="stopped",
+        reason=why,
+        measurement=combine(per_shape, weights),
+        per_shape=per_shape if len(per_shape) > 1 else None,
+        precision=precision,
+    )
+
+
 def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:
     return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
 
@@ -70,15 +90,20 @@ def evaluate(
     *,
     policy: TimingPolicy | None = None,
     clock: Callable[[], float] | None = None,
+    race: Race | None = None,
+    time_left_s: float | None = None,
 ) -> TrialResult:
     """Measure and gate one candidate on every shape of the workload.
 
     Any failure becomes a failed result with its reason. The objective over a shape set is the
     weighted sum of the per-shape medians. A single layer is timed as a per-layer decision: L2
-    flushed before each sample and, on a GPU, device time only (see `timing.Sampler`).
+    flushed before each sample and, on a GPU, device time only (see `timing.Sampler`). With a
+    `race`, a candidate that provably cannot win is stopped early and not gated (status
+    "stopped"); `time_left_s` cuts sampling when the run's time budget is spent.
     """
-    tol = gate.tolerance(settings)
-    precision = tol.precision
+    now = clock or time.perf_counter
+    deadline = None if time_left_s is None else now() + time_left_s
+    precision = gate.precision(settings)
     policy = policy or space.timing.policy()
     settle_cpu_allocator()
     _reset_peak_rss()
@@ -92,24 +117,30 @@ def evaluate(
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
     flush = l2_flusher(device) if workload.is_layer else None
-    for case, case_ref in enumerate(gate.cases):
+    if len(gate.cases) > 1:
+        race = None  # slower on one shape does not mean slower over the weighted set
+    for case, ref in enumerate(gate.cases):
         cand: Candidate | None = None
         try:
             cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
-            per_shape.append(
-                measure(
-                    cand.step,
-                    device,
-                    policy,
-                    clock=clock,
-                    flush=flush,
-                    queue_ahead=workload.is_layer,
-                )
+            m = measure(
+                cand.step,
+                device,
+                policy,
+                clock=clock,
+                flush=flush,
+                queue_ahead=workload.is_layer,
+                race=race,
+                deadline=deadline,
             )
+            per_shape.append(m)
+            if race is not None and m.stopped is not None and "slower than" in m.stopped:
+                # lost the race, or cut by the budget while slower than the best: not gated
+                return _stopped(settings, precision, per_shape, workload, m.stopped)
             # The candidate's own peak: read before the numeric check allocates its copies.
             peak = max(peak, _peak_growth_mb(device, rss0, mem0))
             got = cand.capture(record_convs=True)
-            errors = compare(got, case_ref.captured, mode)
+            errors = compare(got, ref, mode)
             err = max(err, errors.out)
             if grad_err is not None:
                 grad_err = max(grad_err, errors.grad or 0.0)
@@ -127,6 +158,7 @@ def evaluate(
                 cand.close()
     status: Status = "ok"
     reason = rejected_by = None
+    tol = gate.tolerance(settings, Errors(err, grad_err))
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
         status, reason = "rejected", "NaN or Inf in outputs or gradients"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -122,6 +123,7 @@ def per_layer_stage(
     device: torch.device,
     space: SearchSpace,
     options: SearchOptions,
+    stats: dict[str, int] | None = None,
 ) -> tuple[list[LayerChoice], TrialResult | None]:
     """Choose conv implementations per layer under the best global settings; if that changes any
     layer, measure the combination on the whole model and add it to the outcome's candidates.
@@ -155,6 +157,8 @@ def per_layer_stage(
         outcome.study_name,
         space.min_gain,
         report,
+        deadline=options.deadline,
+        stats=stats,
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:
@@ -165,10 +169,17 @@ def per_layer_stage(
         return choices, known[0]
     store = LayerStore(storage, outcome.study_name)
     result = store.model_result(combined)
+    if result is None and options.deadline is not None and time.perf_counter() >= options.deadline:
+        if stats is not None:
+            stats["combination"] = len(layers)  # chosen, but no time left to measure it
+        return choices, None
     if result is None:
         evaluator = make_evaluator(workload, device, space, options)
+        left = (
+            None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
+        )
         try:
-            result = evaluator(combined)
+            result = evaluator(combined, time_left_s=left)
         finally:
             evaluator.close()
         store.add_model_result(result)
@@ -184,22 +195,26 @@ def retime_finalists(
     space: SearchSpace,
     options: SearchOptions,
     only_with: TrialResult | None = None,
-) -> int:
+    deadline: float | None = None,
+) -> tuple[int, str | None]:
     """Re-time the finalists interleaved and put the fresh measurements in the outcome.
 
     With `only_with`, re-time only if that candidate is among the finalists. Returns how many were
-    re-timed (0 when skipped: too few, or they no longer fit together).
+    re-timed (0 when skipped: fewer than two finalists) and, when the re-time failed, why.
     """
-    fin = finalists(outcome.results, outcome.baseline, space.retime_top) if space.retime_top else []
+    top = space.retime_top
+    fin = finalists(outcome.results, outcome.baseline, top, space.min_gain) if top else []
     if len(fin) < 2 or (only_with is not None and all(r is not only_with for r in fin)):
-        return 0
+        return 0, None
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     # Like the trials, in a worker subprocess unless the user asked for in-process trials.
     evaluator = make_evaluator(workload, device, space, options)
     try:
-        fresh = evaluator.retime(fin)
+        fresh = evaluator.retime(fin, time_left_s=left)
     except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big to hold together
-        log.warning("interleaved re-time skipped: %s", first_line(e, with_type=False))
-        return 0
+        why = first_line(e, with_type=False)
+        log.warning("interleaved re-time failed: %s", why)
+        return 0, why
     finally:
         evaluator.close()
     # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
@@ -211,7 +226,7 @@ def retime_finalists(
     outcome.results = [replace.get(id(r), r) for r in outcome.results]
     outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
     outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
-    return len(fin)
+    return len(fin), None
 
 
 def run_advise(
@@ -229,13 +244,19 @@ def run_advise(
     progress: Callable[[Progress], None] | None = None,
     fresh: bool = False,
     tolerances: dict[str, float] | None = None,
+    budget_s: float | None = None,
     **workload_args: Any,
 ) -> Advice:
+    start = time.perf_counter()
     if mode not in ("infer", "train"):
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
+    if budget_s is not None and not budget_s > 0:
+        raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
     dev = resolve_device(device)
     sp = with_tolerances(load_space(space, dev), tolerances or {})
     workload = make_workload(**workload_args)
+    per_layer = not workload.is_layer and sp.per_layer
+    plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer)
     options = SearchOptions(
         mode=mode,  # type: ignore[arg-type]
         trials=trials,
@@ -247,6 +268,7 @@ def run_advise(
         objectives=objectives,
         progress=progress,
         fresh=fresh,
+        deadline=plan.search,
     )
     busy = [w for w in (machine_load_warning(dev),) if w]
     outcome = search(workload, dev, sp, options)
@@ -254,15 +276,75 @@ def run_advise(
     # The global finalists are re-timed together first, so the per-layer stage works under the
     # settings that will be recommended; a per-layer combination that reaches the finalists is then
     # re-timed with them, interleaved, before it can be picked.
-    retimed = retime_finalists(workload, outcome, dev, sp, options)
+    retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                             deadline=plan.layers)  # fmt: skip
     choices: list[LayerChoice] = []
-    if not workload.is_layer and sp.per_layer:
-        choices, combined = per_layer_stage(workload, outcome, dev, sp, options)
+    stats: dict[str, int] = {}
+    if per_layer and retime_error is None:
+        options.deadline = plan.layers
+        choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats)
         if combined is not None:
-            again = retime_finalists(workload, outcome, dev, sp, options, only_with=combined)
+            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                   only_with=combined, deadline=plan.end)  # fmt: skip
             retimed = again or retimed
-    advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed)
+    notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
+    outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
+    advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed,
+                          retime_error=retime_error, notes=notes)  # fmt: skip
     if busy and advice.config.result is not None:
         result = advice.config.result.model_copy(update={"warnings": busy[:1]})
         advice.config = advice.config.model_copy(update={"result": result})
     return advice
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """When each stage must stop starting work (`time.perf_counter()` values)."""
+
+    search: float  # the global knobs
+    layers: float  # the first re-time and the per-layer stage
+    end: float  # the final re-time: the run ends about here
+
+
+def budget_plan(start: float, budget_s: float, space: SearchSpace, per_layer: bool) -> BudgetPlan:
+    """Split a run's time budget: the final interleaved re-time keeps what it needs (a trial's
+    time cap per finalist, up to a quarter of the budget); with a per-layer stage, the global
+    search keeps half of the rest and the layers the other half (a search that finishes early
+    leaves its time to the layers)."""
+    n = space.retime_top + 2  # the finalists, the default and a per-layer combination
+    reserve = min(0.25 * budget_s, 1.5 * n * space.timing.max_time_s)
+    end = start + budget_s
+    layers = end - reserve
+    search = start + (layers - start) * (0.5 if per_layer else 1.0)
+    return BudgetPlan(search, layers, end)
+
+
+def budget_notes(
+    outcome: SearchOutcome, stats: dict[str, int], budget_s: float, start: float
+) -> list[str]:
+    """What the time budget left out, said plainly; and what was reused from earlier runs."""
+    notes = []
+    if outcome.not_measured:
+        shown = ", ".join(outcome.not_measured[:5])
+        more = f" and {len(outcome.not_measured) - 5} more" if len(outcome.not_measured) > 5 else ""
+        notes.append(
+            f"the {budget_s:g} s budget ran out before {len(outcome.not_measured)} "
+            f"candidate(s) were measured: {shown}{more}"
+        )
+    if stats.get("unmeasured"):
+        notes.append(
+            f"the {budget_s:g} s budget ran out before {stats['unmeasured']} layer group(s) were "
+            "measured: they keep PyTorch's native convolution"
+        )
+    if stats.get("combination"):
+        notes.append(
+            f"the {budget_s:g} s budget ran out before the per-layer choices ({stats['combination']} "
+            "layer(s)) could be measured on the whole model: not applied"
+        )
+    if stats.get("reused"):
+        shared = stats.get("shared", 0)
+        notes.append(
+            f"{stats['reused']} layer measurement(s) reused instead of measured again"
+            + (f" ({shared} from other studies in this storage)" if shared else "")
+        )
+    return notes

@@ -15,8 +15,16 @@ from typing import Any, Literal
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
 from advisor.timing import TimingPolicy
@@ -77,6 +85,14 @@ class TimingSettings(BaseModel):
     )
     max_reps: int = Field(100, ge=1)
 
+    @model_validator(mode="after")
+    def _samples_in_order(self) -> TimingSettings:
+        if self.min_samples > self.max_samples:
+            raise ValueError(
+                f"min_samples ({self.min_samples}) is more than max_samples ({self.max_samples})"
+            )
+        return self
+
     def policy(self) -> TimingPolicy:
         return TimingPolicy(**self.model_dump())
 
@@ -111,6 +127,11 @@ class SearchSpace(BaseModel):
         3, ge=0, description="re-time this many finalists (and the default) interleaved; 0: off"
     )
     per_layer: bool = Field(True, description="choose conv implementations per layer for models")
+    race: bool = Field(
+        True,
+        description="stop sampling a candidate once a sign test shows it slower than the best "
+        "(it is then not gated); false: every candidate measured and gated in full",
+    )
 
     @field_validator("knobs")
     @classmethod
@@ -121,22 +142,51 @@ class SearchSpace(BaseModel):
                 raise ValueError(f"unknown knob {name!r}; knobs: {', '.join(KNOB_NAMES)}")
             if not values:
                 raise ValueError(f"knob {name!r} has no values")
-            # YAML 1.1 reads bare off/on as booleans: take them back for the string-valued knobs.
-            if name in ("tf32", "amp"):
-                values = [("on" if v else "off") if isinstance(v, bool) else v for v in values]
-            for v in values:
-                Settings(**{name: v})  # each value must be valid for its knob
+            values = [_knob_value(name, v) for v in values]
             out[name] = list(dict.fromkeys(values))
         return out
 
     @field_validator("skip")
     @classmethod
     def _known_skip_keys(cls, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
         for rule in rules:
-            for key in rule:
-                if key not in KNOBS and key != "device":
+            checked = {}
+            for key, value in rule.items():
+                if key == "device":
+                    if value not in ("cpu", "cuda"):
+                        raise ValueError(f"skip rule device {value!r} is not one of cpu, cuda")
+                    checked[key] = value
+                elif key in KNOBS:
+                    checked[key] = _knob_value(key, value, "skip rule")
+                else:
                     raise ValueError(f"skip rule names unknown knob {key!r}")
-        return rules
+            out.append(checked)
+        return out
+
+
+def _knob_value(name: str, value: Any, where: str = "knob") -> Any:
+    """`value` as knob `name` takes it, or a ValueError naming the valid values.
+
+    YAML 1.1 reads bare off/on as booleans: they are taken back for the string-valued knobs (tf32,
+    amp), so `{amp: off}` in a skip rule matches amp="off" instead of nothing."""
+    if name in ("tf32", "amp") and isinstance(value, bool):
+        value = "on" if value else "off"
+    if name == "conv_impl":
+        if value not in conv_impls.names():
+            raise ValueError(
+                f"unknown conv implementation {value!r}; known: {', '.join(conv_impls.names())}"
+            )
+        return value
+    try:
+        # Each value must be valid for its knob; the validated form (channels_last_3d ->
+        # channels_last) is what candidates carry, so a skip rule compares like for like.
+        return getattr(Settings(**{name: value}), name)
+    except ValidationError:
+        valid = ", ".join(str(v) for v in KNOBS[name].values)
+        raise ValueError(
+            f"{where} value {value!r} is not valid for {name}; one of: {valid}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -176,6 +226,8 @@ def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchS
         raise SpaceError(
             f"cannot parse search space {where}: {first_line(e, with_type=False)}"
         ) from None
+    except (RecursionError, MemoryError):
+        raise SpaceError(f"cannot parse search space {where}: too deeply nested") from None
     if not isinstance(data, dict):
         raise SpaceError(f"search space {where} must be a mapping")
     try:

@@ -133,29 +133,62 @@ def measured_under(settings: Settings) -> str:
 
 
 class LayerStore:
-    """The companion study "<study>/layers": per-layer measurements and the whole-model
-    measurements of per-layer combinations, kept so a resumed search does not repeat them."""
+    """Per-layer measurements, kept so they are not repeated.
 
-    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
+    Two studies in the same storage: the run's companion "<study>/layers" (every layer
+    measurement of this study and the whole-model measurements of per-layer combinations, read by
+    reports), and "advisor-layers@<fingerprint>", shared by every study on this machine and
+    library versions: a layer group (signature, input shape, dtype, layout, gradient) measured
+    with an implementation under the same global settings, mode, timing and gate settings in any
+    earlier study is reused instead of measured again (what cuDNN's benchmark cache does within a
+    process, kept across runs).
+    """
+
+    def __init__(
+        self, storage: optuna.storages.BaseStorage, study_name: str, context: str = ""
+    ) -> None:
         self.study = optuna.create_study(
             storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
         )
+        fingerprint = study_name.rpartition("@")[2]
+        self.context = context  # mode and the space's timing and gate settings
+        self.shared = (
+            optuna.create_study(
+                storage=storage, study_name=f"advisor-layers@{fingerprint}", load_if_exists=True
+            )
+            if context and "@" in study_name
+            else None
+        )
 
-    def layer_results(self) -> dict[tuple[str, str, str], TrialResult]:
-        """Stored layer measurements by (group, implementation, global settings they ran under):
-        a resume under other global settings (another memory format or precision) measures
-        again."""
-        out = {}
-        for t in self.study.get_trials(deepcopy=False):
-            if "result" in t.user_attrs and "key" in t.user_attrs:
-                result = TrialResult.model_validate(t.user_attrs["result"])
-                out[
-                    (t.user_attrs["key"], t.user_attrs["impl"], measured_under(result.settings))
-                ] = result
-        return out
+    def layer_results(
+        self,
+    ) -> tuple[dict[tuple[str, str, str], TrialResult], set[tuple[str, str, str]]]:
+        """Stored layer measurements by (group, implementation, global settings they ran under),
+        and which of them come from other studies. A resume under other global settings (another
+        memory format or precision) measures again."""
+        out: dict[tuple[str, str, str], TrialResult] = {}
+        elsewhere = set()
+        sources = [(self.study, False)] + ([(self.shared, True)] if self.shared else [])
+        for study, shared in sources:
+            for t in study.get_trials(deepcopy=False):
+                a = t.user_attrs
+                if "result" not in a or "key" not in a:
+                    continue
+                if shared and a.get("context") != self.context:
+                    continue
+                result = TrialResult.model_validate(a["result"])
+                key = (a["key"], a["impl"], measured_under(result.settings))
+                if key not in out:
+                    out[key] = result
+                    if shared:
+                        elsewhere.add(key)
+        return out, elsewhere
 
-    def add_layer_result(self, result: TrialResult, **attrs: Any) -> None:
-        self._add(result, attrs)
+    def add_layer_result(self, result: TrialResult, *, shared: bool = True, **attrs: Any) -> None:
+        self._add(self.study, result, attrs)
+        if shared and self.shared is not None and result.status != "failed":
+            # A failure may be this run's (a timeout, a crash): not worth keeping for others.
+            self._add(self.shared, result, {**attrs, "context": self.context})
 
     def model_result(self, settings: Settings) -> TrialResult | None:
         """The whole-model measurement of a per-layer combination, if a previous run stored it."""
@@ -172,11 +205,12 @@ class LayerStore:
             "settings": result.settings.model_dump_json(),
             "label": result.settings.label(),
         }
-        self._add(result, attrs)
+        self._add(self.study, result, attrs)
 
-    def _add(self, result: TrialResult, attrs: dict[str, Any]) -> None:
+    @staticmethod
+    def _add(study: optuna.Study, result: TrialResult, attrs: dict[str, Any]) -> None:
         ok = result.status == "ok"
-        self.study.add_trial(
+        study.add_trial(
             optuna.trial.create_trial(
                 state=TrialState.COMPLETE if ok else TrialState.FAIL,
                 value=result.median_ms if ok else None,

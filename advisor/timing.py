@@ -67,6 +67,7 @@ class Measurement(BaseModel):
     first_call_ms: float | None = None
     warmup_runs: int = 0
     reps: int = 1  # calls per sample
+    stopped: str | None = None  # why sampling stopped before the policy's rule (race, budget)
 
     @property
     def _sorted(self) -> list[float]:
@@ -208,6 +209,37 @@ def l2_flusher(device: torch.device) -> Callable[[], None] | None:
     return _L2Flusher(device) if device.type == "cuda" else None
 
 
+@dataclass(frozen=True)
+class Race:
+    """Stop sampling a candidate that cannot win.
+
+    `limit_ms` is the best accepted candidate's CI upper end times (1 + min_gain): a candidate
+    can only be recommended over it when its median is below that. Rule: a one-sided sign test
+    at `alpha` that this candidate's median is above the limit. If its true median were at or
+    below the limit, each steady-state sample would exceed the limit with probability at most
+    1/2, so k or more of n samples above it happen with probability at most P(Bin(n, 1/2) >= k):
+    stopping is wrong at most `alpha` of the time (5%), and far less often for a candidate that
+    could really win (its median is below the best's by min_gain). With every sample above the
+    limit that takes 5 samples; warm-up runs and the first call are not counted.
+    """
+
+    limit_ms: float
+    alpha: float = 0.05
+    min_samples: int = 5
+
+    def lost(self, samples: Sequence[float]) -> bool:
+        n = len(samples)
+        if n < self.min_samples:
+            return False
+        above = sum(s > self.limit_ms for s in samples)
+        return sign_test_p(n, above) <= self.alpha
+
+
+def sign_test_p(n: int, k: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2): the one-sided sign test's p-value."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:
     """Calls per sample: enough back-to-back calls to fill `min_sample_ms` (1 when off)."""
     if policy.min_sample_ms <= 0 or step_ms >= policy.min_sample_ms:
@@ -325,15 +357,24 @@ def measure(
     clock: Clock | None = None,
     flush: Callable[[], None] | None = None,
     queue_ahead: bool = False,
+    race: Race | None = None,
+    deadline: float | None = None,
 ) -> Measurement:
     """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
-    `queue_ahead` times device work only (see `Sampler`)."""
+    `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
+    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent."""
     with device_guard(device):
-        return _measure(fn, device, policy, Sampler(device, clock, flush, queue_ahead))
+        sampler = Sampler(device, clock, flush, queue_ahead)
+        return _measure(fn, device, policy, sampler, race, deadline)
 
 
 def _measure(
-    fn: Callable[[], object], device: torch.device, policy: TimingPolicy, sampler: Sampler
+    fn: Callable[[], object],
+    device: torch.device,
+    policy: TimingPolicy,
+    sampler: Sampler,
+    race: Race | None = None,
+    deadline: float | None = None,
 ) -> Measurement:
     clock = sampler.clock
     synchronize(device)
@@ -350,8 +391,8 @@ def _measure(
         fn()
         launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
         warm += 1
-        if warm >= 1000:
-            break
+        if warm >= 1000 or (deadline is not None and clock() >= deadline):
+            break  # past the budget: one warm-up run is all it gets
     synchronize(device)
     if warm:
         sampler.launch_ms = launch_s * 1e3 / warm
@@ -361,10 +402,22 @@ def _measure(
 
     samples: list[float] = []
     start = clock()
+    stopped = None
     while True:
         samples.append(sampler(fn, reps))
         n = len(samples)
         if n >= policy.max_samples:
+            break
+        if race is not None and race.lost(samples):
+            stopped = (
+                f"stopped after {n} samples: slower than the best candidate's "
+                f"{race.limit_ms:.3f} ms (sign test, p <= {race.alpha:g})"
+            )
+            break
+        if deadline is not None and clock() >= deadline and n >= 3:
+            stopped = f"stopped after {n} samples: the time budget ran out"
+            if race is not None and _quantile(sorted(samples), 0.5) > race.limit_ms:
+                stopped += f", slower than the best candidate's {race.limit_ms:.3f} ms"
             break
         if n >= policy.min_samples:
             s = sorted(samples)
@@ -374,7 +427,9 @@ def _measure(
                 break
             if clock() - start >= policy.max_time_s:
                 break
-    return Measurement(samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps)
+    return Measurement(
+        samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps, stopped=stopped
+    )
 
 
 def combine(measurements: list[Measurement], weights: list[float]) -> Measurement:

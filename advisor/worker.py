@@ -31,13 +31,18 @@ def cli_worker(args: argparse.Namespace) -> int:
     from advisor.environment import resolve_device
     from advisor.search import SearchOptions, work
     from advisor.service import make_workload
+    from advisor.sizes import check_workload_sizes
     from advisor.space import load_space, with_tolerances
+    from advisor.streams import stdout_to_stderr
 
     device = resolve_device(args.device)
     space = with_tolerances(load_space(args.space, device), tolerance_overrides(args))
-    workload = make_workload(**workload_kwargs(args))
-    options = SearchOptions(**search_kwargs(args))
-    s = work(workload, device, space, options)
+    kwargs = workload_kwargs(args)
+    check_workload_sizes(device, **kwargs)
+    with stdout_to_stderr():  # the user's model prints to stderr; stdout has the summary alone
+        workload = make_workload(**kwargs)
+        options = SearchOptions(**search_kwargs(args))
+        s = work(workload, device, space, options)
     failed = f" ({s.failed_here} failed)" if s.failed_here else ""
     print(
         f"advisor worker: study {s.study_name}: evaluated {s.evaluated_here} trial(s) here"

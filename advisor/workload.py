@@ -5,6 +5,9 @@ a model file (`model_workload`) or a live model (`object_workload`); `with_shape
 over several input shapes or batch sizes. Its `info` (advisor.workload_info) is what goes into the
 config file and the study, and what an isolated worker rebuilds it from (`workload_from_info`).
 
+Inputs are positional (`example_inputs`) and keyword (`example_kwargs`): the model is called as
+`model(*args, **kwargs)` (see advisor.model_file for the convention a model file follows).
+
 Specs are parsed in advisor.layer_spec and model files loaded in advisor.model_file; the names the
 benchmarks import from here (`layer_spec`, `LayerSpec`) are re-exported.
 """
@@ -15,7 +18,7 @@ import copy
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,14 @@ from torch import nn
 
 from advisor.errors import ModelFileError, SpecError, first_line
 from advisor.layer_spec import DTYPES, LayerSpec, layer_spec, spec_from_module
-from advisor.model_file import build_model, check_runs, fresh_like, load_model
+from advisor.model_file import (
+    build_model,
+    call_tensors,
+    check_runs,
+    fresh_like,
+    load_model,
+    split_inputs,
+)
 from advisor.workload_info import (
     LayerInfo,
     LayerSource,
@@ -54,7 +64,12 @@ class ShapeCase:
     """One input shape of a shape set, with its weight (how often it occurs in training)."""
 
     weight: float
-    inputs: tuple[Any, ...]
+    inputs: tuple[Any, ...]  # positional
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return call_tensors(self.inputs, self.kwargs)
 
 
 @dataclass
@@ -62,7 +77,9 @@ class Workload:
     """Something the advisor can time: a model factory and example inputs, plus a description.
 
     `make_model()` returns a fresh model (fp32 weights, same values every call);
-    `make_inputs(device)` returns fresh random inputs shaped like the examples.
+    `make_call(device)` returns fresh random inputs shaped like the examples, positional and
+    keyword: the model runs as `model(*args, **kwargs)`. `make_inputs(device)` is the positional
+    part alone.
     """
 
     name: str
@@ -74,6 +91,7 @@ class Workload:
     # activation; a network's own inputs are data). Empty: none.
     input_grad: tuple[bool, ...] = ()
     input_layout: str | None = None  # the layout inputs arrive in; None: the candidate's format
+    example_kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword inputs
 
     @property
     def is_layer(self) -> bool:
@@ -89,16 +107,29 @@ class Workload:
 
     @property
     def shape_cases(self) -> tuple[ShapeCase, ...]:
-        return self.cases or (ShapeCase(1.0, self.example_inputs),)
+        return self.cases or (ShapeCase(1.0, self.example_inputs, self.example_kwargs),)
+
+    def make_call(
+        self, device: torch.device, seed: int = 0, case: int = 0
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Fresh inputs for `model(*args, **kwargs)`: floating tensors redrawn from `seed`,
+        integer and bool tensors kept, on `device`; other values as they are."""
+        gen = torch.Generator().manual_seed(seed)
+        example = self.shape_cases[case]
+
+        def fresh(x: Any) -> Any:
+            return fresh_like(x, gen).to(device) if torch.is_tensor(x) else x
+
+        args = tuple(fresh(x) for x in example.inputs)  # positional first: the draw order
+        return args, {k: fresh(v) for k, v in example.kwargs.items()}
 
     def make_inputs(self, device: torch.device, seed: int = 0, case: int = 0) -> tuple[Any, ...]:
-        gen = torch.Generator().manual_seed(seed)
-        examples = self.shape_cases[case].inputs
-        return tuple(fresh_like(x, gen).to(device) if torch.is_tensor(x) else x for x in examples)
+        """The positional inputs of `make_call` (all of them, unless the model takes keywords)."""
+        return self.make_call(device, seed, case)[0]
 
     @property
     def input_shapes(self) -> list[list[int]]:
-        return [list(x.shape) for x in self.example_inputs if torch.is_tensor(x)]
+        return [list(x.shape) for x in call_tensors(self.example_inputs, self.example_kwargs)]
 
 
 # ----- layers -----
@@ -194,22 +225,31 @@ def model_workload(
         input_shapes=loaded.input_shapes,
         description=loaded.description,
     )
-    return Workload(info.description, info, make_model, loaded.example)
+    return Workload(
+        info.description, info, make_model, loaded.example, example_kwargs=loaded.kwargs
+    )
 
 
 def object_workload(model: nn.Module, inputs: Any) -> Workload:
-    """A workload from a live model and example inputs (the Python API)."""
+    """A workload from a live model and example inputs (the Python API): a tensor, a tuple or
+    list of positional inputs, or a dict of keyword inputs (see advisor.model_file)."""
     if not isinstance(model, nn.Module):
         raise ModelFileError(f"model must be an nn.Module, got {type(model).__name__}")
-    example = (inputs,) if torch.is_tensor(inputs) else tuple(inputs)
+    args, kwargs = split_inputs(inputs, "the example inputs")
+
+    def cpu(x: Any) -> Any:
+        return x.cpu() if torch.is_tensor(x) else x
+
+    example = tuple(cpu(x) for x in args)
+    example_kwargs = {k: cpu(v) for k, v in kwargs.items()}
     base = copy.deepcopy(model).cpu().float()
 
     def make_model() -> nn.Module:
         return copy.deepcopy(base)
 
-    shapes = [list(x.shape) for x in example if torch.is_tensor(x)]
+    shapes = [list(x.shape) for x in call_tensors(example, example_kwargs)]
     try:
-        check_runs(copy.deepcopy(base), [x.cpu() if torch.is_tensor(x) else x for x in example])
+        check_runs(copy.deepcopy(base), example, example_kwargs)
     except Exception as e:  # noqa: BLE001
         raise ModelFileError(
             f"model fails on the example inputs {shapes}: {first_line(e)}"
@@ -220,31 +260,48 @@ def object_workload(model: nn.Module, inputs: Any) -> Workload:
         input_shapes=shapes,
         description=f"{type(model).__name__} on {shapes}",
     )
-    return Workload(
-        info.description,
-        info,
-        make_model,
-        tuple(x.cpu() if torch.is_tensor(x) else x for x in example),
-    )
+    return Workload(info.description, info, make_model, example, example_kwargs=example_kwargs)
 
 
 # ----- shape sets -----
 
 
+def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """A tensor of `shape` like `x`: floating values are redrawn later (`fresh_like`), so only
+    the shape matters; integer and bool values (ids, masks) are `x`'s, repeated or cut along
+    each dimension (zeros where the number of dimensions changes)."""
+    shape = tuple(shape)
+    if x.is_floating_point() or x.is_complex():
+        return torch.empty(shape, dtype=x.dtype)
+    if x.dim() != len(shape) or 0 in x.shape:
+        return torch.zeros(shape, dtype=x.dtype)
+    for d, n in enumerate(shape):
+        x = x.index_select(d, torch.arange(n) % x.shape[d])
+    return x.contiguous()
+
+
 def _reshaped(
-    example: tuple[Any, ...], shape: Sequence[int] | None, batch: int | None
-) -> tuple[Any, ...]:
-    """Example inputs with the first tensor's shape replaced, or every tensor's batch size."""
-    out, first = [], True
-    for x in example:
-        if torch.is_tensor(x):
-            if shape is not None and first:
-                x = torch.empty(tuple(shape), dtype=x.dtype)
-            elif batch is not None and x.dim() > 0:
-                x = torch.empty((batch, *x.shape[1:]), dtype=x.dtype)
-            first = False
-        out.append(x)
-    return tuple(out)
+    case: ShapeCase, shape: Sequence[int] | None, batch: int | None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs with the first tensor's shape replaced (positional inputs first), or the
+    batch size of every tensor that has one, keyword inputs included. The examples' batch size
+    is the leading dimension of the first tensor with two or more (a batch of vectors at
+    least); a tensor whose leading dimension differs (per-channel values) is left as it is."""
+    tensors = case.tensors
+    batched = [x for x in tensors if x.dim() > 1] or [x for x in tensors if x.dim() > 0]
+    example_batch = batched[0].shape[0] if batched else None
+    first = tensors[0] if tensors else None
+
+    def one(x: Any) -> Any:
+        if not torch.is_tensor(x):
+            return x
+        if shape is not None and x is first:
+            return _resized(x, shape)
+        if batch is not None and x.dim() > 0 and x.shape[0] == example_batch:
+            return _resized(x, (batch, *x.shape[1:]))
+        return x
+
+    return tuple(one(x) for x in case.inputs), {k: one(v) for k, v in case.kwargs.items()}
 
 
 def with_shape_set(
@@ -272,8 +329,9 @@ def with_shape_set(
         raise SpecError("shape weights must be positive")
     if any(b <= 0 for _, b in variants if b is not None):
         raise SpecError("batch sizes must be positive")
+    example = ShapeCase(1.0, workload.example_inputs, workload.example_kwargs)
     cases = tuple(
-        ShapeCase(float(wi), _reshaped(workload.example_inputs, s, b))
+        ShapeCase(float(wi), *_reshaped(example, s, b))
         for wi, (s, b) in zip(w, variants, strict=True)
     )
     _check_cases(workload, cases)
@@ -281,7 +339,7 @@ def with_shape_set(
         shapes=[list(s) for s in shapes] if shapes else None,
         batch_sizes=list(batch_sizes) if batch_sizes else None,
         weights=w,
-        input_shapes=[[list(x.shape) for x in c.inputs if torch.is_tensor(x)] for c in cases],
+        input_shapes=[[list(x.shape) for x in c.tensors] for c in cases],
     )
     description = f"{workload.info.description} over {len(cases)} shapes"
     info = workload.info.model_copy(update={"shape_set": shape_set, "description": description})
@@ -293,6 +351,7 @@ def with_shape_set(
         cases,
         workload.input_grad,
         workload.input_layout,
+        cases[0].kwargs,
     )
 
 
@@ -309,9 +368,9 @@ def _check_cases(workload: Workload, cases: tuple[ShapeCase, ...]) -> None:
     """Every shape must run: a bad shape is bad input, not a failed trial."""
     model = workload.make_model()
     for case in cases:
-        shapes = [tuple(x.shape) for x in case.inputs if torch.is_tensor(x)]
+        shapes = [tuple(x.shape) for x in case.tensors]
         try:
-            check_runs(model, case.inputs)
+            check_runs(model, case.inputs, case.kwargs)
         except Exception as e:  # noqa: BLE001 - user model: any failure is a bad shape
             raise SpecError(
                 f"the workload fails on input shape {shapes}: {first_line(e, with_type=False)}"

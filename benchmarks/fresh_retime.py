@@ -1,11 +1,18 @@
 """Re-time tuned settings independently: several variants of one workload, in a fresh process.
 
-Used by advisor_vs_defaults.py and model_retime.py. The child process rebuilds the workload from
-the config, applies each variant with `advisor.apply` to its own copy of the model (same weights),
-compares outputs and gradients with the untuned fp32 model, then times the steps with the
-advisor's one interleaving sampler (`advisor.timing.sample_interleaved`: rounds A B C, C B A, ...)
-so drift hits every variant alike. Returns, per variant, the median and IQR of its samples, and
-the errors.
+Used by advisor_vs_defaults.py, model_retime.py and zoo.py. The child process rebuilds the
+workload from the config, applies each variant with `advisor.apply` to its own copy of the model
+(same weights), compares outputs and gradients with the untuned fp32 model, then times the steps
+with the advisor's one interleaving sampler (`advisor.timing.sample_interleaved`: rounds A B C,
+C B A, ...) so drift hits every variant alike. Returns, per variant, the median, IQR and 95% CI
+of its samples, the samples, and the errors.
+
+A variant is a `Settings` dict, or `{"compile": MODE}` (`compile_variant`): the untouched model
+under PyTorch's default settings, wrapped in `torch.compile(mode=MODE)`. Its first call (with
+max-autotune on CUDA, its first three: compilation, autotuning, CUDA-graph capture) is timed apart
+as `compile_s` / `first3_s` and kept out of the samples. The model is called as the workload says
+(positional and keyword inputs: advisor.model_file's convention); dropout is seeded alike before
+every error check.
 
     python benchmarks/fresh_retime.py tuned.json train cpu '{"default": {}, "advisor": {...}}'
 """
@@ -13,6 +20,7 @@ the errors.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +37,12 @@ def everything_on(device: str) -> dict[str, Any]:
     return {"memory_format": "channels_last", "amp": "bf16"}
 
 
+def compile_variant(device: str) -> dict[str, Any]:
+    """`torch.compile` as its users reach for it: max-autotune on CUDA; the default mode on a CPU
+    (Inductor's CPU max-autotune benchmarks C++ GEMM templates: minutes even for a tiny conv)."""
+    return {"compile": "max-autotune" if device.startswith("cuda") else "default"}
+
+
 def retime_variants(
     config: Path,
     variants: dict[str, dict[str, Any]],
@@ -37,26 +51,58 @@ def retime_variants(
     rounds: int = 6,
     min_run_time_s: float = 0.5,
     plain: bool = False,
+    timeout_s: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run this file in a fresh process; raises RuntimeError with the child's last line.
+    """Run this file in a fresh process; raises RuntimeError with the child's last line (or
+    after `timeout_s`). `env` adds environment variables (compile caches) to the child's.
 
     With `plain`, also time PyTorch untouched ("plain") in a second fresh process: the model and
     a bare training/inference loop, without `advisor.apply` and so without its CPU allocator
     settling (see advisor/allocator.py): what a user's script gets before it applies anything.
     """
     args = [str(config), mode, device, json.dumps(variants), str(rounds), str(min_run_time_s)]
-    out = _run([*args])
+    out = _run([*args], timeout_s, env)
     if plain:
-        out["plain"] = _run(["--plain", *args])
+        out["plain"] = _run(["--plain", *args], timeout_s, env)
     return out
 
 
-def _run(args: list[str]) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=ROOT)
+def _run(
+    args: list[str], timeout_s: float | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    ), **(env or {})}  # fmt: skip
+    try:
+        r = subprocess.run(
+            [sys.executable, __file__, *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=timeout_s,
+            env=full_env,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout_s:.0f} s") from None
     if r.returncode != 0:
         lines = r.stderr.strip().splitlines() or ["no output"]
         raise RuntimeError(lines[-1])
     return json.loads(r.stdout)
+
+
+def _stats(samples: list[float]) -> dict[str, Any]:
+    from advisor.timing import Measurement
+
+    m = Measurement(samples_ms=samples)
+    return {
+        "median_ms": m.median_ms,
+        "iqr_ms": m.iqr_ms,
+        "ci_low_ms": m.ci_low_ms,
+        "ci_high_ms": m.ci_high_ms,
+        "blocks": len(samples),
+        "samples_ms": samples,
+    }
 
 
 def _plain_child(argv: list[str]) -> dict[str, Any]:
@@ -70,28 +116,40 @@ def _plain_child(argv: list[str]) -> dict[str, Any]:
     cfg_path, mode, device, _variants, rounds, min_run = argv
     dev = torch.device(device)
     workload = workload_from_info(load_config(cfg_path).workload)
-    x = workload.make_inputs(dev, seed=7)
+    x, kw = workload.make_call(dev, seed=7)
     model = workload.make_model().to(dev).train(mode == "train")
     gs: list[torch.Tensor] = []
 
     def step() -> None:
         if mode != "train":
             with torch.no_grad():
-                model(*x)
+                model(*x, **kw)
             return
         model.zero_grad(set_to_none=True)
-        outs = flatten_tensors(model(*x))
+        outs = flatten_tensors(model(*x, **kw))
+        outs = [o for o in outs if o.is_floating_point() and o.requires_grad]
         if not gs:
             gs.extend(torch.randn(o.shape, device=dev) for o in outs)
         sum((o * g).sum() for o, g in zip(outs, gs, strict=True)).backward()  # type: ignore[union-attr]
 
     budget = float(min_run) * int(rounds)
-    policy = TimingPolicy(min_samples=10, max_samples=10_000, target_rel_ci=1e-9, max_time_s=budget)
+    # Warm up for a quarter of the budget: a fresh process's first calls (thread pools, lazy
+    # init) are not the steady state. glibc's page faults on large buffers are: they recur on
+    # every call until a large block is freed (advisor/allocator.py), so warming up keeps them.
+    policy = TimingPolicy(
+        warmup_runs=3,
+        warmup_s=budget / 4,
+        min_samples=10,
+        max_samples=10_000,
+        target_rel_ci=1e-9,
+        max_time_s=budget,
+    )
     m = measure(step, dev, policy)
-    return {"median_ms": m.median_ms, "iqr_ms": m.iqr_ms, "blocks": len(m.samples_ms)}
+    return _stats(list(m.samples_ms))
 
 
 def _child(argv: list[str]) -> dict[str, Any]:
+    import time
     import warnings
     from functools import partial
 
@@ -100,9 +158,10 @@ def _child(argv: list[str]) -> dict[str, Any]:
     import advisor
     from advisor.allocator import settle_cpu_allocator
     from advisor.config import load_config
-    from advisor.knobs import GlobalFlags
+    from advisor.errors import first_line
+    from advisor.knobs import GlobalFlags, Settings
     from advisor.runner import flatten_tensors
-    from advisor.timing import Measurement, Sampler, sample_interleaved
+    from advisor.timing import Sampler, sample_interleaved, synchronize
     from advisor.workload import workload_from_info
 
     warnings.simplefilter("ignore")
@@ -111,70 +170,109 @@ def _child(argv: list[str]) -> dict[str, Any]:
     dev = torch.device(device)
     cfg = load_config(cfg_path)
     workload = workload_from_info(cfg.workload)
-    x = workload.make_inputs(dev, seed=7)
+    x, kw = workload.make_call(dev, seed=7)
     training = mode == "train"
 
     def loss(outs: list[torch.Tensor], gs: list[torch.Tensor]) -> torch.Tensor:
-        return sum((o.float() * g).sum() for o, g in zip(outs, gs, strict=True))  # type: ignore[return-value]
+        return sum(  # type: ignore[return-value]
+            (o.float() * g).sum() for o, g in zip(outs, gs, strict=True) if o.requires_grad
+        )
+
+    def call(net: Any, xs: tuple[Any, ...], kws: dict[str, Any]) -> list[torch.Tensor]:
+        torch.manual_seed(0)  # dropout: the same mask for every variant's error check
+        return [o for o in flatten_tensors(net(*xs, **kws)) if o.is_floating_point()]
 
     base = workload.make_model().to(dev).train(training)
     with torch.enable_grad():
-        ref = flatten_tensors(base(*x))
+        ref = call(base, x, kw)
     gen = torch.Generator().manual_seed(1)
     gs = [torch.randn(o.shape, generator=gen).to(dev) for o in ref]
-    loss(ref, gs).backward()
+    if training:
+        loss(ref, gs).backward()
 
     def flat_grads(model: torch.nn.Module) -> torch.Tensor:
         return torch.cat(
             [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
         )
 
-    ref_g = flat_grads(base)
-    ref_out = torch.cat([o.float().flatten() for o in ref])
-    runs: dict[str, Any] = {}
+    ref_g = flat_grads(base) if training else None
+    ref_out = torch.cat([o.detach().float().flatten() for o in ref])
+    runs: dict[str, tuple[Settings, Any]] = {}
     out: dict[str, Any] = {}
     for name, s in json.loads(variants_json).items():
-        c = cfg.model_copy(update={"settings": advisor.Settings.model_validate(s)})
+        compile_mode = s.get("compile")
+        settings = advisor.Settings() if compile_mode else advisor.Settings.model_validate(s)
+        c = cfg.model_copy(update={"settings": settings})
         tuned = advisor.apply(c, workload.make_model().train(training), device=dev)
         xt = tuned.inputs(*x)
-        with tuned.autocast():
-            got = flatten_tensors(tuned.model(*xt))
-        loss(got, gs).backward()
-        got_out = torch.cat([o.float().flatten() for o in got])
-        out[name] = {
-            "err": ((got_out - ref_out).norm() / ref_out.norm()).item(),
-            "grad_err": ((flat_grads(tuned.model) - ref_g).norm() / ref_g.norm()).item()
-            if training
-            else None,
-            "layers": {k: v for k, v in tuned.layer_impls.items() if v != "native"},
-        }
+        kwt = dict(zip(kw, tuned.inputs(*kw.values()), strict=True))
+        net: Any = tuned.model
+        if compile_mode:
+            net = torch.compile(tuned.model, mode=compile_mode)
 
-        def step(tuned: Any = tuned, xt: tuple[Any, ...] = xt) -> None:
+        def step(
+            tuned: Any = tuned, net: Any = net, xt: tuple[Any, ...] = xt, kwt: Any = kwt
+        ) -> None:
             if not training:
                 with torch.no_grad(), tuned.autocast():
-                    tuned.model(*xt)
+                    net(*xt, **kwt)
                 return
             tuned.model.zero_grad(set_to_none=True)
             with tuned.autocast():
-                outs = flatten_tensors(tuned.model(*xt))
-            loss(outs, gs).backward()
+                outs = flatten_tensors(net(*xt, **kwt))
+            loss([o for o in outs if o.is_floating_point()], gs).backward()
 
-        runs[name] = (tuned, step)
+        entry: dict[str, Any] = {"label": settings.label()}
+        try:
+            if compile_mode:
+                # The first call compiles (forward and, in training, backward); with CUDA graphs
+                # (max-autotune on CUDA) the next two record them: all kept out of the samples.
+                entry["label"] = f"torch.compile(mode={compile_mode!r})"
+                synchronize(dev)
+                t0 = time.perf_counter()
+                step()
+                synchronize(dev)
+                entry["compile_s"] = time.perf_counter() - t0
+                for _ in range(2):
+                    step()
+                synchronize(dev)
+                entry["first3_s"] = time.perf_counter() - t0
+            tuned.model.zero_grad(set_to_none=True)
+            if training:
+                with tuned.autocast():
+                    got = call(net, xt, kwt)
+                loss(got, gs).backward()
+            else:  # the step's own graph: no_grad (a compiled model would compile again)
+                with torch.no_grad(), tuned.autocast():
+                    got = call(net, xt, kwt)
+        except Exception as e:  # noqa: BLE001 - a variant that fails is a row, not the run
+            out[name] = {**entry, "error": first_line(e)}
+            tuned.restore()
+            continue
+        got_out = torch.cat([o.detach().float().flatten() for o in got])
+        entry.update(
+            err=((got_out - ref_out).norm() / ref_out.norm()).item(),
+            grad_err=((flat_grads(tuned.model) - ref_g).norm() / ref_g.norm()).item()
+            if ref_g is not None
+            else None,
+            layers={k: v for k, v in tuned.layer_impls.items() if v != "native"},
+        )
+        out[name] = entry
+        runs[name] = (tuned.settings, step)
         tuned.restore()
 
     names = list(runs)
     samples = sample_interleaved(
         [runs[n][1] for n in names],
         Sampler(dev),
-        before=[partial(GlobalFlags.switch_to, runs[n][0].settings) for n in names],
+        before=[partial(GlobalFlags.switch_to, runs[n][0]) for n in names],
         warmup=2,
         min_rounds=10,
         max_rounds=100_000,
         budget_s=float(min_run) * int(rounds),
     )
-    for name, s in zip(names, samples, strict=True):
-        m = Measurement(samples_ms=s)
-        out[name].update(median_ms=m.median_ms, iqr_ms=m.iqr_ms, blocks=len(s))
+    for name, samples_ms in zip(names, samples, strict=True):
+        out[name].update(_stats(samples_ms))
     return out
 
 

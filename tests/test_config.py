@@ -82,3 +82,72 @@ def test_schema_describes_settings() -> None:
         "conv_impl",
         "layers",
     }
+
+
+def test_atomic_write_all_writes_every_file(tmp_path) -> None:
+    from advisor.config import atomic_write_all
+
+    a, b = tmp_path / "new" / "a.json", tmp_path / "new" / "a.trials.csv"
+    atomic_write_all({a: "{}\n", b: b"x,y\n"})
+    assert a.read_text() == "{}\n" and b.read_bytes() == b"x,y\n"
+    assert sorted(p.name for p in a.parent.iterdir()) == ["a.json", "a.trials.csv"]
+
+
+def test_atomic_write_all_is_all_or_nothing(tmp_path) -> None:
+    """The second file cannot be written (a directory is in its place): the first, already
+    renamed into place, is put back as it was; nothing else is left behind; the error names the
+    file that failed."""
+    from advisor.config import atomic_write_all
+    from advisor.errors import OutputError
+
+    config, csv = tmp_path / "tuned.json", tmp_path / "tuned.trials.csv"
+    config.write_text("old config")
+    csv.mkdir()
+    with pytest.raises(OutputError, match=r"cannot write .*tuned\.trials\.csv") as info:
+        atomic_write_all({config: "new config", csv: "new trials"})
+    assert isinstance(info.value, OSError)  # what callers caught before
+    assert config.read_text() == "old config"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tuned.json", "tuned.trials.csv"]
+    # A new config is removed again
+    config.unlink()
+    with pytest.raises(OutputError):
+        atomic_write_all({config: "new config", csv: "new trials"})
+    assert not config.exists()
+
+
+def test_atomic_write_all_rolls_back_a_failed_rename(tmp_path, monkeypatch) -> None:
+    import os
+
+    from advisor.config import atomic_write_all
+    from advisor.errors import OutputError
+
+    config, csv = tmp_path / "tuned.json", tmp_path / "tuned.trials.csv"
+    config.write_text("old config")
+    real_replace = os.replace
+
+    def replace(src, dst):  # noqa: ANN001, ANN202
+        if str(dst) == str(csv):
+            raise PermissionError(13, "Permission denied")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OutputError, match="tuned.trials.csv: Permission denied"):
+        atomic_write_all({config: "new config", csv: "new trials"})
+    monkeypatch.undo()
+    assert config.read_text() == "old config"
+    assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]
+
+
+def test_check_outputs_before_a_search(tmp_path) -> None:
+    from advisor.config import check_outputs, output_paths
+    from advisor.errors import OutputError
+
+    check_outputs(output_paths(tmp_path / "to" / "be" / "made" / "tuned.json"))
+    assert not (tmp_path / "to").exists()  # checked, not made
+    (tmp_path / "tuned.layers.csv").mkdir()
+    with pytest.raises(OutputError, match=r"tuned\.layers\.csv: it is a directory"):
+        check_outputs(output_paths(tmp_path / "tuned.json"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match="is not a directory"):
+        check_outputs(output_paths(tmp_path / "file" / "tuned.json"))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

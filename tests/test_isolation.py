@@ -168,25 +168,34 @@ def test_isolated_retime_of_finalists_and_its_failures(plugins: None) -> None:
 
 
 def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptureFixture) -> None:
-    """A finalist that ran cleanly as a trial but crashes when re-timed: the pick is made from
-    the trials' own measurements, with a warning."""
+    """A finalist that ran cleanly as a trial but crashes when re-timed: a warning, and PyTorch's
+    default stays (a recommendation is never one that was not re-timed against the default)."""
+    from advisor.advice import build_advice
     from advisor.environment import current_environment
     from advisor.search import SearchOptions, SearchOutcome
     from advisor.service import retime_finalists
+    from advisor.timing import Measurement
 
     w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
     ev = InProcessEvaluator(w, CPU, "infer", SPACE)
     good = ev(Settings())
-    crash = good.model_copy(update={"settings": Settings(conv_impl="test_crash")})
+    assert good.measurement is not None
+    fast = Measurement(samples_ms=[s / 4 for s in good.measurement.samples_ms])
+    crash = good.model_copy(update={"settings": Settings(conv_impl="test_crash"),
+                                    "measurement": fast})  # fmt: skip
     outcome = SearchOutcome(
         results=[good, crash], baseline=good, dropped=[], study_name="s",
         environment=current_environment("cpu"), elapsed_s=0.0,
     )  # fmt: skip
     space = SPACE.model_copy(update={"retime_top": 2})
     with caplog.at_level(logging.WARNING, logger="advisor"):
-        n = retime_finalists(w, outcome, CPU, space, SearchOptions(mode="infer", isolate=True))
-    assert n == 0 and outcome.results == [good, crash]
-    assert "interleaved re-time skipped: worker crashed (SIGSEGV)" in caplog.text
+        n, why = retime_finalists(w, outcome, CPU, space, SearchOptions(mode="infer", isolate=True))
+    assert n == 0 and why == "worker crashed (SIGSEGV)" and outcome.results == [good, crash]
+    assert "interleaved re-time failed: worker crashed (SIGSEGV)" in caplog.text
+    advice = build_advice(outcome, w.info, "infer", "s", retime_error=why)
+    assert advice.settings == Settings() and "re-time failed" in advice.config.result.why
+    # without the failure, the (faster) candidate would have been picked from the trials
+    assert build_advice(outcome, w.info, "infer", "s").settings == crash.settings
 
 
 UNSEEDED_NET = (

@@ -225,3 +225,35 @@ def test_layer_measurements_are_reused_only_under_the_same_global_settings(tmp_p
     total = 5 + len(second)
     assert stored() == total and all(s.memory_format == "channels_last" for s in second)
     assert run(Settings()) == first and run(cl) == second and stored() == total  # both reused
+
+
+def test_layer_measurements_are_reused_by_another_study_in_the_same_storage(
+    tmp_path: Path,
+) -> None:
+    """A layer group measured under the same settings, mode, rules and machine by any earlier
+    study in the storage is not measured again, and the output says so."""
+    import optuna
+
+    from advisor.storage import open_storage
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    kw = dict(model_file=TWIN, mode="train", device="cpu", space=SPACE, storage=url)
+    first = advisor.advise(**kw, study_name="first")
+    second = advisor.advise(**kw, study_name="second")
+    storage = open_storage(url)
+
+    def measured(name: str) -> int:
+        study = optuna.load_study(study_name=f"{name}/layers", storage=storage)
+        return sum(1 for t in study.trials if "key" in t.user_attrs)
+
+    assert measured(first.config.workload["study"]) == 5
+    notes = second.config.result.notes
+    assert any("5 layer measurement(s) reused" in n and "5 from other studies" in n for n in notes)
+    # the second study records them too (its report shows them), without measuring again
+    assert measured(second.config.workload["study"]) == 5
+    assert {c.chosen for c in second.layer_choices} == {c.chosen for c in first.layer_choices}
+    # other rules (another space digest) measure again
+    strict = tmp_path / "other.yaml"
+    strict.write_text(Path(SPACE).read_text() + "min_gain: 0.05\n")
+    third = advisor.advise(**{**kw, "space": str(strict)}, study_name="third")
+    assert not any("reused" in n for n in third.config.result.notes)

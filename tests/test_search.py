@@ -59,7 +59,7 @@ def test_gate_rejects_inaccurate_candidate(tmp_path) -> None:
     space.write_text(
         "name: strict\nknobs:\n  amp: ['off', bf16]\n"
         "tolerances: {bf16: 1.0e-6}\n"
-        "timing: {min_samples: 3, max_time_s: 0.1, warmup_s: 0}\nper_layer: false\n"
+        "timing: {min_samples: 3, max_time_s: 0.1, warmup_s: 0}\nper_layer: false\nrace: false\n"
     )
     advice = advisor.advise(
         layer="Conv2d(8, 8, 3)", input_shape="1,8,24,24", device="cpu", space=str(space)
@@ -83,12 +83,14 @@ def test_evaluate_reports_failures_as_results() -> None:
 def test_reference_noise_floor_is_small_for_a_layer() -> None:
     w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="2,3,16,16"))
     space = SearchSpace(name="t", knobs={})
-    (ref,) = Gate(w, CPU, "train", space).cases
+    gate = Gate(w, CPU, "train", space)
+    (ref,) = gate.cases
+    noise = gate.noise()
     # a conv is linear: inputs moved by 1e-5 move its answers by about as much, no more
     eps = space.gate.perturbation
-    assert eps / 10 < ref.noise.out < 3 * eps and ref.noise.grad < 3 * eps
+    assert eps / 10 < noise.out < 3 * eps and noise.grad < 3 * eps
     # a layer's input is an activation in a network: its gradient is computed and compared
-    assert set(ref.captured.grads) == {"weight", "bias", "input.0"}
+    assert set(ref.grads) == {"weight", "bias", "input.0"}
 
 
 def test_candidate_step_restores_flags() -> None:

@@ -74,3 +74,56 @@ def test_bad_space_files(tmp_path, text: str, needle: str) -> None:
 def test_unknown_space_name() -> None:
     with pytest.raises(SpaceError, match="unknown search space"):
         load_space("warp", CPU)
+
+
+def test_yaml_booleans_in_skip_rules_read_as_on_off(tmp_path) -> None:
+    """A bare `off` in a skip rule is YAML's False: read back as "off", it matches amp="off"."""
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "name: s\nknobs:\n  memory_format: [contiguous, channels_last]\n  amp: [off, bf16]\n"
+        "skip:\n  - {amp: off, memory_format: channels_last}\n"
+    )
+    space = load_space(f, CPU)
+    assert space.skip == [{"amp": "off", "memory_format": "channels_last"}]
+    labels = [c.label() for c in candidates(space, CPU)[0]]
+    assert "memory_format=channels_last" not in labels  # skipped, as the rule says
+    assert "memory_format=channels_last, amp=bf16" in labels
+
+
+def test_skip_rule_values_take_the_knobs_own_form() -> None:
+    space = SearchSpace(
+        name="t",
+        knobs={"memory_format": ["contiguous", "channels_last"]},
+        skip=[{"memory_format": "channels_last_3d", "device": "cpu"}],
+    )
+    assert space.skip == [{"memory_format": "channels_last", "device": "cpu"}]
+    assert [c.label() for c in candidates(space, CPU)[0]] == ["default"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"knobs": {}, "skip": [{"amp": "fp8"}]}, "skip rule value 'fp8' is not valid for amp"),
+        ({"knobs": {}, "skip": [{"tf32": "sometimes"}]}, "not valid for tf32"),
+        ({"knobs": {}, "skip": [{"device": "tpu"}]}, "device 'tpu'"),
+        ({"knobs": {}, "skip": [{"conv_impl": "warp_speed"}]}, "unknown conv implementation"),
+        ({"knobs": {"conv_impl": ["native", "warp_speed"]}}, "'warp_speed'; known: native"),
+        (
+            {"knobs": {}, "timing": {"min_samples": 9, "max_samples": 8}},
+            "min_samples (9) is more than max_samples (8)",
+        ),
+    ],
+)
+def test_quiet_wrongs_in_a_space_are_errors(kwargs, needle: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as info:
+        SearchSpace(name="t", **kwargs)
+    assert needle in str(info.value)
+
+
+def test_unknown_conv_impl_in_a_space_file_is_a_space_error(tmp_path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nknobs:\n  conv_impl: [native, warp_speed]\n")
+    with pytest.raises(SpaceError, match=r"unknown conv implementation 'warp_speed'; known: "):
+        load_space(f, CPU)

@@ -78,7 +78,7 @@ def test_the_cli_takes_first_layer() -> None:
 def test_input_gradients_are_part_of_the_gate() -> None:
     w = layer_workload(layer_spec(CONV3D, input_shape="1,8,2,8,8"))
     gate = Gate(w, CPU, "train", load_space(FP16, CPU))
-    assert "input.0" in gate.cases[0].captured.grads
+    assert "input.0" in gate.cases[0].grads
     r = evaluate(w, Settings(conv_impl="unfold_gemm"), CPU, "train", gate.space, gate, policy=QUICK)
     assert r.status == "ok" and r.layer_detail is not None
 

@@ -29,7 +29,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#666;font-style:italic}.ok{color:#2a7ab0}.rejected{color:#e08a1e}
-.failed{color:#c0392b}img{max-width:100%}.big{font-size:1.3em;font-weight:bold}
+.failed{color:#c0392b}.stopped{color:#888}img{max-width:100%}.big{font-size:1.3em;font-weight:bold}
 """
 
 

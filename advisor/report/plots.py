@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from advisor.report.load import ReportData
 
-STATUS_COLORS = {"ok": "#2a7ab0", "rejected": "#e08a1e", "failed": "#c0392b"}
+STATUS_COLORS = {"ok": "#2a7ab0", "rejected": "#e08a1e", "failed": "#c0392b", "stopped": "#888888"}
 
 
 def _matplotlib() -> Any:

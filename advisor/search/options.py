@@ -44,6 +44,9 @@ class SearchOptions:
     objectives: tuple[str, ...] = ("time",)
     fresh: bool = False  # discard a stored study of the same name first
     progress: Callable[[Progress], None] | None = None
+    # No new trial after this `time.perf_counter()` value, and sampling is cut there (the run's
+    # time budget, less what its later stages need); None: the space's budget.time_s from start.
+    deadline: float | None = None
 
 
 @dataclass
@@ -56,6 +59,7 @@ class SearchOutcome:
     elapsed_s: float
     trial_numbers: list[int] = field(default_factory=list)
     pareto: list[TrialResult] = field(default_factory=list)  # time,memory mode: the Pareto set
+    not_measured: list[str] = field(default_factory=list)  # candidates the budget left out
 
 
 @dataclass(frozen=True)

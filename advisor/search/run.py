@@ -37,6 +37,7 @@ from advisor.search.study import (
     trial_params,
 )
 from advisor.space import SearchSpace
+from advisor.timing import Race
 from advisor.workload import Workload
 
 log = logging.getLogger("advisor")
@@ -101,11 +102,21 @@ def _run(
             if evaluated(other) or other.state in (TrialState.RUNNING, TrialState.WAITING):
                 trial.set_user_attr("reason", f"duplicate of trial {other.number}")
                 raise optuna.TrialPruned()
-        raw = evaluator(settings)
+        race = None
+        if space.race and not plan.multi and settings != default:
+            leader = _best_accepted(study, options.max_memory_mb, default)
+            if leader is not None and leader.measurement is not None:
+                race = Race(leader.measurement.ci_high_ms * (1 + space.min_gain))
+        raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
         mine["evaluated"] += 1
         result = _memory_checked(raw, options.max_memory_mb, default)
+        if result.status == "stopped":  # raced out: its (partial) time still guides TPE
+            trial.set_user_attr("reason", result.reason)
+            if plan.multi:
+                return result.median_ms, float(result.peak_memory_mb or 0.0)
+            return result.median_ms
         if result.status != "ok":
             mine["failed"] += result.status == "failed"
             trial.set_user_attr("reason", result.reason)
@@ -127,9 +138,10 @@ def _run(
         if plan.grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             study.stop()
 
-    deadline = start + space.budget.time_s
+    deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     stalled = 0
-    while (remaining := deadline - time.perf_counter()) > 0:
+    while (remaining := deadline - time.perf_counter()) > 0 or not _default_done(plan):
+        remaining = max(remaining, 1.0)  # PyTorch's default is always measured: the baseline
         reclaim_orphans(study, has_heartbeat(plan.storage))
         fail_stale(study)
         enqueue_missing(plan, space, device)
@@ -149,6 +161,31 @@ def _run(
             break
         time.sleep(WAIT_S)  # other processes hold trials: wait for them or their heartbeats
     return mine["evaluated"], mine["failed"]
+
+
+def _default_done(plan: Plan) -> bool:
+    key = point_key(plan.params(plan.cands[0]))
+    return any(evaluated(t) and point_key(trial_params(t)) == key
+               for t in plan.study.get_trials(deepcopy=False))  # fmt: skip
+
+
+def _best_accepted(
+    study: optuna.Study, max_memory_mb: float | None, default: Settings
+) -> TrialResult | None:
+    """The fastest accepted candidate measured so far in this study (by any process)."""
+    best = None
+    for t in study.get_trials(deepcopy=False):
+        if not evaluated(t):
+            continue
+        r = _memory_checked(TrialResult.model_validate(t.user_attrs["result"]), max_memory_mb,
+                            default)  # fmt: skip
+        if (
+            r.status == "ok"
+            and r.measurement is not None
+            and (best is None or r.median_ms < best.median_ms)
+        ):
+            best = r
+    return best
 
 
 def _points_done(study: optuna.Study) -> int:
@@ -236,6 +273,11 @@ def _outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcom
             limit,
         )
     pareto = pareto_front(results) if plan.multi else []
+    if plan.grid:
+        missing = [s.label() for s in plan.cands if point_key(plan.params(s)) not in seen]
+    else:
+        short = plan.budget - len(results)
+        missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
     return SearchOutcome(
-        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto
+        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
     )

@@ -142,8 +142,11 @@ class Plan:
 
     @property
     def points(self) -> list[Settings]:
-        """The candidates that are enqueued (all of them for a grid; else the default)."""
-        return self.cands if self.grid else self.cands[:1]
+        """The candidates that are enqueued: all of them for a grid; else the default and each
+        single change (TPE explores the combinations after them)."""
+        if self.grid:
+            return self.cands
+        return [c for c in self.cands if len(c.changes()) <= 1][: self.budget]
 
     @property
     def total(self) -> int:
@@ -159,6 +162,9 @@ def open_plan(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     env = current_environment(device)
     cands, dropped = candidates(space, device, applicable_impls(workload, device))
+    # Cheap things first: the default, each single change, then combinations (a time budget
+    # that runs out has then measured what matters most; racing has a leader early).
+    cands = [cands[0], *sorted(cands[1:], key=lambda s: len(s.changes()))]
     if not workload.is_layer:
         # A model's implementations are chosen per layer after this search, not dropped.
         dropped = [d for d in dropped if not d.what.startswith("conv_impl=")]

@@ -16,6 +16,7 @@ workers inherit the variable, so they register the same implementations.
 - test_scaled: wrong on purpose, subtly: the weights are off by 1e-3 relative (invisible in a
   BatchNorm network's outputs, so only the per-layer check can catch it).
 - test_tap: wrong on purpose: the kernel's first tap (every [..., 0, 0]) is dropped.
+- test_slow: computes like native, then sleeps 20 ms: honestly slower, for racing tests.
 """
 
 from __future__ import annotations
@@ -148,6 +149,15 @@ class TapImpl(_TestImpl):
         return _with_weight(module, input, module.weight * mask)
 
 
+class SlowImpl(_TestImpl):
+    name = "test_slow"
+    class_prefix = "TestSlow"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        time.sleep(0.02)
+        return _native(module, input)
+
+
 TEST_IMPLS = (
     CrashImpl(),
     HangImpl(),
@@ -156,6 +166,7 @@ TEST_IMPLS = (
     LeakyImpl(),
     ScaledImpl(),
     TapImpl(),
+    SlowImpl(),
 )
 
 

@@ -1,0 +1,148 @@
+"""Racing (stop sampling a candidate that provably cannot win) and the run's time budget."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+from advisor.cli_args import duration_s
+from advisor.errors import AdvisorError
+from advisor.timing import Race, TimingPolicy, measure, sign_test_p
+from tests.conftest import DATA, run_env
+
+CPU = torch.device("cpu")
+PLUGINS = "tests.plugins.faulty_impls"
+
+
+class Clock:
+    """Each step takes a scripted time: exact samples."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s, self.calls = 0.0, step_s, 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.step_s
+        self.calls += 1
+
+
+def test_sign_test_and_the_race_rule() -> None:
+    assert sign_test_p(5, 5) == pytest.approx(1 / 32)
+    assert sign_test_p(4, 4) == pytest.approx(1 / 16)
+    race = Race(limit_ms=10.0)
+    assert not race.lost([20.0] * 4)  # 4 of 4 above: p = 1/16 > 0.05, not yet
+    assert race.lost([20.0] * 5)  # 5 of 5: p = 1/32
+    assert not race.lost([20.0] * 4 + [5.0] * 3)  # 4 of 7 above: p = 0.5
+    assert not race.lost([20.0] * 6 + [5.0])  # 6 of 7: p = 8/128 > 0.05
+    assert race.lost([20.0] * 7 + [5.0])  # 7 of 8: p = 9/256
+    assert sign_test_p(7, 6) == pytest.approx(8 / 128)
+
+
+def test_a_slow_candidate_is_stopped_after_five_samples() -> None:
+    clock = Clock(0.010)  # 10 ms a step, the leader's limit is 5 ms
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms=5.0))
+    assert len(m.samples_ms) == 5 and m.stopped is not None and "sign test" in m.stopped
+    # a candidate as fast as the limit is never stopped: its samples are not all above
+    even = measure(Clock(0.005).step, CPU, policy, clock=Clock(0.005), race=Race(limit_ms=5.0))
+    assert even.stopped is None
+
+
+def test_the_deadline_cuts_sampling() -> None:
+    clock = Clock(0.010)
+    policy = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=50, max_samples=100,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, deadline=0.05)
+    assert 3 <= len(m.samples_ms) <= 6 and "budget" in (m.stopped or "")
+
+
+@pytest.fixture
+def slow_impl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ADVISOR_PLUGINS", PLUGINS)
+    from tests.plugins import faulty_impls
+
+    faulty_impls.register_all()
+    yield
+    faulty_impls.unregister_all()
+
+
+def _space(tmp_path: Path, race: bool) -> str:
+    path = tmp_path / f"race_{race}.yaml"
+    path.write_text(
+        "name: racing\ndevice: cpu\n"
+        "knobs: {memory_format: [contiguous, channels_last], conv_impl: [native, test_slow]}\n"
+        "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 7, max_samples: 30, "
+        "target_rel_ci: 0.001, max_time_s: 1.0}\n"
+        f"per_layer: false\nrace: {str(race).lower()}\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_racing_stops_a_slow_candidate_and_never_picks_it(
+    slow_impl: None, tmp_path: Path, isolate: bool
+) -> None:
+    kw = dict(layer="Conv2d(8, 8, 3, padding=1)", input_shape="1,8,16,16", device="cpu")
+    advice = advisor.advise(**kw, space=_space(tmp_path, True), isolate=isolate)
+    rows = {r.settings.label(): r for r in advice.results}
+    slow = [r for label, r in rows.items() if "test_slow" in label]
+    assert slow and all(r.status == "stopped" for r in slow)
+    for r in slow:  # five samples, each 20 ms over a step well under a millisecond; no gate
+        assert len(r.measurement.samples_ms) == 5 and r.rel_error is None
+        assert "sign test" in r.reason
+    assert "test_slow" not in advice.settings.label()
+    assert advice.config.result.stopped >= len(slow)  # channels_last may lose here too
+    # without racing, the same candidates are measured and gated in full
+    full = advisor.advise(**kw, space=_space(tmp_path, False))
+    assert all(r.status == "ok" for r in full.results)
+
+
+def test_duration_option() -> None:
+    assert duration_s("90") == 90 and duration_s("60s") == 60 and duration_s("2m") == 120
+    assert duration_s(None) is None
+    for bad in ("soon", "-5s", "0"):
+        with pytest.raises(AdvisorError, match="--budget"):
+            duration_s(bad)
+
+
+def test_the_budget_bounds_the_whole_run() -> None:
+    """small_cnn in train mode takes minutes in full here; with a 12 s budget the run ends within
+    10% of it, with the best answer so far, re-timed against the default, and says what it left
+    out."""
+    budget = 12.0
+    start = time.perf_counter()
+    advice = advisor.advise(
+        model_file=str(Path(advisor.__file__).parent / "examples" / "small_cnn.py"),
+        mode="train",
+        device="cpu",
+        budget_s=budget,
+    )
+    elapsed = time.perf_counter() - start
+    assert elapsed <= 1.1 * budget, elapsed
+    notes = advice.config.result.notes
+    assert any("budget ran out" in n for n in notes), notes
+    assert advice.baseline.retimed or advice.settings == advisor.Settings()
+
+
+def test_cli_budget(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"), "--mode", "train",
+         "--device", "cpu", "--budget", "5s", "--storage", "memory", "--out", str(out), "--quiet",
+         "--in-process"],
+        env=run_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["result"]["tuning_s"] <= 5.5
