@@ -6,10 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import run_env
+from tests.hostile._cli import advisor_cli_many
 
 
 def advisor_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -93,50 +95,61 @@ def test_advise_model_file_isolated_and_resumed(
     assert len(evaluated) == 4  # each grid point measured exactly once over both runs
 
 
-@pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["advise", "--layer", "Conv2d(3, 16, 3", "--input-shape", "1,3,8,8"], "cannot parse"),
-        (["advise", "--layer", "Conv2d(3, 16, 3)"], "missing input shape"),
-        (["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,4,8,8"], "channels"),
-        (["advise", "no/such/model.py"], "model file not found"),
-        (["advise", "tests/data/tiny_cnn.py", "--build", "raising_model"], "weights not found"),
-        (["advise", "tests/data/tiny_cnn.py", "--inputs", "bad_inputs"], "fails on"),
-        (
-            [
-                "advise",
-                "--layer",
-                "Conv2d(3, 16, 3)",
-                "--input-shape",
-                "1,3,8,8",
-                "--device",
-                "tpu",
-            ],
-            "unknown device",
-        ),
-        (
-            [
-                "advise",
-                "--layer",
-                "Conv2d(3, 16, 3)",
-                "--input-shape",
-                "1,3,8,8",
-                "--space",
-                "nope",
-            ],
-            "unknown search space",
-        ),
-        (["advise"], "nothing to tune"),
-        (["show", "no_such.json"], "not found"),
-    ],
-)
+BAD_INPUTS = [
+    (["advise", "--layer", "Conv2d(3, 16, 3", "--input-shape", "1,3,8,8"], "cannot parse"),
+    (["advise", "--layer", "Conv2d(3, 16, 3)"], "missing input shape"),
+    (["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,4,8,8"], "channels"),
+    (["advise", "no/such/model.py"], "model file not found"),
+    (["advise", "tests/data/tiny_cnn.py", "--build", "raising_model"], "weights not found"),
+    (["advise", "tests/data/tiny_cnn.py", "--inputs", "bad_inputs"], "fails on"),
+    (
+        [
+            "advise",
+            "--layer",
+            "Conv2d(3, 16, 3)",
+            "--input-shape",
+            "1,3,8,8",
+            "--device",
+            "tpu",
+        ],
+        "unknown device",
+    ),
+    (
+        [
+            "advise",
+            "--layer",
+            "Conv2d(3, 16, 3)",
+            "--input-shape",
+            "1,3,8,8",
+            "--space",
+            "nope",
+        ],
+        "unknown search space",
+    ),
+    (["advise"], "nothing to tune"),
+    (["show", "no_such.json"], "not found"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
+    """Every bad-input case through the CLI's main, in one fresh process."""
+    out = tmp_path_factory.mktemp("bad") / "never.json"
+    cases = {}
+    for i, (args, _) in enumerate(BAD_INPUTS):
+        if args[0] == "advise":
+            args = [*args, "--out", str(out), "--storage", "memory"]
+        cases[str(i)] = args
+    runs = advisor_cli_many(cases, cwd=Path(__file__).parent.parent)
+    return out, [runs[str(i)] for i in range(len(BAD_INPUTS))]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)))
 def test_bad_input_is_one_line_exit_2_and_no_file(
-    tmp_path: Path, args: list[str], needle: str
+    bad_input_runs: tuple[Path, list[Any]], case: int
 ) -> None:
-    out = tmp_path / "never.json"
-    if args[0] == "advise":
-        args = [*args, "--out", str(out), "--storage", "memory"]
-    r = advisor_cli(*args, cwd=Path(__file__).parent.parent)
+    out, runs = bad_input_runs
+    r, needle = runs[case], BAD_INPUTS[case][1]
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -152,35 +165,28 @@ def test_corrupt_config_for_show(tmp_path: Path) -> None:
 
 
 def test_schema_env_and_show(tmp_path: Path, fast_space: str) -> None:
-    r = advisor_cli("schema")
+    out = tmp_path / "t.json"
+    advise = ["advise", "--layer", "Conv1d(4, 4, 3)", "--input-shape", "2,4,64", "--device", "cpu",
+              "--space", fast_space, "--out", str(out), "--quiet", "--in-process", "--storage",
+              "memory"]  # fmt: skip
+    runs = advisor_cli_many(
+        {
+            "schema": ["schema"],
+            "env": ["env", "--device", "cpu"],
+            "env-json": ["env", "--device", "cpu", "--json"],
+            "advise": advise,
+            "show": ["show", str(out)],
+        }
+    )
+    r = runs["schema"]
     assert r.returncode == 0
     assert "settings" in json.loads(r.stdout)["properties"]
-    r = advisor_cli("env", "--device", "cpu")
+    r = runs["env"]
     assert r.returncode == 0 and "fingerprint" in r.stdout and "CUDA only" in r.stdout
-    env = json.loads(advisor_cli("env", "--device", "cpu", "--json").stdout)
+    env = json.loads(runs["env-json"].stdout)
     assert env["environment"]["device_type"] == "cpu"
-    out = tmp_path / "t.json"
-    assert (
-        advisor_cli(
-            "advise",
-            "--layer",
-            "Conv1d(4, 4, 3)",
-            "--input-shape",
-            "2,4,64",
-            "--device",
-            "cpu",
-            "--space",
-            fast_space,
-            "--out",
-            str(out),
-            "--quiet",
-            "--in-process",
-            "--storage",
-            "memory",
-        ).returncode
-        == 0
-    )
-    r = advisor_cli("show", str(out))
+    assert runs["advise"].returncode == 0, runs["advise"].stderr
+    r = runs["show"]
     assert r.returncode == 0
     assert "This machine: matches" in r.stdout and "speedup" in r.stdout
 

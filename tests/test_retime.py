@@ -18,7 +18,7 @@ def _r(settings: Settings, ms: float, status: str = "ok") -> TrialResult:
     )
 
 
-def test_finalists_are_the_fastest_accepted_plus_the_baseline() -> None:
+def test_finalists_are_the_fastest_accepted_that_could_win_plus_the_baseline() -> None:
     base = _r(Settings(), 10.0)
     rs = [
         base,
@@ -27,9 +27,18 @@ def test_finalists_are_the_fastest_accepted_plus_the_baseline() -> None:
         _r(Settings(amp="bf16", memory_format="channels_last"), 1.0, "rejected"),
         _r(Settings(conv_impl="unfold_gemm"), 9.0),
     ]
+    # constant samples: only the fastest could win; the baseline always takes part
     got = finalists(rs, base, top=2)
+    assert [r.median_ms for r in got] == [5.0, 10.0]
+    # with overlapping intervals the next ones could still win, up to `top`
+    wide = [
+        TrialResult(settings=r.settings, status=r.status,
+                    measurement=Measurement(samples_ms=[r.median_ms * f for f in (0.5, 1, 1.5)]))
+        for r in rs
+    ]  # fmt: skip
+    got = finalists(wide, wide[0], top=2)
     assert [r.median_ms for r in got] == [5.0, 7.0, 10.0]
-    assert finalists(rs, base, top=5)[-1] is base  # not added twice
+    assert finalists(wide, wide[0], top=5)[-1] is wide[0]  # not added twice
 
 
 def test_retime_interleaves_fresh_samples_and_restores_flags() -> None:
