@@ -54,6 +54,7 @@ def advise(
     objectives: tuple[str, ...] = ("time",),
     tolerances: dict[str, float] | None = None,
     budget_s: float | None = None,
+    accept_noisy: bool = False,
     progress: Callable[[Progress], None] | None = None,
 ) -> Advice:
     """Search the settings for a model (with example inputs), a layer spec, or a model file.
@@ -63,7 +64,8 @@ def advise(
     (it is an activation inside a network) unless `first_layer=True`. `tolerances` overrides the
     space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`. `budget_s` bounds the
     whole run (default: the space's budget.time_s): the best answer so far, and what was not
-    measured.
+    measured. When PyTorch's default itself moved by more than 2x between its trial and the
+    re-time (a busy machine), the default is kept unless `accept_noisy=True`.
     Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
     `storage` is 'memory' (default for the API), None for the embedded default study file, or a
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
@@ -106,6 +108,7 @@ def advise(
         objectives=objectives,
         tolerances=tolerances,
         budget_s=budget_s,
+        accept_noisy=accept_noisy,
         progress=progress,
     )
 

@@ -221,16 +221,22 @@ def build_advice(
     retimed: int = 0,
     retime_error: str | None = None,
     notes: list[str] | None = None,
+    unsettled: str | None = None,
 ) -> Advice:
+    """The recommendation from the outcome. PyTorch's default stays when the finalists' re-time
+    failed (`retime_error`: never a pick not re-timed against the default) or when the machine
+    changed under the measurements (`unsettled`, unless the caller accepted that)."""
     pick = pick_final(outcome.results, outcome.baseline, min_gain)
-    if retime_error is not None and pick.chosen is not outcome.baseline:
-        # Never a recommendation that was not re-timed against the default.
-        pick = Pick(
-            outcome.baseline,
-            pick.fastest,
+    keep = None
+    if retime_error is not None:
+        keep = (
             f"the finalists' interleaved re-time failed ({retime_error}): keeping PyTorch's "
-            f"default rather than {pick.chosen.settings.label()}, which was not re-timed against it",
+            "default rather than {label}, which was not re-timed against it"
         )
+    elif unsettled is not None:
+        keep = f"{unsettled}: keeping PyTorch's default rather than {{label}} (--accept-noisy to override)"
+    if keep is not None and pick.chosen is not outcome.baseline:
+        pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup(base.measurement, chosen.measurement)

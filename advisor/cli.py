@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_search_args(p)
     p.add_argument("--out", default="tuned.json", help="config file to write (default tuned.json)")
     p.add_argument(
+        "--accept-noisy",
+        action="store_true",
+        help="recommend a change even when PyTorch's default itself moved between its trial and "
+        "the re-time (a busy machine); by default the default is then kept",
+    )
+    p.add_argument(
         "--budget",
         help="time for the whole run, e.g. 60s or 5m (default: the space's budget.time_s); when "
         "it runs out the best answer so far is written, with what was not measured",
@@ -92,6 +98,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             tolerances=tolerance_overrides(args),
             budget_s=duration_s(args.budget),
+            accept_noisy=args.accept_noisy,
             progress=reporter.update,
         )
     try:

@@ -48,7 +48,8 @@ class InProcessEvaluator:
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
-        from advisor.isolate import classify, global_state, restore_global_state
+        from advisor.global_state import global_state, restore_global_state
+        from advisor.isolate import classify
 
         saved = global_state()
         try:
@@ -72,7 +73,7 @@ class InProcessEvaluator:
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
-        from advisor.isolate import global_state, restore_global_state
+        from advisor.global_state import global_state, restore_global_state
         from advisor.retime import retime, retime_policy
 
         saved = global_state()

@@ -29,7 +29,8 @@ import torch
 
 from advisor.candidate import Mode
 from advisor.errors import first_line
-from advisor.knobs import GlobalFlags, Settings, precision_of
+from advisor.global_state import global_state, restore_global_state
+from advisor.knobs import Settings, precision_of
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.streams import fd_stdout_to_stderr
@@ -76,25 +77,7 @@ def poisoned(result: TrialResult) -> bool:
     return result.status == "failed" and any(s in (result.reason or "") for s in _POISONED)
 
 
-def global_state() -> dict[str, Any]:
-    """Process-wide state a candidate might change: the flags the advisor sets, and more."""
-    return {
-        **GlobalFlags.read(),
-        "default_dtype": torch.get_default_dtype(),
-        "grad_enabled": torch.is_grad_enabled(),
-    }
-
-
-def restore_global_state(saved: dict[str, Any]) -> None:
-    """Put back what `global_state()` saved, so no flag leaks from one trial into the next."""
-    if global_state() == saved:
-        return
-    GlobalFlags.write(saved)
-    torch.set_default_dtype(saved["default_dtype"])
-    torch.set_grad_enabled(saved["grad_enabled"])
-
-
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the worker gets SIGKILL when its parent dies (even by kill -9), so no orphan keeps
     the GPU busy while the study is resumed."""
     if sys.platform != "linux":
@@ -107,7 +90,7 @@ def _die_with_parent() -> None:
 
 
 @contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
+def main_hidden() -> Iterator[None]:
     """Spawn would re-run the caller's main script in the worker (a training script run twice,
     or an error without an `if __name__ == "__main__"` guard). The worker needs nothing from it:
     hide it while the process starts."""
@@ -128,7 +111,7 @@ def _worker_main(
     """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
     receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    _die_with_parent()
+    die_with_parent()
     # The user's code prints as it likes; our stdout may be someone's JSON. (The parent starts
     # workers with stdout on stderr already, so prints at import time are covered too.)
     with contextlib.suppress(OSError):
@@ -235,7 +218,7 @@ class IsolatedEvaluator:
         )
         # The worker inherits this process's descriptors: started with stdout on stderr, whatever
         # the user's code prints there (at import, in build_model, in forward) stays off stdout.
-        with _main_hidden(), fd_stdout_to_stderr():
+        with main_hidden(), fd_stdout_to_stderr():
             self._proc.start()
         self.starts += 1
         child.close()

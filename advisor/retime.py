@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import torch
 
 from advisor.candidate import Candidate, Mode
-from advisor.knobs import GlobalFlags
+from advisor.global_state import global_state, restore_global_state
+from advisor.knobs import GlobalFlags, Settings
 from advisor.results import TrialResult
 from advisor.timing import (
     Clock,
@@ -82,6 +84,7 @@ def retime(
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
     per_case: list[list[Measurement]] = [[] for _ in results]
+    pristine = global_state()  # what each sample starts from (a step may change threads, ...)
     single = workload.is_layer
     with device_guard(device):
         sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
@@ -95,7 +98,7 @@ def retime(
                     [c.step for c in cands],
                     sampler,
                     reps=reps,
-                    before=[partial(GlobalFlags.switch_to, c.tuned.settings) for c in cands],
+                    before=[partial(_prepare, pristine, c.tuned.settings) for c in cands],
                     warmup=policy.warmup_runs,
                     min_rounds=policy.min_samples,
                     max_rounds=policy.max_samples,
@@ -118,6 +121,12 @@ def retime(
             )
         )
     return out
+
+
+def _prepare(pristine: dict[str, Any], settings: Settings) -> None:
+    """Before each finalist's sample: PyTorch's state as it was, then that finalist's flags."""
+    restore_global_state(pristine)
+    GlobalFlags.switch_to(settings)
 
 
 def _reps(result: TrialResult, case: int) -> int:

@@ -5,6 +5,8 @@ Shared by `advisor.advise()` and the CLI so both do exactly the same thing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -12,109 +14,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from advisor.advice import Advice, build_advice
 from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
+from advisor.ownership import owner_id
 from advisor.per_layer import (
     LayerChoice,
     choose_layer_impls,
     layers_map,
 )
 from advisor.pick import pick_final
+from advisor.probe import probe_model
 from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, load_space, with_tolerances
-from advisor.storage import LayerStore, open_storage
+from advisor.storage import LayerStore, RetimeRecord, open_storage
 from advisor.timing import machine_load_warning
 from advisor.workload import (
     Workload,
-    layer_spec,
-    layer_workload,
-    model_workload,
-    object_workload,
-    with_shape_set,
 )
+from advisor.workload_args import make_workload
 
 log = logging.getLogger("advisor")
-
-
-def make_workload(
-    *,
-    model: nn.Module | None = None,
-    inputs: Any = None,
-    layer: str | dict[str, Any] | None = None,
-    layer_file: str | None = None,
-    input_shape: Any = None,
-    dtype: str | None = None,
-    first_layer: bool = False,
-    model_file: str | None = None,
-    build: str = "build_model",
-    inputs_fn: str = "example_inputs",
-    input_shapes: list[Any] | None = None,
-    batch_sizes: list[int] | None = None,
-    shape_weights: list[float] | None = None,
-) -> Workload:
-    """The workload to tune. Several input shapes or batch sizes (with weights) make a shape set:
-    the objective is then the weighted time over those shapes."""
-    workload = _base_workload(
-        model,
-        inputs,
-        layer,
-        layer_file,
-        input_shape or (input_shapes[0] if input_shapes else None),
-        dtype,
-        first_layer,
-        model_file,
-        build,
-        inputs_fn,
-    )
-    shapes = [_shape(s) for s in input_shapes] if input_shapes and len(input_shapes) > 1 else None
-    if shapes or batch_sizes or shape_weights:
-        workload = with_shape_set(
-            workload, shapes=shapes, batch_sizes=batch_sizes, weights=shape_weights
-        )
-    return workload
-
-
-def _shape(s: Any) -> tuple[int, ...]:
-    if isinstance(s, str):
-        try:
-            return tuple(int(p) for p in s.replace("x", ",").split(",") if p.strip())
-        except ValueError:
-            raise AdvisorError(f"not a comma-separated list of integers: {s!r}") from None
-    return tuple(int(v) for v in s)
-
-
-def _base_workload(
-    model: nn.Module | None,
-    inputs: Any,
-    layer: str | dict[str, Any] | None,
-    layer_file: str | None,
-    input_shape: Any,
-    dtype: str | None,
-    first_layer: bool,
-    model_file: str | None,
-    build: str,
-    inputs_fn: str,
-) -> Workload:
-    given = [x is not None for x in (model, layer or layer_file, model_file)]
-    if sum(given) != 1:
-        raise AdvisorError("give exactly one of: a model with inputs, a layer spec, a model file")
-    if first_layer and not (layer or layer_file):
-        raise AdvisorError("--first-layer describes a layer spec, not a model")
-    if model is not None:
-        if inputs is None:
-            raise AdvisorError("a model needs example inputs: advise(model, (x,))")
-        return object_workload(model, inputs)
-    if model_file is not None:
-        return model_workload(model_file, build=build, inputs=inputs_fn)
-    spec = layer_spec(
-        layer, input_shape=input_shape, dtype=dtype, file=layer_file, first_layer=first_layer
-    )
-    return layer_workload(spec)
 
 
 def per_layer_stage(
@@ -207,16 +130,24 @@ def retime_finalists(
     if len(fin) < 2 or (only_with is not None and all(r is not only_with for r in fin)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    # Like the trials, in a worker subprocess unless the user asked for in-process trials.
-    evaluator = make_evaluator(workload, device, space, options)
-    try:
-        fresh = evaluator.retime(fin, time_left_s=left)
-    except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big to hold together
-        why = first_line(e, with_type=False)
-        log.warning("interleaved re-time failed: %s", why)
-        return 0, why
-    finally:
-        evaluator.close()
+    record, key = _retime_record(options, outcome.study_name, fin)
+    fresh = record.get(key) if record is not None else None
+    if fresh is None and record is not None and not record.claim(key, owner_id()):
+        # Another run of this study re-times these finalists: use its result, so both agree.
+        fresh = record.wait(key, timeout_s=options.trial_timeout_s * len(fin))
+    if fresh is None:
+        # Like the trials, in a worker subprocess unless the user asked for in-process trials.
+        evaluator = make_evaluator(workload, device, space, options)
+        try:
+            fresh = evaluator.retime(fin, time_left_s=left)
+        except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big together
+            why = first_line(e, with_type=False)
+            log.warning("interleaved re-time failed: %s", why)
+            return 0, why
+        finally:
+            evaluator.close()
+        if record is not None:
+            record.put(key, fresh)
     # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
     # in another time window.
     replace = {id(old): new for old, new in zip(fin, fresh, strict=True)}
@@ -227,6 +158,22 @@ def retime_finalists(
     outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
     outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
     return len(fin), None
+
+
+def _retime_record(
+    options: SearchOptions, study_name: str, fin: list[TrialResult]
+) -> tuple[RetimeRecord | None, str]:
+    """Where this set of finalists' re-time is shared with other runs of the study (not for an
+    in-memory study, which no other run can see)."""
+    key = hashlib.sha256(
+        json.dumps(sorted(r.settings.model_dump_json() for r in fin)).encode()
+    ).hexdigest()[:16]
+    if options.storage == "memory":
+        return None, key
+    try:
+        return RetimeRecord(open_storage(options.storage), study_name), key
+    except KeyError:  # no such study stored (e.g. an outcome built by hand): nothing to share
+        return None, key
 
 
 def run_advise(
@@ -245,6 +192,7 @@ def run_advise(
     fresh: bool = False,
     tolerances: dict[str, float] | None = None,
     budget_s: float | None = None,
+    accept_noisy: bool = False,
     **workload_args: Any,
 ) -> Advice:
     start = time.perf_counter()
@@ -254,6 +202,9 @@ def run_advise(
         raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
     dev = resolve_device(device)
     sp = with_tolerances(load_space(space, dev), tolerances or {})
+    if isolate and workload_args.get("model_file") is not None:
+        # The user's code runs here only after it ran once, isolated, under the trial limit.
+        probe_model(workload_args, mode, str(dev), trial_timeout_s)
     workload = make_workload(**workload_args)
     per_layer = not workload.is_layer and sp.per_layer
     plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer)
@@ -276,6 +227,7 @@ def run_advise(
     # The global finalists are re-timed together first, so the per-layer stage works under the
     # settings that will be recommended; a per-layer combination that reaches the finalists is then
     # re-timed with them, interleaved, before it can be picked.
+    trial_baseline = outcome.baseline
     retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
                                              deadline=plan.layers)  # fmt: skip
     choices: list[LayerChoice] = []
@@ -289,12 +241,33 @@ def run_advise(
             retimed = again or retimed
     notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
+    moved = machine_moved(trial_baseline, outcome.baseline)
+    if moved is not None:
+        busy.insert(0, moved)  # first among the result's warnings (the summary prints them)
     advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed,
-                          retime_error=retime_error, notes=notes)  # fmt: skip
+                          retime_error=retime_error, notes=notes,
+                          unsettled=None if accept_noisy else moved)  # fmt: skip
     if busy and advice.config.result is not None:
-        result = advice.config.result.model_copy(update={"warnings": busy[:1]})
+        result = advice.config.result.model_copy(update={"warnings": busy[:2]})
         advice.config = advice.config.model_copy(update={"result": result})
     return advice
+
+
+def machine_moved(trial: TrialResult, retimed: TrialResult, factor: float = 2.0) -> str | None:
+    """Why the measurements cannot be trusted when PyTorch's default itself moved by more than
+    `factor` between its trial and the re-time (other load, clock changes): then every
+    comparison made across that time is suspect. None when it held still (or was not re-timed).
+    (Smaller moves happen on a quiet machine too: a small step's trial, early in a process, can
+    measure 1.4x its re-time.)"""
+    if not retimed.retimed or trial.measurement is None or retimed.measurement is None:
+        return None
+    before, after = trial.measurement.median_ms, retimed.measurement.median_ms
+    if before <= 0 or after <= 0 or max(before / after, after / before) <= factor:
+        return None
+    return (
+        f"the machine was not steady: PyTorch's default measured {before:.3f} ms in its trial "
+        f"and {after:.3f} ms when re-timed ({max(before / after, after / before):.1f}x apart)"
+    )
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,18 @@ def _rdb(url: str) -> RDBStorage:
 
 
 def _creation_race(e: BaseException) -> bool:
+    """Two processes creating optuna's tables at once: PostgreSQL's and SQLite's wordings."""
     text = str(e)
-    return any(s in text for s in ("UniqueViolation", "already exists", "duplicate key"))
+    return any(
+        s in text
+        for s in (
+            "UniqueViolation",
+            "already exists",
+            "duplicate key",
+            "UNIQUE constraint failed",
+            "database is locked",
+        )
+    )
 
 
 def _journal(path: Path) -> JournalStorage:
@@ -184,6 +194,18 @@ class LayerStore:
                         elsewhere.add(key)
         return out, elsewhere
 
+    def first_result(self, key: str, impl: str, settings: Settings) -> TrialResult | None:
+        """The first stored measurement of this layer group and implementation in this study:
+        when two runs measured it at once, both then use the same one and agree."""
+        under = measured_under(settings)
+        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+            a = t.user_attrs
+            if a.get("key") == key and a.get("impl") == impl and "result" in a:
+                result = TrialResult.model_validate(a["result"])
+                if measured_under(result.settings) == under:
+                    return result
+        return None
+
     def add_layer_result(self, result: TrialResult, *, shared: bool = True, **attrs: Any) -> None:
         self._add(self.study, result, attrs)
         if shared and self.shared is not None and result.status != "failed":
@@ -218,4 +240,49 @@ class LayerStore:
                 distributions={},
                 user_attrs={**attrs, "result": result.model_dump(mode="json")},
             )
+        )
+
+
+class RetimeRecord:
+    """The finalists' interleaved re-time, kept in the study so that runs sharing it agree.
+
+    Two `advisor advise` runs of one study (started together, or one resuming) would each
+    re-time the finalists and could pick differently from their own noise. The first to claim a
+    set of finalists re-times them and stores the result; the others wait for it and use it.
+    (`Study.user_attrs` reads the storage each time: what another process wrote is seen.)
+    """
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
+        self.study = optuna.load_study(study_name=study_name, storage=storage)
+
+    def _attr(self, kind: str, key: str) -> Any:
+        return self.study.user_attrs.get(f"retime_{kind}:{key}")
+
+    def get(self, key: str) -> list[TrialResult] | None:
+        data = self._attr("result", key)
+        if data is None:
+            return None
+        return [TrialResult.model_validate(r) for r in data]
+
+    def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
+        """True when this process should re-time: it holds the claim once concurrent claims
+        have landed (the last writer holds it). False when another process does."""
+        if self._attr("claim", key) is None:
+            self.study.set_user_attr(f"retime_claim:{key}", owner)
+            time.sleep(settle_s)
+        return bool(self._attr("claim", key) == owner)
+
+    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> list[TrialResult] | None:
+        """The result another process stores, or None when it does not come in time."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.get(key)
+            if got is not None:
+                return got
+            time.sleep(poll_s)
+        return None
+
+    def put(self, key: str, results: list[TrialResult]) -> None:
+        self.study.set_user_attr(
+            f"retime_result:{key}", [r.model_dump(mode="json") for r in results]
         )

@@ -220,18 +220,24 @@ class Race:
     1/2, so k or more of n samples above it happen with probability at most P(Bin(n, 1/2) >= k):
     stopping is wrong at most `alpha` of the time (5%), and far less often for a candidate that
     could really win (its median is below the best's by min_gain). With every sample above the
-    limit that takes 5 samples; warm-up runs and the first call are not counted.
+    limit that takes 5 samples. The first call (lazy initialisation, autotuning) never counts;
+    on a CPU a warm-up run (its own synchronous time) counts as one more sample above the limit
+    when it took more than twice the limit: a run after the first is not twice the steady state
+    (on a CPU there is no queue to fill), so such a run is above the limit with probability at
+    most 1/2 under the same hypothesis. A candidate 2x slower than the best stops after its two
+    warm-up runs and three samples.
     """
 
     limit_ms: float
     alpha: float = 0.05
     min_samples: int = 5
 
-    def lost(self, samples: Sequence[float]) -> bool:
-        n = len(samples)
-        if n < self.min_samples:
+    def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
+        counted = [w for w in warmups if w > 2 * self.limit_ms]
+        n = len(samples) + len(counted)
+        if n < self.min_samples or len(samples) < 3:
             return False
-        above = sum(s > self.limit_ms for s in samples)
+        above = sum(s > self.limit_ms for s in samples) + len(counted)
         return sign_test_p(n, above) <= self.alpha
 
 
@@ -386,10 +392,13 @@ def _measure(
     warm_start = clock()
     warm = 0
     launch_s = 0.0
+    warm_ms: list[float] = []  # on a CPU, each warm-up run's own time (evidence for a race)
     while warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s:
         t = clock()
         fn()
         launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
+        if device.type != "cuda":
+            warm_ms.append((clock() - t) * 1e3)
         warm += 1
         if warm >= 1000 or (deadline is not None and clock() >= deadline):
             break  # past the budget: one warm-up run is all it gets
@@ -408,7 +417,7 @@ def _measure(
         n = len(samples)
         if n >= policy.max_samples:
             break
-        if race is not None and race.lost(samples):
+        if race is not None and race.lost(samples, warm_ms[:2]):
             stopped = (
                 f"stopped after {n} samples: slower than the best candidate's "
                 f"{race.limit_ms:.3f} ms (sign test, p <= {race.alpha:g})"

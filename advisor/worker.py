@@ -29,19 +29,22 @@ def cli_worker(args: argparse.Namespace) -> int:
         )
     check_workload_args(args)
     from advisor.environment import resolve_device
+    from advisor.probe import probe_model
     from advisor.search import SearchOptions, work
-    from advisor.service import make_workload
     from advisor.sizes import check_workload_sizes
     from advisor.space import load_space, with_tolerances
     from advisor.streams import stdout_to_stderr
+    from advisor.workload_args import make_workload
 
     device = resolve_device(args.device)
     space = with_tolerances(load_space(args.space, device), tolerance_overrides(args))
     kwargs = workload_kwargs(args)
     check_workload_sizes(device, **kwargs)
     with stdout_to_stderr():  # the user's model prints to stderr; stdout has the summary alone
-        workload = make_workload(**kwargs)
         options = SearchOptions(**search_kwargs(args))
+        if options.isolate and kwargs.get("model_file") is not None:
+            probe_model(kwargs, options.mode, str(device), options.trial_timeout_s)
+        workload = make_workload(**kwargs)
         s = work(workload, device, space, options)
     failed = f" ({s.failed_here} failed)" if s.failed_here else ""
     print(

@@ -212,9 +212,10 @@ def model_workload(
     """A model from a Python file (`path.py`) or a module (`package.module[:build]`)."""
     loaded = load_model(target, build=build, inputs=inputs)
     state = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    build_fn = loaded.build_fn  # not `loaded`: the closure must not keep the first model alive
 
     def make_model() -> nn.Module:
-        m: nn.Module = loaded.build_fn()
+        m: nn.Module = build_fn()
         m.load_state_dict(state)
         return m
 

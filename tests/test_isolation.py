@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from advisor.evaluators import InProcessEvaluator
-from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify, global_state
+from advisor.global_state import global_state
+from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify
 from advisor.knobs import Settings
 from advisor.layer_spec import layer_spec
 from advisor.per_layer import layer_groups
@@ -35,7 +36,9 @@ SPACE = SearchSpace(
     name="t", knobs={}, timing={"min_samples": 3, "max_time_s": 0.1, "warmup_s": 0.0}
 )
 FRESH_FLAGS = (
-    "import json; from advisor.knobs import GlobalFlags; print(json.dumps(GlobalFlags.read()))"
+    "import json, torch; from advisor.knobs import GlobalFlags; print(json.dumps({"
+    "**GlobalFlags.read(), 'threads': torch.get_num_threads(), "
+    "'deterministic': torch.are_deterministic_algorithms_enabled()}))"
 )
 
 
@@ -90,6 +93,8 @@ def test_worker_is_replaced_and_flags_never_leak(plugins: None, tmp_path: Path,
         tweaked = Settings(conv_impl="test_leaky", tf32="on", cudnn_benchmark=True)
         assert ev(tweaked).status == "ok"
         first_pid = ev.pid
+        # a forward that sets one thread, deterministic algorithms and autocast, and leaves them
+        assert ev(Settings(conv_impl="test_threads")).status in ("ok", "rejected")
         assert ev(tweaked.model_copy(update={"conv_impl": "test_probe"})).status == "ok"
         assert ev(Settings(conv_impl="test_probe")).status == "ok"
         crashed = ev(Settings(conv_impl="test_crash"))
@@ -118,6 +123,8 @@ def test_in_process_evaluator_restores_global_state(plugins: None) -> None:
     r = ev(Settings(conv_impl="test_leaky", tf32="on", cudnn_benchmark=True))
     assert r.status == "ok"
     assert global_state() == before
+    threads = ev(Settings(conv_impl="test_threads"))
+    assert threads.status in ("ok", "rejected") and global_state() == before
     oom = ev(Settings(conv_impl="test_oom"))
     assert oom.status == "failed" and oom.reason.startswith("out of memory (")
     assert global_state() == before

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+import warnings
+from collections.abc import Callable
 
 import optuna
 import torch
@@ -89,8 +90,16 @@ def _run(
     best: list[float] = []
     mine = {"evaluated": 0, "failed": 0}
 
+    shared = _unlocked(plan.storage)
+
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", owner)
+        if shared:
+            # SQLite cannot lock a row: two processes may pop the same waiting trial. The last
+            # to name itself owns it; the other leaves it alone (and does not tell it).
+            time.sleep(CLAIM_SETTLE_S)
+            if trial.user_attrs.get("worker") != owner:
+                raise _NotMine
         params = {k: trial.suggest_categorical(k, v) for k, v in varying.items()}
         settings = settings_from(params, fixed)
         if settings.model_dump_json() not in allowed:
@@ -135,8 +144,6 @@ def _run(
                     done, plan.total, min(best) if best else None, last, time.perf_counter() - start
                 )
             )
-        if plan.grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            study.stop()
 
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     stalled = 0
@@ -147,13 +154,12 @@ def _run(
         enqueue_missing(plan, space, device)
         trials = study.get_trials(deepcopy=False)
         before = sum(1 for t in trials if evaluated(t))
-        run: dict[str, Any] = dict(timeout=remaining, catch=(CandidateFailed,),
-                                   callbacks=[on_trial], gc_after_trial=False)  # fmt: skip
+        run = _optimize if shared else _optimize_with_optuna
         if plan.grid and any(t.state == TrialState.WAITING for t in trials):
-            study.optimize(objective, **run)
+            run(study, objective, on_trial, remaining, grid=True)
             continue
         if not plan.grid and before < plan.budget and stalled < 3:
-            study.optimize(objective, n_trials=plan.budget - before, **run)
+            run(study, objective, on_trial, remaining, n_trials=plan.budget - before)
             # TPE may only re-suggest measured points (pruned): give up after a few rounds.
             stalled = stalled + 1 if _count_evaluated(study) == before else 0
             continue
@@ -161,6 +167,75 @@ def _run(
             break
         time.sleep(WAIT_S)  # other processes hold trials: wait for them or their heartbeats
     return mine["evaluated"], mine["failed"]
+
+
+CLAIM_SETTLE_S = 0.1  # how long a shared-storage trial waits before checking it is its own
+
+
+class _NotMine(Exception):
+    """Another process popped the same waiting trial and owns it."""
+
+
+def _unlocked(storage: optuna.storages.BaseStorage) -> bool:
+    """A storage whose rows cannot be locked (SQLite): popping a waiting trial can race."""
+    engine = getattr(storage, "engine", None)
+    return engine is not None and engine.dialect.name == "sqlite"
+
+
+def _optimize_with_optuna(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], float | tuple[float, float]],
+    on_trial: Callable[[optuna.Study, FrozenTrial], None],
+    timeout_s: float,
+    *,
+    n_trials: int | None = None,
+    grid: bool = False,
+) -> None:
+    """optuna's own loop (with its heartbeats, which PostgreSQL workers on other hosts need)."""
+
+    def callback(study: optuna.Study, trial: FrozenTrial) -> None:
+        on_trial(study, trial)
+        if grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            study.stop()
+
+    study.optimize(objective, n_trials=n_trials, timeout=timeout_s, catch=(CandidateFailed,),
+                   callbacks=[callback], gc_after_trial=False)  # fmt: skip
+
+
+def _optimize(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], float | tuple[float, float]],
+    on_trial: Callable[[optuna.Study, FrozenTrial], None],
+    timeout_s: float,
+    *,
+    n_trials: int | None = None,
+    grid: bool = False,
+) -> None:
+    """optuna's loop for SQLite, with the tell in our hands: a trial another process owns is not
+    told here, and one told meanwhile by another process is skipped instead of raising."""
+    start = time.perf_counter()
+    done = 0
+    while time.perf_counter() - start < timeout_s and (n_trials is None or done < n_trials):
+        if grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # on SQLite, orphans are found by pid, not heartbeats
+            trial = study.ask()
+        try:
+            value = objective(trial)
+        except _NotMine:
+            continue
+        except optuna.TrialPruned:
+            frozen = study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+        except CandidateFailed:
+            frozen = study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            raise
+        else:
+            frozen = study.tell(trial, value, skip_if_finished=True)
+        on_trial(study, frozen)
+        done += 1
 
 
 def _default_done(plan: Plan) -> bool:

@@ -17,6 +17,8 @@ workers inherit the variable, so they register the same implementations.
   BatchNorm network's outputs, so only the per-layer check can catch it).
 - test_tap: wrong on purpose: the kernel's first tap (every [..., 0, 0]) is dropped.
 - test_slow: computes like native, then sleeps 20 ms: honestly slower, for racing tests.
+- test_threads: computes like native, but its forward sets torch.set_num_threads(1), switches
+  deterministic algorithms on and leaves autocast enabled, as a careless model might.
 """
 
 from __future__ import annotations
@@ -97,7 +99,12 @@ class OomImpl(_TestImpl):
 def _log_flags(when: str, **extra: object) -> None:
     path = os.environ.get("ADVISOR_TEST_PROBE_LOG")
     if path:
-        line = {"pid": os.getpid(), "when": when, **GlobalFlags.read(), **extra}
+        state = {
+            **GlobalFlags.read(),
+            "threads": torch.get_num_threads(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+        }
+        line = {"pid": os.getpid(), "when": when, **state, **extra}
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -158,6 +165,17 @@ class SlowImpl(_TestImpl):
         return _native(module, input)
 
 
+class ThreadsImpl(_TestImpl):
+    name = "test_threads"
+    class_prefix = "TestThreads"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.set_autocast_enabled("cpu", True)
+        return _native(module, input)
+
+
 TEST_IMPLS = (
     CrashImpl(),
     HangImpl(),
@@ -167,6 +185,7 @@ TEST_IMPLS = (
     ScaledImpl(),
     TapImpl(),
     SlowImpl(),
+    ThreadsImpl(),
 )
 
 

@@ -1,0 +1,116 @@
+"""The first run of the user's code, isolated and under a trial's time limit.
+
+A model file is code the advisor does not control: importing it, calling its factories and
+running one step may end the process (`sys.exit`, `os._exit`), hang, crash or raise. Before the
+advise process runs any of it itself, a spawned child does all of it once (import, example inputs,
+build, one step of the mode: in train mode with its backward) under the trial time limit; any
+failure becomes one line (a `ModelFileError`: exit code 2) instead of a silent exit or a hang.
+Start-up (importing torch in the child) has its own, larger limit, as a worker's does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from advisor.errors import AdvisorError, ModelFileError, first_line
+from advisor.isolate import STARTUP_TIMEOUT_S, die_with_parent, main_hidden
+from advisor.streams import fd_stdout_to_stderr
+
+__all__ = ["probe_model"]
+
+
+def probe_model(
+    workload_args: dict[str, Any],
+    mode: str,
+    device: str,
+    timeout_s: float,
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+) -> None:
+    """Load the model and run one step in a child process; raise a one-line error if that
+    fails, exits, crashes or takes longer than `timeout_s`."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_child, args=(child, workload_args, mode, device), daemon=True)
+    with main_hidden(), fd_stdout_to_stderr():
+        proc.start()
+    child.close()
+    what = f"the model's code (loading it and one {mode} step, in a separate process)"
+    try:
+        msg = _receive(parent, proc, startup_timeout_s)
+        if msg == ("started",):
+            msg = _receive(parent, proc, timeout_s)
+        if msg == ("ok",):
+            return
+        if isinstance(msg, tuple) and msg[0] == "advisor_error":
+            raise ModelFileError(msg[1])
+        if isinstance(msg, tuple) and msg[0] == "error":
+            raise ModelFileError(f"{what} failed: {msg[1]}")
+        if msg == "timeout":
+            raise ModelFileError(f"{what} did not finish within {timeout_s:g} s: killed")
+        proc.join(timeout=5)
+        code = proc.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            raise ModelFileError(f"{what} crashed ({name})")
+        raise ModelFileError(f"{what} ended the process (exit code {code})")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=10)
+        parent.close()
+
+
+def _receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
+    """The child's next message, 'timeout', or 'dead' when it exited without one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if conn.poll(0.1):
+            try:
+                return conn.recv()
+            except (EOFError, OSError):
+                return "dead"
+        if not proc.is_alive():
+            return conn.recv() if conn.poll(0) else "dead"
+    return "timeout"
+
+
+def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    die_with_parent()
+    with contextlib.suppress(OSError):  # the user's prints never reach the parent's stdout
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    import torch
+
+    from advisor.candidate import Candidate
+    from advisor.knobs import Settings
+    from advisor.workload_args import make_workload
+
+    conn.send(("started",))
+    try:
+        workload = make_workload(**workload_args)
+        cand = Candidate(workload, Settings(), torch.device(device), mode)  # type: ignore[arg-type]
+        try:
+            outputs = cand.capture().outputs
+        finally:
+            cand.close()
+        reply: tuple[str, ...] = ("ok",)
+        if not outputs:
+            reply = ("error", "it returned no tensor: there is nothing to time or check")
+    except AdvisorError as e:  # already one line naming the problem
+        reply = ("advisor_error", str(e))
+    except SystemExit as e:
+        reply = ("error", f"it called sys.exit({e.code!r})")
+    except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
+        reply = ("error", first_line(e))
+    conn.send(reply)

@@ -1,0 +1,27 @@
+"""A model that runs 4x slower while several copies of it are alive at once: that is the re-time
+of the finalists (they are held together, interleaved), not the trials (one at a time). What a
+machine that gets busy half-way through tuning does to every candidate, made deterministic."""
+
+import time
+import weakref
+
+from torch import nn
+
+from tests.hostile.models._net import example_inputs, net  # noqa: F401
+
+ALIVE: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+
+
+class SlowsDown(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = net()
+        ALIVE.add(self)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        time.sleep(0.008 if len(ALIVE) >= 2 else 0.002)
+        return self.body(x)
+
+
+def build_model() -> nn.Module:
+    return SlowsDown()
