@@ -17,6 +17,7 @@ import advisor
 from advisor.errors import AdvisorError
 from advisor.report import importance_problem, load_report_data, png_dir, write_report
 from tests.conftest import FAST_SPACE, run_env
+from tests.hostile._cli import advisor_cli_many, one_line_error
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -155,23 +156,21 @@ def test_importance_not_computable_is_explained() -> None:
     assert "more than one value" in (importance_problem(study) or "")
 
 
-@pytest.mark.parametrize(
-    "make,needle",
-    [
-        (lambda d: ["no-such-study"], "no config file or study named"),
-        (lambda d: [str(d / "missing.json")], "not found"),
-        (lambda d: [str(d / "bad.json")], "not valid JSON"),
-        (lambda d: ["x", "--storage", "memory"], "memory holds no studies"),
-    ],
-)
-def test_bad_source_is_one_line_exit_2_and_no_file(tmp_path: Path, make, needle: str) -> None:
+def test_bad_source_is_one_line_exit_2_and_no_file(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json")
-    out = tmp_path / "out.html"
-    r = advisor_cli("report", *make(tmp_path), "--out", str(out))
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
-    assert not out.exists() and not png_dir(out).exists()
+    sources = {
+        "no config file or study named": ["no-such-study"],
+        "not found": [str(tmp_path / "missing.json")],
+        "not valid JSON": [str(tmp_path / "bad.json")],
+        "memory holds no studies": ["x", "--storage", "memory"],
+    }
+    outs = {needle: tmp_path / f"out{i}.html" for i, needle in enumerate(sources)}
+    ran = advisor_cli_many(  # one interpreter for all four: what each prints and returns
+        {needle: ["report", *src, "--out", str(outs[needle])] for needle, src in sources.items()}
+    )
+    for needle, r in ran.items():
+        one_line_error(r, needle)
+        assert not outs[needle].exists() and not png_dir(outs[needle]).exists()
 
 
 def test_out_is_a_directory(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
