@@ -12,7 +12,7 @@ from advisor.per_layer import LayerChoice
 from advisor.pick import Pick, pick_final
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
-from advisor.timing import Measurement, speedup
+from advisor.stats import Measurement, speedup
 from advisor.workload_info import WorkloadInfo
 
 if TYPE_CHECKING:

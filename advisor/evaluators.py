@@ -12,7 +12,7 @@ from advisor.knobs import Settings
 from advisor.results import TrialResult
 from advisor.runner import Gate, evaluate
 from advisor.space import SearchSpace
-from advisor.timing import Race
+from advisor.stats import Race
 from advisor.workload import Workload
 
 if TYPE_CHECKING:

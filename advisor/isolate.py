@@ -33,8 +33,8 @@ from advisor.global_state import global_state, restore_global_state
 from advisor.knobs import Settings, precision_of
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
+from advisor.stats import Race
 from advisor.streams import fd_stdout_to_stderr
-from advisor.timing import Race
 from advisor.workload_info import WorkloadInfo
 
 if TYPE_CHECKING:

@@ -30,8 +30,8 @@ from advisor.layer_spec import DTYPE_NAMES, LayerSpec
 from advisor.pick import pick_best
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
+from advisor.stats import Race
 from advisor.storage import LayerStore, measured_under
-from advisor.timing import Race
 from advisor.workload import Workload, layer_workload_from_module
 from advisor.workload_info import LayerInfo
 
@@ -136,7 +136,7 @@ def choose_layer_impls(
     """Time each qualifying implementation per layer group under `settings`; pick per group.
 
     One evaluator (one worker process when isolated) serves every group. An implementation that
-    provably cannot beat the group's best so far is stopped early (`timing.Race`). Groups are
+    provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
     not started after `deadline` (a `time.perf_counter()` value); `stats` counts them
     ("unmeasured") and the measurements found stored ("reused")."""
     stats = stats if stats is not None else {}

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from advisor.results import TrialResult
-from advisor.timing import clearly_faster, speedup
+from advisor.stats import clearly_faster, speedup
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def failure_kind(status: str, reason: str) -> str:
 
 def _speedup_text(base: TrialResult, x: TrialResult) -> str:
     """Ratio to the default with its conservative interval; '-' without a timing."""
-    from advisor.timing import speedup
+    from advisor.stats import speedup
 
     if base.measurement is None or x.measurement is None:
         return "-"

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from advisor.knobs import Settings
-from advisor.timing import Measurement
+from advisor.stats import Measurement
 
 __all__ = ["Status", "TrialResult"]
 

@@ -22,12 +22,11 @@ from advisor.candidate import Candidate, Mode
 from advisor.global_state import global_state, restore_global_state
 from advisor.knobs import GlobalFlags, Settings
 from advisor.results import TrialResult
+from advisor.stats import Measurement, combine
 from advisor.timing import (
     Clock,
-    Measurement,
     Sampler,
     TimingPolicy,
-    combine,
     device_guard,
     l2_flusher,
     sample_interleaved,

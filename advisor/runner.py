@@ -21,7 +21,8 @@ from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
-from advisor.timing import Measurement, Race, TimingPolicy, combine, l2_flusher, measure
+from advisor.stats import Measurement, Race, combine
+from advisor.timing import TimingPolicy, l2_flusher, measure
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]

@@ -92,7 +92,7 @@ def _run(
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     m = Measurement(samples_ms=samples)
     return {

@@ -484,7 +484,7 @@ def run_case(
 
 
 def _ms(samples: list[float]) -> str:
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     m = Measurement(samples_ms=samples)
     return f"{m.median_ms:.3f} ms (IQR {m.iqr_ms:.3f}, {len(samples)} samples)"
@@ -503,7 +503,7 @@ TITLES = {
 
 
 def _stats(cfg: dict[str, Any]) -> tuple[float, float] | None:
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     if not cfg.get("samples_ms"):
         return None
@@ -524,7 +524,7 @@ def _flop(x: float) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    from advisor.timing import Measurement, clearly_faster
+    from advisor.stats import Measurement, clearly_faster
 
     env, opts = data["environment"], data["options"]
     cuda = env.get("device_type") == "cuda"
@@ -666,7 +666,7 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Gap = advisor's pick / exhaustive best - 1, both re-timed in fresh processes (above 0: "
         "the pick is slower). 'Beyond noise' = faster by at least 2% with Mann-Whitney p < 0.05 "
-        "on the re-timed samples (`advisor.timing.clearly_faster`).",
+        "on the re-timed samples (`advisor.stats.clearly_faster`).",
         "",
         "| case | advisor's pick | advisor ms | exhaustive best | gap | beat the advisor beyond "
         "noise | advise s | compile s |",

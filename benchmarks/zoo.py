@@ -15,7 +15,7 @@ For each model and mode:
    apart: first call, and with max-autotune the next two, kept out of the samples). Each
    variant's outputs (and gradients in train mode) are compared with the untuned fp32 model.
 3. a row: the advise wall time, the pick, the speedups with 95% intervals (from both medians'
-   CIs, `advisor.timing.speedup`), the pick's numeric error.
+   CIs, `advisor.stats.speedup`), the pick's numeric error.
 
 Models: on a CPU the pure-PyTorch ones in benchmarks/models/ (resnet18, mobilenet_v3_small,
 monai_unet3d, relu_bn_block) and the bundled advisor/examples/*.py; on CUDA also torchvision's
@@ -274,7 +274,7 @@ def _shown_path(path: Path) -> str:
 
 
 def _measurement(v: dict[str, Any] | None) -> Any:
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     if not v or not v.get("samples_ms"):
         return None
@@ -283,7 +283,7 @@ def _measurement(v: dict[str, Any] | None) -> Any:
 
 def speedup_of(base: dict[str, Any] | None, other: dict[str, Any] | None) -> list[float] | None:
     """base time / other time with its 95% interval: above 1, `other` is faster."""
-    from advisor.timing import speedup
+    from advisor.stats import speedup
 
     b, o = _measurement(base), _measurement(other)
     if b is None or o is None:
@@ -361,7 +361,7 @@ def render(data: dict[str, Any]) -> str:
         "the samples). Plain = the untouched model in a bare loop in its own fresh process, "
         "without `advisor.apply` (which on a CPU also settles glibc malloc). Speedups are "
         "baseline time / time, above 1.00x faster, with a 95% interval from both medians' CIs "
-        "(`advisor.timing.speedup`); `advise's own estimate` is the pick vs default the advisor "
+        "(`advisor.stats.speedup`); `advise's own estimate` is the pick vs default the advisor "
         "measured during its search. Errors: outputs / parameter gradients relative to the "
         "untuned fp32 model.",
         "",

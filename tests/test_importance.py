@@ -17,7 +17,7 @@ from advisor.knobs import Settings
 from advisor.report import importance_title, write_report
 from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
 from advisor.results import TrialResult
-from advisor.timing import Measurement
+from advisor.stats import Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

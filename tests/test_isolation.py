@@ -181,7 +181,7 @@ def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptur
     from advisor.environment import current_environment
     from advisor.search import SearchOptions, SearchOutcome
     from advisor.service import retime_finalists
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
     ev = InProcessEvaluator(w, CPU, "infer", SPACE)

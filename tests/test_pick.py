@@ -7,7 +7,7 @@ import random
 from advisor.knobs import Settings
 from advisor.pick import pick_best, pick_final
 from advisor.results import TrialResult
-from advisor.timing import Measurement, clearly_faster, speedup
+from advisor.stats import Measurement, clearly_faster, speedup
 
 
 def _r(settings: Settings, samples: list[float], retimed: bool = False) -> TrialResult:

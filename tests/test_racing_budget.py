@@ -12,7 +12,8 @@ import torch
 import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
-from advisor.timing import Race, TimingPolicy, measure, sign_test_p
+from advisor.stats import Race, sign_test_p
+from advisor.timing import TimingPolicy, measure
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")

@@ -205,7 +205,7 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | N
 
     from advisor.knobs import Settings
     from advisor.results import TrialResult
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     def result(ms: float, **knobs: str) -> TrialResult:
         samples = [ms * (1 + 0.001 * i) for i in range(-10, 11)]

@@ -6,7 +6,8 @@ from advisor.knobs import GlobalFlags, Settings
 from advisor.layer_spec import layer_spec
 from advisor.results import TrialResult
 from advisor.retime import finalists, retime
-from advisor.timing import Measurement, TimingPolicy
+from advisor.stats import Measurement
+from advisor.timing import TimingPolicy
 from advisor.workload import layer_workload, with_shape_set
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ from advisor.knobs import Settings
 from advisor.layer_spec import layer_spec
 from advisor.runner import Gate, evaluate
 from advisor.space import load_space
-from advisor.timing import Measurement, combine
+from advisor.stats import Measurement, combine
 from advisor.workload import (
     layer_workload,
     model_workload,

@@ -4,16 +4,8 @@ import math
 import pytest
 import torch
 
-from advisor.timing import (
-    Measurement,
-    TimingPolicy,
-    clearly_faster,
-    mann_whitney_p,
-    measure,
-    median_ci,
-    reps_for,
-    speedup,
-)
+from advisor.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
+from advisor.timing import TimingPolicy, measure, reps_for
 
 CPU = torch.device("cpu")
 

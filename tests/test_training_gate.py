@@ -188,7 +188,7 @@ def test_a_rejected_candidate_names_the_setting_that_accepts_it(
 def test_rejected_candidates_faster_than_the_pick_are_listed() -> None:
     from advisor.advice import rejected_faster
     from advisor.results import TrialResult
-    from advisor.timing import Measurement
+    from advisor.stats import Measurement
 
     def r(settings: Settings, ms: float, **kw: object) -> TrialResult:
         return TrialResult(settings=settings, measurement=Measurement(samples_ms=[ms] * 5), **kw)

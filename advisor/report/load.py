@@ -256,7 +256,7 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
     """What the search would have recommended from these trials (same pick rule as `advise`,
     with the search space's `min_gain`)."""
     from advisor.pick import pick_final
-    from advisor.timing import speedup
+    from advisor.stats import speedup
 
     base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:

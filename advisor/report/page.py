@@ -116,7 +116,7 @@ def _single_changes_html(df: pd.DataFrame) -> str:
 
 
 def _ratio_text(base: pd.Series | None, row: pd.Series) -> str:
-    """Default/candidate medians with the conservative interval advisor.timing.speedup uses."""
+    """Default/candidate medians with the conservative interval advisor.stats.speedup uses."""
     if base is None or math.isnan(float(row["median_ms"])):  # no timing
         return "-"
     ratio = base["median_ms"] / row["median_ms"]

@@ -38,7 +38,7 @@ from advisor.search.study import (
     trial_params,
 )
 from advisor.space import SearchSpace
-from advisor.timing import Race
+from advisor.stats import Race
 from advisor.workload import Workload
 
 log = logging.getLogger("advisor")

@@ -8,7 +8,7 @@ import advisor
 from advisor.knobs import Settings
 from advisor.results import TrialResult
 from advisor.service import machine_moved
-from advisor.timing import Measurement
+from advisor.stats import Measurement
 
 MODEL = str(Path(__file__).parent / "models" / "slows_down.py")
 
