@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from advisor.config import Config, config_schema, load_config, save_config
 from advisor.environment import current_environment
@@ -151,3 +152,13 @@ def test_check_outputs_before_a_search(tmp_path) -> None:
     with pytest.raises(OutputError, match="is not a directory"):
         check_outputs(output_paths(tmp_path / "file" / "tuned.json"))
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_cpu_environment_names_its_vector_isa() -> None:
+    # Two CPUs a virtual machine names alike ("AMD EPYC") differ in what decides bf16's speed.
+    env = current_environment("cpu")
+    assert env.capability is not None
+    assert env.capability.split()[0] == torch.backends.cpu.get_cpu_capability()
+    other = env.model_copy(update={"capability": "AVX512 avx512_bf16"})
+    assert other.fingerprint_of_fields() != env.fingerprint
+    assert any(d.startswith("capability:") for d in env.mismatches(other))
