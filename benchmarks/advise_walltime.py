@@ -1,0 +1,173 @@
+"""What `advisor advise` costs a user, compared across revisions of the advisor on one machine.
+
+For each model and each git revision, `python -m advisor advise MODEL --mode M --device D
+--storage memory --out cfg.json` runs in a subprocess from a worktree of that revision (its own
+code, this Python and its packages) and is timed end to end: Python start-up, imports, the search,
+the numeric gate, the per-layer stage and the interleaved re-time. Revisions alternate model by
+model and their order alternates with each repeat, so a machine that slows down during the run
+does not favour one revision. The pick each revision wrote is shown beside its time, so a faster
+search that picks something else is visible.
+
+    python benchmarks/advise_walltime.py --revisions ce83d9e HEAD --models small_cnn resnet18 \
+        --out benchmarks/results/advise_walltime_cpu.md
+
+The models are the zoo's (benchmarks/zoo.py --list) or paths to model files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _model_path(name: str) -> Path:
+    from zoo import MODELS  # the zoo's model list: one place names the benchmark models
+
+    for model in MODELS:
+        if model.name == name:
+            return model.path
+    path = Path(name)
+    if not path.is_file():
+        raise SystemExit(f"advise_walltime: unknown model {name!r} (not in the zoo, not a file)")
+    return path.resolve()
+
+
+def _worktree(rev: str, into: Path) -> tuple[str, Path]:
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = into / sha
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), sha],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    return sha, path
+
+
+def _advise(tree: Path, model: Path, mode: str, device: str, timeout_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "cfg.json"
+        cmd = [sys.executable, "-m", "advisor", "advise", str(model), "--mode", mode]
+        cmd += ["--device", device, "--storage", "memory", "--out", str(cfg), "--quiet"]
+        env = {**os.environ, "PYTHONPATH": str(tree)}  # this revision's advisor, not the installed
+        start = time.perf_counter()
+        r = subprocess.run(
+            cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        wall = time.perf_counter() - start
+        if r.returncode != 0 or not cfg.exists():
+            return {"wall_s": wall, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        data = json.loads(cfg.read_text())
+        return {"wall_s": wall, "pick": _label(data["settings"]), "result": data.get("result", {})}
+
+
+def _label(settings: dict[str, Any]) -> str:
+    parts = [f"{k}={v}" for k, v in settings.items() if k != "layers" and v not in (None, {})]
+    layers = settings.get("layers") or {}
+    if layers:
+        counts: dict[str, int] = {}
+        for impl in layers.values():
+            counts[impl] = counts.get(impl, 0) + 1
+        parts.append("layers: " + ", ".join(f"{n}x {i}" for i, n in sorted(counts.items())))
+    return ", ".join(parts) or "default"
+
+
+def _environment_line(device: str) -> str:
+    from advisor.environment import current_environment
+
+    env = current_environment(device)
+    return (
+        f"Machine: {env.device_name} ({env.device_type}, {env.capability}), {env.cpu_threads} "
+        f"threads; torch {env.torch}; Python {env.python}; {time.strftime('%Y-%m-%d %H:%M')}."
+    )
+
+
+def _report(args: argparse.Namespace, shas: list[str], rows: dict[str, Any]) -> str:
+    lines = ["# `advisor advise` wall time across revisions", "", _environment_line(args.device)]
+    lines += [
+        "",
+        f"Command: `python benchmarks/advise_walltime.py {' '.join(sys.argv[1:])}`",
+        "",
+        f"Mode {args.mode}, device {args.device}, `--storage memory`, {args.repeats} run(s) per "
+        "model and revision, alternating; wall seconds (median when repeated; all runs in the "
+        "JSON beside this file). Ratio: first revision / last.",
+        "",
+        "| model | " + " | ".join(f"{s} s | {s} pick" for s in shas) + " | ratio |",
+        "| --- | " + " | ".join("---: | ---" for _ in shas) + " | ---: |",
+    ]
+    for name, by_rev in rows.items():
+        cells, medians = [], []
+        for sha in shas:
+            runs = by_rev.get(sha, [])
+            ok = [r for r in runs if "error" not in r]
+            if not ok:
+                cells += ["-", runs[-1]["error"] if runs else "not run"]
+                medians.append(None)
+                continue
+            med = statistics.median(r["wall_s"] for r in ok)
+            picks = sorted({r["pick"] for r in ok})
+            cells += [f"{med:.1f}", " / ".join(f"`{p}`" for p in picks)]
+            medians.append(med)
+        first, last = medians[0], medians[-1]
+        ratio = f"{first / last:.2f}x" if first and last else "-"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--revisions", nargs="+", required=True, help="git revisions, oldest first")
+    ap.add_argument("--models", nargs="+", required=True, help="zoo names or model files")
+    ap.add_argument("--mode", default="train", choices=["infer", "train"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="per advise run, seconds")
+    ap.add_argument("--out", help="markdown file (the raw runs beside it, .json)")
+    args = ap.parse_args()
+
+    models = {name: _model_path(name) for name in args.models}
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in models}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [_worktree(rev, Path(tmp)) for rev in args.revisions]
+        shas = [sha for sha, _ in trees]
+        try:
+            turn = 0
+            for repeat in range(args.repeats):
+                for name, path in models.items():
+                    order = trees if turn % 2 == 0 else trees[::-1]
+                    turn += 1
+                    for sha, tree in order:
+                        print(f"{name} @ {sha} (run {repeat + 1}) ...", flush=True)
+                        run = _advise(tree, path, args.mode, args.device, args.timeout)
+                        rows[name].setdefault(sha, []).append(run)
+                        print(f"  {run['wall_s']:.1f} s: {run.get('pick', run.get('error'))}")
+                    text = _report(args, shas, rows)
+                    if args.out:  # rewritten after every model: a run cut short keeps its rows
+                        Path(args.out).write_text(text)
+                        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        finally:
+            for _, tree in trees:
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(tree)],
+                    cwd=ROOT,
+                    capture_output=True,
+                )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""benchmarks/advise_walltime.py: the labels of picks and the comparison table."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "advise_walltime.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("walltime_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pick_labels_name_settings_and_counted_layers() -> None:
+    label = _script()._label
+    assert label({"memory_format": None, "amp": None, "layers": {}}) == "default"
+    settings = {
+        "memory_format": "channels_last",
+        "layers": {"a": "unfold_gemm", "b": "unfold_gemm"},
+    }
+    assert label(settings) == "memory_format=channels_last, layers: 2x unfold_gemm"
+
+
+def test_table_has_medians_picks_errors_and_the_ratio() -> None:
+    script = _script()
+    args = argparse.Namespace(device="cpu", mode="train", repeats=2)
+    rows = {
+        "net": {
+            "aaa": [{"wall_s": 100.0, "pick": "default"}, {"wall_s": 120.0, "pick": "default"}],
+            "bbb": [{"wall_s": 40.0, "pick": "default"}, {"wall_s": 60.0, "pick": "amp=bf16"}],
+        },
+        "broken": {"aaa": [{"wall_s": 1.0, "error": "advisor: error: boom"}], "bbb": []},
+    }
+    table = [ln for ln in script._report(args, ["aaa", "bbb"], rows).splitlines() if "| net" in ln]
+    cells = [c.strip() for c in table[0].strip("|").split("|")]
+    assert cells == ["net", "110.0", "`default`", "50.0", "`amp=bf16` / `default`", "2.20x"]
+    text = script._report(args, ["aaa", "bbb"], rows)
+    assert "| broken | - | advisor: error: boom | - | not run | - |" in text
