@@ -50,6 +50,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -217,7 +218,7 @@ def run_row(
     model: ZooModel, mode: str, args: argparse.Namespace, work: Path, cache_root: Path
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model.name, "file": _shown_path(model.path), "mode": mode}
-    row["load_before"] = _load()
+    usage = _CpuUsage()
     print(f"{model.name} ({mode}): advise ...", flush=True)
     adv = advise(model, mode, args, work)
     row["advise"] = adv
@@ -251,17 +252,47 @@ def run_row(
         print(f"  re-time failed: {e}", flush=True)
         return row
     row["retime_s"] = time.perf_counter() - t0
-    row["load_after"] = _load()
+    row["other_cpu_share"] = usage.others_share()
     print("  " + _summary(row), flush=True)
     return row
 
 
-def _load() -> float | None:
-    """The 1-minute load average: other work on the machine makes every timing noisy."""
+class _CpuUsage:
+    """How much of the machine's CPU time other processes used while a row ran: all CPU time
+    the kernel counted (/proc/stat) minus what this benchmark's own subprocesses used. (A load
+    average counts the benchmark itself: its 2 torch threads alone read as a busy 2-CPU machine.)
+    Only subprocesses that have ended are counted as ours: read it after the row's runs end."""
+
+    def __init__(self) -> None:
+        self._start = (time.monotonic(), _busy_cpu_s(), _children_cpu_s())
+
+    def others_share(self) -> float | None:
+        wall0, busy0, ours0 = self._start
+        busy = _busy_cpu_s()
+        if busy is None or busy0 is None:
+            return None
+        wall = time.monotonic() - wall0
+        others = (busy - busy0) - (_children_cpu_s() - ours0)
+        return max(0.0, others) / (wall * (os.cpu_count() or 1))
+
+
+def _busy_cpu_s() -> float | None:
+    """CPU seconds all processors spent not idle since boot (Linux), or None elsewhere."""
     try:
-        return os.getloadavg()[0]
-    except OSError:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
         return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+BUSY_SHARE = 0.1  # other processes' share of all CPU time above which a row is marked noisy
 
 
 def _shown_path(path: Path) -> str:
@@ -389,12 +420,11 @@ def render(data: dict[str, Any]) -> str:
         for name, v in t.items():
             if "error" in v:
                 notes.append(f"- {row['model']} {row['mode']}: {name} failed: {v['error']}")
-        cores = env.get("logical_cpus") or 1
-        loads = [v for v in (row.get("load_before"), row.get("load_after")) if v is not None]
-        if loads and max(loads) > 0.75 * cores:
+        others = row.get("other_cpu_share")
+        if others is not None and others > BUSY_SHARE:
             notes.append(
-                f"- {row['model']} {row['mode']}: the machine was busy (load average up to "
-                f"{max(loads):.1f} on {cores} logical CPUs): its timings are noisy"
+                f"- {row['model']} {row['mode']}: other processes used {others:.0%} of the "
+                "machine's CPU time during this row: its timings are noisy"
             )
         r = ratios(row)
         comp = t.get("compile", {})

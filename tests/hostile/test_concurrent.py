@@ -1,12 +1,18 @@
-"""Two runs started together on a new SQLite store: both succeed, and they agree."""
+"""Two runs started together on a new store (SQLite, or a fresh PostgreSQL database): both
+succeed, and they agree."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import DATA, run_env
 from tests.hostile._cli import ROOT
@@ -23,8 +29,32 @@ sys.exit(advisor.cli.main(sys.argv[3:]))
 """
 
 
-def test_two_runs_on_a_new_sqlite_store_both_succeed_and_agree(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'new.db'}"
+PG_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a store nobody has used yet: a new SQLite file or a scratch database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'new.db'}"
+        return
+    import psycopg
+
+    name = f"advisor_race_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.Error as e:
+        pytest.skip(f"no PostgreSQL server to create a scratch database on: {e}")
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_two_runs_on_a_new_store_both_succeed_and_agree(tmp_path: Path, new_store: str) -> None:
+    url = new_store
     go = tmp_path / "go"
     procs = []
     for i in range(2):
