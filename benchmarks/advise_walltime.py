@@ -71,11 +71,20 @@ def _advise(tree: Path, model: Path, mode: str, device: str, timeout_s: float) -
         if r.returncode != 0 or not cfg.exists():
             return {"wall_s": wall, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
         data = json.loads(cfg.read_text())
-        return {"wall_s": wall, "pick": _label(data["settings"]), "result": data.get("result", {})}
+        return {"wall_s": wall, "pick": _label(data["settings"]), "settings": data["settings"]}
+
+
+# PyTorch's defaults as a config writes them: left out of a pick's label
+DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
+            "conv_impl": "native"}  # fmt: skip
 
 
 def _label(settings: dict[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in settings.items() if k != "layers" and v not in (None, {})]
+    parts = [
+        f"{k}={v}"
+        for k, v in settings.items()
+        if k != "layers" and v not in (None, {}) and str(DEFAULTS.get(k)) != str(v)
+    ]
     layers = settings.get("layers") or {}
     if layers:
         counts: dict[str, int] = {}
@@ -95,11 +104,20 @@ def _environment_line(device: str) -> str:
     )
 
 
-def _report(args: argparse.Namespace, shas: list[str], rows: dict[str, Any]) -> str:
-    lines = ["# `advisor advise` wall time across revisions", "", _environment_line(args.device)]
+def _command() -> str:
+    return f"python benchmarks/advise_walltime.py {' '.join(sys.argv[1:])}"
+
+
+def _report(
+    args: argparse.Namespace,
+    shas: list[str],
+    rows: dict[str, Any],
+    machine: str | None = None,
+    command: str | None = None,
+) -> str:
+    lines = ["# `advisor advise` wall time across revisions", ""]
+    lines += [machine or _environment_line(args.device), "", f"Command: `{command or _command()}`"]
     lines += [
-        "",
-        f"Command: `python benchmarks/advise_walltime.py {' '.join(sys.argv[1:])}`",
         "",
         f"Mode {args.mode}, device {args.device}, `--storage memory`, {args.repeats} run(s) per "
         "model and revision, alternating; wall seconds (median when repeated; all runs in the "
@@ -129,16 +147,36 @@ def _report(args: argparse.Namespace, shas: list[str], rows: dict[str, Any]) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--revisions", nargs="+", required=True, help="git revisions, oldest first")
-    ap.add_argument("--models", nargs="+", required=True, help="zoo names or model files")
+    ap.add_argument("--revisions", nargs="+", help="git revisions, oldest first")
+    ap.add_argument("--models", nargs="+", help="zoo names or model files")
     ap.add_argument("--mode", default="train", choices=["infer", "train"])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per advise run, seconds")
     ap.add_argument("--out", help="markdown file (the raw runs beside it, .json)")
+    ap.add_argument("--render", metavar="JSON", help="only render a earlier run's JSON to --out")
     args = ap.parse_args()
+    if args.render:
+        saved = json.loads(Path(args.render).read_text())
+        if "rows" not in saved:  # the first format: the rows alone, revisions in run order
+            saved = {"rows": saved, "revisions": list(next(iter(saved.values())))}
+        rows = saved["rows"]
+        for by_rev in rows.values():
+            for runs in by_rev.values():
+                for run in runs:
+                    if "settings" in run:
+                        run["pick"] = _label(run["settings"])
+                    elif "pick" in run:  # written before settings were kept: drop the defaults
+                        run["pick"] = _label(dict(p.split("=", 1) for p in run["pick"].split(", ")))
+        command = saved.get("command") or f"(the run's command was not kept; {_command()})"
+        text = _report(args, saved["revisions"], rows, saved.get("machine"), command)
+        Path(args.out).write_text(text) if args.out else print(text)
+        return 0
+    if not args.revisions or not args.models:
+        ap.error("--revisions and --models are needed (or --render)")
 
     models = {name: _model_path(name) for name in args.models}
+    machine = _environment_line(args.device)
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in models}
     with tempfile.TemporaryDirectory() as tmp:
         trees = [_worktree(rev, Path(tmp)) for rev in args.revisions]
@@ -154,10 +192,12 @@ def main() -> int:
                         run = _advise(tree, path, args.mode, args.device, args.timeout)
                         rows[name].setdefault(sha, []).append(run)
                         print(f"  {run['wall_s']:.1f} s: {run.get('pick', run.get('error'))}")
-                    text = _report(args, shas, rows)
+                    text = _report(args, shas, rows, machine)
                     if args.out:  # rewritten after every model: a run cut short keeps its rows
                         Path(args.out).write_text(text)
-                        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+                        raw = {"command": _command(), "machine": machine, "revisions": shas}
+                        raw["rows"] = rows
+                        Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
         finally:
             for _, tree in trees:
                 subprocess.run(

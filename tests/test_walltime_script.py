@@ -21,6 +21,9 @@ def _script() -> ModuleType:
 def test_pick_labels_name_settings_and_counted_layers() -> None:
     label = _script()._label
     assert label({"memory_format": None, "amp": None, "layers": {}}) == "default"
+    written = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "conv_impl": "native"}
+    assert label({**written, "cudnn_benchmark": False, "layers": {}}) == "default"
+    assert label({**written, "amp": "bf16"}) == "amp=bf16"
     settings = {
         "memory_format": "channels_last",
         "layers": {"a": "unfold_gemm", "b": "unfold_gemm"},
