@@ -94,6 +94,14 @@ def _label(settings: dict[str, Any]) -> str:
     return ", ".join(parts) or "default"
 
 
+def _shorten(label: str) -> str:
+    """A label written with every setting, defaults included, without the defaults."""
+    parts = [
+        p for p in label.split(", ") if "=" not in p or _label(dict([p.split("=", 1)])) != "default"
+    ]
+    return ", ".join(parts) or "default"
+
+
 def _environment_line(device: str) -> str:
     from advisor.environment import current_environment
 
@@ -167,7 +175,7 @@ def main() -> int:
                     if "settings" in run:
                         run["pick"] = _label(run["settings"])
                     elif "pick" in run:  # written before settings were kept: drop the defaults
-                        run["pick"] = _label(dict(p.split("=", 1) for p in run["pick"].split(", ")))
+                        run["pick"] = _shorten(run["pick"])
         command = saved.get("command") or f"(the run's command was not kept; {_command()})"
         text = _report(args, saved["revisions"], rows, saved.get("machine"), command)
         Path(args.out).write_text(text) if args.out else print(text)

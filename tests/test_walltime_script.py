@@ -46,3 +46,12 @@ def test_table_has_medians_picks_errors_and_the_ratio() -> None:
     assert cells == ["net", "110.0", "`default`", "50.0", "`amp=bf16` / `default`", "2.20x"]
     text = script._report(args, ["aaa", "bbb"], rows)
     assert "| broken | - | advisor: error: boom | - | not run | - |" in text
+
+
+def test_labels_written_with_every_setting_are_shortened() -> None:
+    shorten = _script()._shorten
+    full = "memory_format=contiguous, tf32=conv, amp=off, cudnn_benchmark=False, conv_impl=native"
+    assert shorten(full) == "default"
+    assert shorten(full.replace("amp=off", "amp=bf16") + ", layers: 2x unfold_gemm") == (
+        "amp=bf16, layers: 2x unfold_gemm"
+    )
