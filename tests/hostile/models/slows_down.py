@@ -2,6 +2,7 @@
 of the finalists (they are held together, interleaved), not the trials (one at a time). What a
 machine that gets busy half-way through tuning does to every candidate, made deterministic."""
 
+import gc
 import time
 import weakref
 
@@ -16,6 +17,7 @@ class SlowsDown(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.body = net()
+        gc.collect()  # models of finished trials (or of an earlier run) held only by cycles
         ALIVE.add(self)
 
     def forward(self, x):  # noqa: ANN001, ANN201
