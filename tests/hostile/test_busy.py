@@ -38,9 +38,10 @@ def test_a_machine_that_slows_down_keeps_the_default_unless_accepted(tmp_path: P
     result = advice.config.result
     table = advice.trials[["label", "median_ms", "retimed"]].to_string()
     assert any("not steady" in w for w in result.warnings), table
+    # channels_last was 2x faster in the trials and in the re-time: held back, and the why says so
     assert advice.settings == Settings()
-    if advice.pick.fastest.settings != Settings():  # a change was faster: it was held back
-        assert "--accept-noisy" in result.why
+    assert "--accept-noisy" in result.why, result.why
     noisy = advisor.advise(**kw, accept_noisy=True)
     assert any("not steady" in w for w in noisy.config.result.warnings)
     assert "--accept-noisy" not in noisy.config.result.why
+    assert noisy.settings == Settings(memory_format="channels_last")
