@@ -18,6 +18,7 @@ import torch
 from advisor.advice import Advice, build_advice
 from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
+from advisor.evaluators import Evaluator
 from advisor.ownership import owner_id
 from advisor.per_layer import (
     LayerChoice,
@@ -47,9 +48,11 @@ def per_layer_stage(
     space: SearchSpace,
     options: SearchOptions,
     stats: dict[str, int] | None = None,
+    evaluator: Evaluator | None = None,
 ) -> tuple[list[LayerChoice], TrialResult | None]:
     """Choose conv implementations per layer under the best global settings; if that changes any
-    layer, measure the combination on the whole model and add it to the outcome's candidates.
+    layer, measure the combination on the whole model (with `evaluator`, the run's own, when
+    given) and add it to the outcome's candidates.
 
     Returns the per-layer choices and the combination's result (None when nothing changed)."""
     best = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
@@ -97,14 +100,15 @@ def per_layer_stage(
             stats["combination"] = len(layers)  # chosen, but no time left to measure it
         return choices, None
     if result is None:
-        evaluator = make_evaluator(workload, device, space, options)
+        ev = evaluator or make_evaluator(workload, device, space, options)
         left = (
             None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
         )
         try:
-            result = evaluator(combined, time_left_s=left)
+            result = ev(combined, time_left_s=left)
         finally:
-            evaluator.close()
+            if ev is not evaluator:
+                ev.close()
         store.add_model_result(result)
     outcome.results.append(result)
     outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
@@ -119,6 +123,7 @@ def retime_finalists(
     options: SearchOptions,
     only_with: TrialResult | None = None,
     deadline: float | None = None,
+    evaluator: Evaluator | None = None,
 ) -> tuple[int, str | None]:
     """Re-time the finalists interleaved and put the fresh measurements in the outcome.
 
@@ -137,15 +142,16 @@ def retime_finalists(
         fresh = record.wait(key, timeout_s=options.trial_timeout_s * len(fin))
     if fresh is None:
         # Like the trials, in a worker subprocess unless the user asked for in-process trials.
-        evaluator = make_evaluator(workload, device, space, options)
+        ev = evaluator or make_evaluator(workload, device, space, options)
         try:
-            fresh = evaluator.retime(fin, time_left_s=left)
+            fresh = ev.retime(fin, time_left_s=left)
         except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big together
             why = first_line(e, with_type=False)
             log.warning("interleaved re-time failed: %s", why)
             return 0, why
         finally:
-            evaluator.close()
+            if ev is not evaluator:
+                ev.close()
         if record is not None:
             record.put(key, fresh)
     # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
@@ -222,23 +228,33 @@ def run_advise(
         deadline=plan.search,
     )
     busy = [w for w in (machine_load_warning(dev),) if w]
-    outcome = search(workload, dev, sp, options)
-    busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]
-    # The global finalists are re-timed together first, so the per-layer stage works under the
-    # settings that will be recommended; a per-layer combination that reaches the finalists is then
-    # re-timed with them, interleaved, before it can be picked.
-    trial_baseline = outcome.baseline
-    retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                             deadline=plan.layers)  # fmt: skip
-    choices: list[LayerChoice] = []
-    stats: dict[str, int] = {}
-    if per_layer and retime_error is None:
-        options.deadline = plan.layers
-        choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats)
-        if combined is not None:
-            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                   only_with=combined, deadline=plan.end)  # fmt: skip
-            retimed = again or retimed
+    # One evaluator (one worker process when isolated) for the whole model's trials, its
+    # per-layer combination and the re-times: each worker start costs an interpreter, torch's
+    # import and the model's set-up (about 4 s on a 2-core CPU).
+    evaluator = make_evaluator(workload, dev, sp, options)
+    try:
+        outcome = search(workload, dev, sp, options, evaluator=evaluator)
+        busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]
+        # The global finalists are re-timed together first, so the per-layer stage works under
+        # the settings that will be recommended; a per-layer combination that reaches the
+        # finalists is then re-timed with them, interleaved, before it can be picked.
+        trial_baseline = outcome.baseline
+        retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                 deadline=plan.layers, evaluator=evaluator)  # fmt: skip
+        choices: list[LayerChoice] = []
+        stats: dict[str, int] = {}
+        if per_layer and retime_error is None:
+            options.deadline = plan.layers
+            choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
+                                                evaluator=evaluator)  # fmt: skip
+            if combined is not None:
+                again, retime_error = retime_finalists(
+                    workload, outcome, dev, sp, options, only_with=combined, deadline=plan.end,
+                    evaluator=evaluator,
+                )  # fmt: skip
+                retimed = again or retimed
+    finally:
+        evaluator.close()
     notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
     moved = machine_moved(trial_baseline, outcome.baseline)
