@@ -40,18 +40,25 @@ def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]
     return contextlib.nullcontext()
 
 
-def machine_load_warning(device: torch.device) -> str | None:
+def machine_load_warning(device: torch.device, load: float | None = None) -> str | None:
     """A warning when other work competes for the CPU: with every core busy, a step's threads
-    wait on the scheduler and times can grow many-fold, so comparisons become unreliable."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return None
+    wait on the scheduler and times can grow many-fold, so comparisons become unreliable.
+
+    The load average counts the advisor's own threads too (its torch threads on a CPU, the
+    launching thread on a GPU): on a 2-core machine its 2 torch threads alone read as load 2. So
+    it warns only when the load is beyond those by more than half the cores."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            return None
     cores = os.cpu_count() or 1
-    # On a GPU only the launching thread matters; on a CPU every core does.
-    busy = load > cores * (0.75 if device.type == "cpu" else 1.5)
-    if busy:
-        return f"the machine was busy while tuning (load average {load:.1f} on {cores} cores)"
+    own = torch.get_num_threads() if device.type == "cpu" else 1
+    if load > own + 0.5 * cores:
+        return (
+            f"the machine was busy while tuning (load average {load:.1f} on {cores} cores, "
+            f"beyond the advisor's own {own} thread(s)): timings may be noisy"
+        )
     return None
 
 
