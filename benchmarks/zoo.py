@@ -282,8 +282,9 @@ def _busy_cpu_s() -> float | None:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    # user nice system idle iowait irq softirq steal: busy = all but idle, iowait and steal
+    # (steal is another virtual machine's, not a process here)
+    busy = sum(fields[:7]) - fields[3] - (fields[4] if len(fields) > 4 else 0)
     return busy / os.sysconf("SC_CLK_TCK")
 
 

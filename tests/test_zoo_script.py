@@ -160,4 +160,4 @@ def test_cpu_used_by_other_processes_excludes_the_benchmarks_own_subprocesses() 
     assert share is not None and 0.0 <= share <= 1.0
     # The child's 1 s of CPU (and its start-up) is ours, not another process's; a load average
     # would have counted it. (What the test process itself and a quiet machine add is small.)
-    assert share * wall * (os.cpu_count() or 1) < 0.5
+    assert share * wall * (os.cpu_count() or 1) < 0.7
