@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from advisor.search import SearchOptions, enqueue_missing, open_plan, search
 from advisor.space import load_space
 from advisor.storage import open_storage
 from advisor.workload import layer_workload
+from tests._together import start_together
 from tests.conftest import DATA, run_env
 
 pytestmark = pytest.mark.postgres
@@ -70,48 +70,11 @@ def _check_each_point_once(study: optuna.Study, points: int) -> int:
     return sum(1 for t in trials if "result" not in t.user_attrs)
 
 
-# Each worker process imports everything, says it is ready, and starts the command only when the
-# test says go: on a busy 2-core machine one process can start seconds after the other and find
-# the grid already measured, which would make "both workers took part" a race.
-_LAUNCHER = """
-import pathlib, sys, time
-import optuna, psycopg, sqlalchemy, torch
-import advisor.cli, advisor.search, advisor.storage, advisor.worker
-ready, go = map(pathlib.Path, sys.argv[1:3])
-ready.touch()
-while not go.exists():
-    time.sleep(0.01)
-sys.exit(advisor.cli.main(sys.argv[3:]))
-"""
-
-
-def _start_together(tmp: Path, argv: list[str], n: int) -> list[subprocess.Popen[str]]:
-    go = tmp / "go"
-    ready = [tmp / f"ready{i}" for i in range(n)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(r), str(go), *argv],
-            env=run_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for r in ready
-    ]
-    deadline = time.monotonic() + 120
-    while not all(r.exists() for r in ready):
-        assert time.monotonic() < deadline, "the worker processes did not start"
-        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-        time.sleep(0.05)
-    go.touch()
-    return procs
-
-
 def test_two_workers_share_a_study_then_advise_collects(tmp_path: Path, study_prefix: str) -> None:
     # In-process trials keep this test short; isolation has its own tests.
     args = (*LAYER, "--device", "cpu", "--space", GRID8, "--storage", URL,
             "--study-name", study_prefix, "--in-process")  # fmt: skip
-    workers = _start_together(tmp_path, ["worker", *args], n=2)
+    workers = start_together(tmp_path, [["worker", *args]] * 2)
     outs = [w.communicate(timeout=180) for w in workers]
     for w, (stdout, stderr) in zip(workers, outs, strict=True):
         assert w.returncode == 0, stderr

@@ -5,29 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, run_env
+from tests._together import start_together
+from tests.conftest import DATA
 from tests.hostile._cli import ROOT
-
-# Both processes import everything first, then start together when the test says go.
-_LAUNCHER = """
-import pathlib, sys, time
-import advisor.cli, advisor.service, optuna, sqlalchemy, torch
-ready, go = map(pathlib.Path, sys.argv[1:3])
-ready.touch()
-while not go.exists():
-    time.sleep(0.01)
-sys.exit(advisor.cli.main(sys.argv[3:]))
-"""
-
 
 PG_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
 
@@ -55,21 +41,13 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def test_two_runs_on_a_new_store_both_succeed_and_agree(tmp_path: Path, new_store: str) -> None:
     url = new_store
-    go = tmp_path / "go"
-    procs = []
-    for i in range(2):
-        argv = ["advise", "--layer", "Conv2d(8, 16, 3, padding=1)", "--input-shape", "2,8,32,32",
-                "--device", "cpu", "--space", str(DATA / "grid8_cpu.yaml"), "--storage", url,
-                "--out", str(tmp_path / f"t{i}.json"), "--quiet", "--in-process"]  # fmt: skip
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(tmp_path / f"ready{i}"), str(go), *argv],
-            env=run_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"ready{i}").exists() for i in range(2)):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-        time.sleep(0.05)
-    go.touch()
+    argvs = [
+        ["advise", "--layer", "Conv2d(8, 16, 3, padding=1)", "--input-shape", "2,8,32,32",
+         "--device", "cpu", "--space", str(DATA / "grid8_cpu.yaml"), "--storage", url,
+         "--out", str(tmp_path / f"t{i}.json"), "--quiet", "--in-process"]
+        for i in range(2)
+    ]  # fmt: skip
+    procs = start_together(tmp_path, argvs, cwd=ROOT)
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
