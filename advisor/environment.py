@@ -105,14 +105,19 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def _cpuinfo_field(name: str) -> str | None:
+    """The first `name` line of /proc/cpuinfo (Linux), or None."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_name() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 # CPU features that decide whether bf16/fp16 autocast and oneDNN's low-precision kernels are fast:
@@ -124,14 +129,8 @@ _CPU_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8", 
 def _cpu_capability() -> str:
     """The vector ISA PyTorch dispatches to (AVX2, AVX512, ...) and the low-precision features."""
     isa = torch.backends.cpu.get_cpu_capability()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return " ".join([isa, *(f for f in _CPU_FLAGS if f in have)])
-    except OSError:
-        pass
-    return isa
+    have = set((_cpuinfo_field("flags") or "").split())
+    return " ".join([isa, *(f for f in _CPU_FLAGS if f in have)])
 
 
 def _nvidia_driver() -> str | None:
