@@ -18,7 +18,7 @@ from advisor.workload import Workload
 if TYPE_CHECKING:
     from advisor.isolate import IsolatedEvaluator
 
-__all__ = ["Evaluator", "InProcessEvaluator", "new_evaluator"]
+__all__ = ["Evaluator", "InProcessEvaluator", "Lent", "new_evaluator"]
 
 
 class Evaluator(Protocol):
@@ -44,6 +44,8 @@ class InProcessEvaluator:
     def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
         self.workload, self.device, self.mode, self.space = workload, device, mode, space
         self._gate: Gate | None = None
+        self._home: Workload = workload  # the first workload: its references are kept
+        self._home_gate: Gate | None = None
 
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
@@ -84,11 +86,42 @@ class InProcessEvaluator:
             restore_global_state(saved)
 
     def use(self, workload: Workload) -> None:
-        """Evaluate another workload from now on (its references are computed on first use)."""
-        self.workload, self._gate = workload, None
+        """Evaluate another workload from now on (its references are computed on first use;
+        the first workload's are kept, for a stage that switches to layers and back)."""
+        if self.workload is self._home:
+            self._home_gate = self._gate
+        self.workload = workload
+        self._gate = self._home_gate if workload is self._home else None
 
     def close(self) -> None:
-        self._gate = None
+        self._gate = self._home_gate = None
+
+
+class Lent:
+    """The run's evaluator, lent to a stage that closes what it is given (the per-layer stage):
+    closing it switches it back to `home` instead of ending it, so one worker process serves
+    every stage of a run (each start costs an interpreter, torch's import and the model's
+    set-up)."""
+
+    def __init__(self, evaluator: Evaluator, workload: Workload, home: Workload) -> None:
+        self._evaluator, self._home = evaluator, home
+        evaluator.use(workload)
+
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
+        return self._evaluator(settings, race=race, time_left_s=time_left_s)
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
+        return self._evaluator.retime(results, time_left_s=time_left_s)
+
+    def use(self, workload: Workload) -> None:
+        self._evaluator.use(workload)
+
+    def close(self) -> None:
+        self._evaluator.use(self._home)
 
 
 def new_evaluator(

@@ -106,10 +106,18 @@ def main_hidden() -> Iterator[None]:
 
 
 def _worker_main(
-    conn: Connection, info_json: str, device: str, mode: Mode, space_json: str
+    conn: Connection,
+    info_json: str,
+    device: str,
+    mode: Mode,
+    space_json: str,
+    pristine: dict[str, Any] | None = None,
 ) -> None:
     """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
-    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together."""
+    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together.
+
+    `pristine`: the global state to start every trial from, when this process ran user code
+    before it became a worker (the probe's child); by default, the state found here at start."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     die_with_parent()
     # The user's code prints as it likes; our stdout may be someone's JSON. (The parent starts
@@ -121,7 +129,7 @@ def _worker_main(
     from advisor.runner import Gate, evaluate
     from advisor.workload import workload_from_info
 
-    pristine = global_state()
+    pristine = pristine if pristine is not None else global_state()
     try:
         dev = torch.device(device)
         if dev.type == "cuda":
@@ -129,11 +137,15 @@ def _worker_main(
             torch.cuda.set_device(dev)
         space = SearchSpace.model_validate_json(space_json)
         workload = workload_from_info(json.loads(info_json))
+        restore_global_state(pristine)  # the references too start from it, as the trials do
         gate = Gate(workload, dev, mode, space)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
         return
     restore_global_state(pristine)
+    # The first workload (the model) is kept: the per-layer stage switches to its layer groups
+    # and back, and coming back must not rebuild the model and its references.
+    home = (info_json, workload, gate)
     conn.send(("ready", None))
     while True:
         try:
@@ -146,8 +158,12 @@ def _worker_main(
             # Another workload in the same process (the per-layer stage's layer groups): no new
             # interpreter, no new imports, only its references.
             try:
-                workload = workload_from_info(json.loads(msg[1]))
-                gate = Gate(workload, dev, mode, space)
+                if msg[1] == home[0]:
+                    workload, gate = home[1], home[2]
+                else:
+                    workload = workload_from_info(json.loads(msg[1]))
+                    restore_global_state(pristine)
+                    gate = Gate(workload, dev, mode, space)
                 reply: tuple[str, Any] = ("ready", None)
             except Exception as e:  # noqa: BLE001 - reported to the parent as one line
                 reply = ("error", first_line(e))
@@ -192,7 +208,9 @@ class IsolatedEvaluator:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
-        self.starts = 0  # workers started so far; > 1 means one was replaced
+        self._switch = False  # the live worker must load `info` before its next task
+        self._adopted = False  # the process is the probe's child, not serving yet
+        self.starts = 0  # workers started so far (or adopted); > 1 means one was replaced
 
     @property
     def restarts(self) -> int:
@@ -202,8 +220,53 @@ class IsolatedEvaluator:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def adopt(self, proc: Any, conn: Connection) -> None:
+        """Take a live process that waits for ("serve", ...) as the first worker: the probe's
+        child (`advisor.probe`), which has already imported torch and run the model once, so the
+        run does not pay a second start-up. It is told what to serve at the first task (a run
+        that finds everything stored measures nothing); if it cannot, it is ended and a fresh
+        worker is started, which then says what went wrong."""
+        self._kill()
+        self._proc, self._conn, self._switch = proc, conn, False
+        self._adopted = True
+
+    def _serve(self) -> None:
+        """Turn the adopted process into this evaluator's worker, or end it."""
+        self._adopted = False
+        assert self._conn is not None
+        try:
+            self._conn.send(("serve", self.info.model_dump_json(), self.space.model_dump_json()))
+            msg = self._receive(self.startup_timeout_s)
+        except (BrokenPipeError, OSError):
+            msg = "dead"
+        if isinstance(msg, tuple) and msg[0] == "ready":
+            self.starts += 1
+        else:
+            self._kill()
+
+    def _live(self) -> str | None:
+        """Make sure a worker is running on `info`: switch the live one to it, or start one.
+        None, or why no worker could start."""
+        if self._adopted and self._proc is not None and self._proc.is_alive():
+            self._serve()
+        if self._switch and self._proc is not None and self._proc.is_alive():
+            self._switch = False
+            assert self._conn is not None
+            try:
+                self._conn.send(("workload", self.info.model_dump_json()))
+                msg = self._receive(self.startup_timeout_s)
+            except (BrokenPipeError, OSError):
+                msg = "dead"
+            if not (isinstance(msg, tuple) and msg[0] == "ready"):
+                self._kill()  # a fresh worker on the new workload says what went wrong
+        if self._proc is None or not self._proc.is_alive():
+            self._kill()
+            return self._start()
+        return None
+
     def _start(self) -> str | None:
         """Start a worker and wait until it is ready; None, or why it could not start."""
+        self._switch = False
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(
             target=_worker_main,
@@ -257,7 +320,7 @@ class IsolatedEvaluator:
             self._proc.join(timeout=10)
         if self._conn is not None:
             self._conn.close()
-        self._proc, self._conn = None, None
+        self._proc, self._conn, self._adopted = None, None, False
 
     def _failed(self, settings: Settings, reason: str) -> TrialResult:
         return TrialResult(
@@ -270,11 +333,9 @@ class IsolatedEvaluator:
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
-        if self._proc is None or not self._proc.is_alive():
-            self._kill()
-            why = self._start()
-            if why is not None:
-                return self._failed(settings, why)
+        why = self._live()
+        if why is not None:
+            return self._failed(settings, why)
         assert self._conn is not None
         race_ms = race.limit_ms if race is not None else None
         try:
@@ -293,19 +354,13 @@ class IsolatedEvaluator:
         return result
 
     def use(self, workload: Workload) -> None:
-        """Evaluate another workload from now on, in the same worker when it is alive (a worker
-        that cannot switch is replaced at the next call, which then reports why)."""
-        self.info = workload.info
-        if self._proc is None or not self._proc.is_alive() or self._conn is None:
-            return
-        try:
-            self._conn.send(("workload", self.info.model_dump_json()))
-        except (BrokenPipeError, OSError):
-            self._kill()
-            return
-        msg = self._receive(self.startup_timeout_s)
-        if not (isinstance(msg, tuple) and msg[0] == "ready"):
-            self._kill()  # the next call starts a fresh worker on the new workload
+        """Evaluate another workload from now on, in the same worker when it is alive. The
+        worker loads it at the next task, not before (a stage may find everything stored and
+        measure nothing); one that cannot switch is replaced then, and the fresh one reports
+        why. Switching back to the first workload reuses what the worker kept of it."""
+        if workload.info != self.info:
+            self.info = workload.info
+            self._switch = self._proc is not None and not self._adopted  # else served as is
 
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
@@ -314,11 +369,9 @@ class IsolatedEvaluator:
 
         Raises RetimeFailed with the reason when the worker fails, crashes or runs out of time
         (the trial limit once per finalist)."""
-        if self._proc is None or not self._proc.is_alive():
-            self._kill()
-            why = self._start()
-            if why is not None:
-                raise RetimeFailed(why)
+        why = self._live()
+        if why is not None:
+            raise RetimeFailed(why)
         assert self._conn is not None
         try:
             self._conn.send(("retime", [r.model_dump_json() for r in results], time_left_s))

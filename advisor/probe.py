@@ -6,6 +6,10 @@ advise process runs any of it itself, a spawned child does all of it once (impor
 build, one step of the mode: in train mode with its backward) under the trial time limit; any
 failure becomes one line (a `ModelFileError`: exit code 2) instead of a silent exit or a hang.
 Start-up (importing torch in the child) has its own, larger limit, as a worker's does.
+
+A child that passed can go on as the run's first worker (`keep=True`, then
+`IsolatedEvaluator.adopt`): an interpreter and torch's import cost seconds, and the probe has
+paid them already.
 """
 
 from __future__ import annotations
@@ -16,14 +20,33 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
-from advisor.isolate import STARTUP_TIMEOUT_S, die_with_parent, main_hidden
+from advisor.isolate import STARTUP_TIMEOUT_S, _worker_main, die_with_parent, main_hidden
 from advisor.streams import fd_stdout_to_stderr
 
-__all__ = ["probe_model"]
+__all__ = ["ProbeChild", "probe_model"]
+
+
+@dataclass
+class ProbeChild:
+    """A probe's child that passed and waits: ("serve", info JSON, space JSON) makes it a worker
+    (`IsolatedEvaluator.adopt`); `close()` ends it."""
+
+    proc: Any
+    conn: Connection
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, BrokenPipeError):
+            self.conn.send(None)
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=10)
+        self.conn.close()
 
 
 def probe_model(
@@ -32,12 +55,14 @@ def probe_model(
     device: str,
     timeout_s: float,
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
-) -> None:
+    keep: bool = False,
+) -> ProbeChild | None:
     """Load the model and run one step in a child process; raise a one-line error if that
-    fails, exits, crashes or takes longer than `timeout_s`."""
+    fails, exits, crashes or takes longer than `timeout_s`. With `keep`, the child that passed
+    is returned, waiting to become a worker (the caller adopts or closes it)."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_child, args=(child, workload_args, mode, device), daemon=True)
+    proc: Any = ctx.Process(target=_child, args=(child, workload_args, mode, device), daemon=True)
     with main_hidden(), fd_stdout_to_stderr():
         proc.start()
     child.close()
@@ -47,7 +72,10 @@ def probe_model(
         if msg == ("started",):
             msg = _receive(parent, proc, timeout_s)
         if msg == ("ok",):
-            return
+            if not keep:
+                return None
+            kept, proc = ProbeChild(proc, parent), None
+            return kept
         if isinstance(msg, tuple) and msg[0] == "advisor_error":
             raise ModelFileError(msg[1])
         if isinstance(msg, tuple) and msg[0] == "error":
@@ -64,10 +92,11 @@ def probe_model(
             raise ModelFileError(f"{what} crashed ({name})")
         raise ModelFileError(f"{what} ended the process (exit code {code})")
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(timeout=10)
-        parent.close()
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=10)
+            parent.close()
 
 
 def _receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
@@ -93,9 +122,11 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
     import torch
 
     from advisor.candidate import Candidate
+    from advisor.global_state import global_state
     from advisor.knobs import Settings
     from advisor.workload_args import make_workload
 
+    pristine = global_state()  # before any user code: what a worker's trials start from
     conn.send(("started",))
     try:
         workload = make_workload(**workload_args)
@@ -104,9 +135,11 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
             outputs = cand.capture().outputs
         finally:
             cand.close()
+        del workload, cand
         reply: tuple[str, ...] = ("ok",)
         if not outputs:
             reply = ("error", "it returned no tensor: there is nothing to time or check")
+        del outputs
     except AdvisorError as e:  # already one line naming the problem
         reply = ("advisor_error", str(e))
     except SystemExit as e:
@@ -114,3 +147,11 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
         reply = ("error", first_line(e))
     conn.send(reply)
+    if reply != ("ok",):
+        return
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        return
+    if isinstance(msg, tuple) and msg[0] == "serve":
+        _worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]

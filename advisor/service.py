@@ -18,7 +18,9 @@ import torch
 from advisor.advice import Advice, build_advice
 from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
-from advisor.evaluators import Evaluator
+from advisor.evaluators import Evaluator, Lent
+from advisor.global_state import global_state, restore_global_state
+from advisor.isolate import IsolatedEvaluator
 from advisor.ownership import owner_id
 from advisor.per_layer import (
     LayerChoice,
@@ -51,8 +53,8 @@ def per_layer_stage(
     evaluator: Evaluator | None = None,
 ) -> tuple[list[LayerChoice], TrialResult | None]:
     """Choose conv implementations per layer under the best global settings; if that changes any
-    layer, measure the combination on the whole model (with `evaluator`, the run's own, when
-    given) and add it to the outcome's candidates.
+    layer, measure the combination on the whole model and add it to the outcome's candidates.
+    With `evaluator` (the run's own), the layer groups and the combination are measured with it.
 
     Returns the per-layer choices and the combination's result (None when nothing changed)."""
     best = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
@@ -71,6 +73,11 @@ def per_layer_stage(
                 )
             )
 
+    def make_layer_evaluator(wl: Workload) -> Evaluator:
+        if evaluator is None:
+            return make_evaluator(wl, device, space, options)
+        return Lent(evaluator, wl, home=workload)  # the run's worker measures the layers too
+
     storage = open_storage(options.storage)
     choices = choose_layer_impls(
         workload,
@@ -78,7 +85,7 @@ def per_layer_stage(
         device,
         options.mode,
         space,
-        lambda wl: make_evaluator(wl, device, space, options),
+        make_layer_evaluator,
         storage,
         outcome.study_name,
         space.min_gain,
@@ -208,10 +215,20 @@ def run_advise(
         raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
     dev = resolve_device(device)
     sp = with_tolerances(load_space(space, dev), tolerances or {})
+    probed = None
     if isolate and workload_args.get("model_file") is not None:
-        # The user's code runs here only after it ran once, isolated, under the trial limit.
-        probe_model(workload_args, mode, str(dev), trial_timeout_s)
-    workload = make_workload(**workload_args)
+        # The user's code runs here only after it ran once, isolated, under the trial limit;
+        # the child that ran it goes on as the run's worker.
+        probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
+    saved = global_state()
+    try:
+        workload = make_workload(**workload_args)
+    except BaseException:
+        if probed is not None:
+            probed.close()
+        raise
+    finally:
+        restore_global_state(saved)  # what the user's code set at import is not the caller's
     per_layer = not workload.is_layer and sp.per_layer
     plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer)
     options = SearchOptions(
@@ -232,6 +249,11 @@ def run_advise(
     # per-layer combination and the re-times: each worker start costs an interpreter, torch's
     # import and the model's set-up (about 4 s on a 2-core CPU).
     evaluator = make_evaluator(workload, dev, sp, options)
+    if probed is not None:
+        if isinstance(evaluator, IsolatedEvaluator):
+            evaluator.adopt(probed.proc, probed.conn)
+        else:
+            probed.close()
     try:
         outcome = search(workload, dev, sp, options, evaluator=evaluator)
         busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]

@@ -29,8 +29,9 @@ def cli_worker(args: argparse.Namespace) -> int:
         )
     check_workload_args(args)
     from advisor.environment import resolve_device
+    from advisor.isolate import IsolatedEvaluator
     from advisor.probe import probe_model
-    from advisor.search import SearchOptions, work
+    from advisor.search import SearchOptions, make_evaluator, work
     from advisor.sizes import check_workload_sizes
     from advisor.space import load_space, with_tolerances
     from advisor.streams import stdout_to_stderr
@@ -42,10 +43,23 @@ def cli_worker(args: argparse.Namespace) -> int:
     check_workload_sizes(device, **kwargs)
     with stdout_to_stderr():  # the user's model prints to stderr; stdout has the summary alone
         options = SearchOptions(**search_kwargs(args))
+        probed = None
         if options.isolate and kwargs.get("model_file") is not None:
-            probe_model(kwargs, options.mode, str(device), options.trial_timeout_s)
-        workload = make_workload(**kwargs)
-        s = work(workload, device, space, options)
+            probed = probe_model(kwargs, options.mode, str(device), options.trial_timeout_s,
+                                 keep=True)  # fmt: skip
+        evaluator = None
+        try:
+            workload = make_workload(**kwargs)
+            evaluator = make_evaluator(workload, device, space, options)
+            if probed is not None and isinstance(evaluator, IsolatedEvaluator):
+                evaluator.adopt(probed.proc, probed.conn)  # the probe's child: the worker
+                probed = None
+            s = work(workload, device, space, options, evaluator=evaluator)
+        finally:
+            if probed is not None:
+                probed.close()
+            if evaluator is not None:
+                evaluator.close()
     failed = f" ({s.failed_here} failed)" if s.failed_here else ""
     print(
         f"advisor worker: study {s.study_name}: evaluated {s.evaluated_here} trial(s) here"

@@ -57,12 +57,22 @@ def _key(t: optuna.trial.FrozenTrial) -> str:
     return json.dumps(t.params or t.system_attrs.get("fixed_params", {}), sort_keys=True)
 
 
+def _story(trials: list[optuna.trial.FrozenTrial]) -> str:
+    """Each trial's number, state, point, owner and times: what a failure needs to be explained."""
+    return "\n".join(
+        f"#{t.number} {t.state.name} {_key(t)} result={'result' in t.user_attrs} "
+        f"worker={t.user_attrs.get('worker', '-')} reason={t.user_attrs.get('reason', '-')} "
+        f"start={t.datetime_start} end={t.datetime_complete}"
+        for t in trials
+    )
+
+
 def _check_each_point_once(study: optuna.Study, points: int) -> int:
     """Asserts every point has exactly one result; returns how many duplicates were pruned."""
     trials = study.get_trials()
     measured = Counter(_key(t) for t in trials if "result" in t.user_attrs)
     assert len(measured) == points, "a grid point was lost"
-    assert set(measured.values()) == {1}, f"a grid point was measured twice: {measured}"
+    assert set(measured.values()) == {1}, "a grid point was measured twice:\n" + _story(trials)
     for t in trials:  # every other trial is a pruned duplicate, without a result
         if "result" not in t.user_attrs:
             assert t.state == TrialState.PRUNED, t

@@ -1,0 +1,159 @@
+"""An isolated run starts one process for the user's code: the probe's child, which ran the model
+once, goes on as the worker for the trials, the layer groups, the combination and the re-times."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+from advisor.evaluators import InProcessEvaluator, Lent
+from advisor.isolate import IsolatedEvaluator
+from advisor.knobs import Settings
+from advisor.per_layer import layer_groups
+from advisor.probe import probe_model
+from advisor.space import SearchSpace
+from advisor.workload import model_workload
+from tests.conftest import DATA
+
+CPU = torch.device("cpu")
+SPACE = str(DATA / "per_layer_cpu.yaml")
+QUICK = SearchSpace(
+    name="t", knobs={}, timing={"min_samples": 3, "max_time_s": 0.1, "warmup_s": 0.0}
+)
+# A fixed number of runs per candidate: the forwards counted tell a candidate from a reference.
+FIXED = SearchSpace(
+    name="t",
+    knobs={},
+    timing={"min_samples": 3, "max_samples": 3, "max_time_s": 60.0, "warmup_s": 0.0,
+            "warmup_runs": 1},
+)  # fmt: skip
+PID_NET = (
+    "import os, torch\nfrom torch import nn\n"
+    "torch.set_num_threads(1)  # at import: must not reach the trials\n"
+    "class Net(nn.Sequential):\n"
+    "    def forward(self, x):\n"
+    "        with open(os.environ['PID_LOG'], 'a') as f:\n"
+    "            f.write(f'{os.getpid()} {torch.get_num_threads()} {x.dtype}\\n')\n"
+    "        return super().forward(x)\n"
+    "def build_model():\n"
+    "    return Net(nn.Conv3d(4, 4, (1, 3, 3), padding=(0, 1, 1)), nn.ReLU(),\n"
+    "               nn.Conv3d(4, 4, (1, 3, 3), padding=(0, 1, 1)))\n"
+    "def example_inputs():\n    return (torch.randn(1, 4, 4, 12, 12),)\n"
+)
+
+
+@pytest.fixture
+def pid_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    path, log = tmp_path / "net.py", tmp_path / "pids.log"
+    path.write_text(PID_NET)
+    monkeypatch.setenv("PID_LOG", str(log))
+    return path, log
+
+
+def _forwards(log: Path) -> list[tuple[int, int, str]]:
+    """(pid, threads, input dtype) of each forward of the model."""
+    rows = (line.split() for line in log.read_text().splitlines())
+    return [(int(p), int(t), d) for p, t, d in rows]
+
+
+def test_every_stage_runs_in_the_probes_child(
+    pid_net: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, log = pid_net
+    started: list[int] = []
+    fresh_start = IsolatedEvaluator._start
+
+    def counted(self: IsolatedEvaluator) -> str | None:
+        started.append(1)
+        return fresh_start(self)
+
+    monkeypatch.setattr(IsolatedEvaluator, "_start", counted)
+    threads = torch.get_num_threads()
+    advice = advisor.advise(
+        model_file=str(path), mode="train", device="cpu", space=SPACE, isolate=True
+    )
+    assert torch.get_num_threads() == threads  # the file was imported here too: put back
+    assert started == [], "a fresh worker was started: the probe's child should serve the run"
+    layers = advice.layer_trials
+    assert set(layers[layers["status"] == "ok"]["impl"]) >= {"native", "unfold_gemm"}
+    forwards = _forwards(log)
+    children = {pid for pid, _, _ in forwards if pid != os.getpid()}
+    assert len(children) == 1  # the probe's step and every model trial: one child process
+    # The model's import set one thread: the probe's step and the model's own check after its
+    # import run so; the trials start from the state found before any user code ran, as a
+    # fresh worker's do.
+    threads_seen = [t for pid, t, _ in forwards if pid in children]
+    assert threads_seen[0] == 1
+    trials = threads_seen[threads_seen.index(threads) :]
+    assert len(trials) >= 10 and set(trials) == {threads}
+
+
+def test_a_kept_probe_child_serves_or_is_replaced(pid_net: tuple[Path, Path]) -> None:
+    path, _ = pid_net
+    wl = model_workload(str(path))
+    probed = probe_model({"model_file": str(path)}, "infer", "cpu", 60.0, keep=True)
+    assert probed is not None and probed.proc.is_alive()
+    ev = IsolatedEvaluator(wl.info, CPU, "infer", QUICK, timeout_s=60.0)
+    try:
+        ev.adopt(probed.proc, probed.conn)
+        assert ev(Settings()).status == "ok"
+        assert ev.pid == probed.proc.pid and ev.starts == 1
+    finally:
+        ev.close()
+    assert not probed.proc.is_alive()
+    # One that dies before it serves is replaced by a fresh worker, and the trial still runs.
+    probed = probe_model({"model_file": str(path)}, "infer", "cpu", 60.0, keep=True)
+    assert probed is not None
+    probed.proc.kill()
+    probed.proc.join()
+    ev = IsolatedEvaluator(wl.info, CPU, "infer", QUICK, timeout_s=60.0)
+    try:
+        ev.adopt(probed.proc, probed.conn)
+        assert ev(Settings()).status == "ok"
+        assert ev.pid != probed.proc.pid and ev.starts == 1
+    finally:
+        ev.close()
+    # Not adopted: closing it ends the child.
+    probed = probe_model({"model_file": str(path)}, "infer", "cpu", 60.0, keep=True)
+    assert probed is not None
+    probed.close()
+    assert probed.proc.exitcode == 0
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in process", "isolated"])
+def test_a_lent_evaluator_goes_back_to_the_model(
+    pid_net: tuple[Path, Path], isolated: bool
+) -> None:
+    """The per-layer stage borrows the run's evaluator; closing the loan switches it back to the
+    model, whose references were kept (not rebuilt), and the evaluator stays open."""
+    path, log = pid_net
+    wl = model_workload(str(path))
+    ev = (
+        IsolatedEvaluator(wl.info, CPU, "infer", FIXED, timeout_s=60.0)
+        if isolated
+        else InProcessEvaluator(wl, CPU, "infer", FIXED)
+    )
+
+    def forwards_of(settings: Settings) -> int:
+        log.unlink(missing_ok=True)
+        assert ev(settings).status == "ok"
+        return len(_forwards(log)) if log.exists() else 0
+
+    try:
+        first = forwards_of(Settings())  # the gate's fp32 reference, then the candidate
+        alone = forwards_of(Settings())  # the candidate alone
+        assert first > alone > 0
+        group = layer_groups(wl, Settings(), CPU)[0]
+        lent = Lent(ev, group.workload, home=wl)
+        log.unlink()
+        assert lent(Settings(conv_impl="unfold_gemm")).status == "ok"
+        assert not log.exists()  # a layer alone: the model's forward did not run
+        lent.close()
+        # back on the model with its references kept: the candidate's runs, no reference run
+        assert forwards_of(Settings()) == alone
+    finally:
+        ev.close()
