@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from optuna.trial import TrialState
 
 from advisor.layer_spec import layer_spec
 from advisor.search import SearchOptions, enqueue_missing, open_plan, search
+from advisor.search.point_lock import PointLocks
 from advisor.space import load_space
 from advisor.storage import open_storage
 from advisor.workload import layer_workload
@@ -76,7 +78,7 @@ def _check_each_point_once(study: optuna.Study, points: int) -> int:
     for t in trials:  # every other trial is a pruned duplicate, without a result
         if "result" not in t.user_attrs:
             assert t.state == TrialState.PRUNED, t
-            assert t.user_attrs["reason"].startswith("duplicate of trial")
+            assert t.user_attrs["reason"].startswith("duplicate")
     return sum(1 for t in trials if "result" not in t.user_attrs)
 
 
@@ -163,3 +165,45 @@ def test_workers_starting_together_on_a_fresh_database(tmp_path: Path) -> None:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_a_point_is_held_by_one_process_at_a_time(tmp_path: Path) -> None:
+    """The point locks two workers take on PostgreSQL: one holder per (study, point), released
+    by the holder or when its connection ends (a worker that dies); none on SQLite."""
+    a, b = PointLocks(open_storage(URL), "s1"), PointLocks(open_storage(URL), "s1")
+    other_study = PointLocks(open_storage(URL), "s2")
+    try:
+        assert a.active and a.hold("P")
+        assert not b.hold("P")  # another process holds it
+        assert b.hold("Q") and other_study.hold("P")  # other points, other studies: free
+        a.release("P")
+        assert b.hold("P")
+        b.release("P")
+        assert a.hold("R") and a.hold("S")
+        a.close()  # releases all it holds
+        assert b.hold("R") and b.hold("S")
+        # A process that dies holding a point: the server releases it with its connection.
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time, psycopg\n"
+             "c = psycopg.connect(sys.argv[1], autocommit=True)\n"
+             "c.execute('SELECT pg_advisory_lock(%s)', (int(sys.argv[2]),))\n"
+             "print('held', flush=True)\ntime.sleep(120)\n", URL, str(b._key("T"))],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            assert not b.hold("T")
+        finally:
+            holder.kill()
+            holder.wait()
+        for _ in range(50):  # the server notices the closed connection within moments
+            if b.hold("T"):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the dead process's point lock was never released")
+    finally:
+        for locks in (a, b, other_study):
+            locks.close()
+    sqlite = PointLocks(open_storage(f"sqlite:///{tmp_path / 's.db'}"), "s1")
+    assert not sqlite.active and sqlite.hold("P") and sqlite.hold("P")

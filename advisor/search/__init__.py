@@ -13,8 +13,9 @@ Every process that runs trials (`advisor advise`, `advisor worker`) runs the sam
 2. enqueue the grid points that have neither a result nor a WAITING/RUNNING trial, so a trial
    lost to a kill -9, a Ctrl-C or a dead worker is run again; a point whose process died
    `RETRIES + 1` times is recorded as failed instead;
-3. run WAITING trials; a trial whose point already has a lower-numbered trial (result, running or
-   waiting) is pruned as a duplicate, so racing workers never measure a point twice;
+3. run WAITING trials; a trial whose point already has a result, or a lower-numbered trial
+   running or waiting, is pruned as a duplicate, so racing workers never measure a point twice
+   (on PostgreSQL the point is also locked while it is measured: `point_lock`);
 4. while other processes hold RUNNING trials, wait for them (and for their heartbeats).
 """
 

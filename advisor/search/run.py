@@ -7,6 +7,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 import torch
@@ -25,6 +26,7 @@ from advisor.search.options import (
     SearchOutcome,
     WorkSummary,
 )
+from advisor.search.point_lock import PointLocks
 from advisor.search.study import (
     Plan,
     enqueue_missing,
@@ -91,6 +93,8 @@ def _run(
     mine = {"evaluated": 0, "failed": 0}
 
     shared = _unlocked(plan.storage)
+    locks = PointLocks(plan.storage, plan.name)
+    study_id = plan.storage.get_study_id_from_name(plan.name)
 
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", owner)
@@ -105,10 +109,32 @@ def _run(
         if settings.model_dump_json() not in allowed:
             trial.set_user_attr("reason", "excluded by a skip rule of the search space")
             raise optuna.TrialPruned()
-        for other in study.get_trials(deepcopy=False):
-            if other.number >= trial.number or trial_params(other) != params:
+        key = point_key(params)
+        if not locks.hold(key):
+            trial.set_user_attr("reason", "duplicate: another process is measuring this point")
+            raise optuna.TrialPruned()
+        try:
+            return measure(trial, params, settings, key)
+        finally:
+            locks.release(key)
+
+    def measure(
+        trial: optuna.Trial, params: dict[str, Any], settings: Settings, key: str
+    ) -> float | tuple[float, float]:
+        # Under the point's lock (PostgreSQL), what other processes committed, read directly:
+        # optuna's trial cache may not have fetched a trial another process just added.
+        others = (
+            plan.storage.get_all_trials(study_id, deepcopy=False)
+            if locks.active
+            else study.get_trials(deepcopy=False)
+        )
+        for other in others:
+            if other.number == trial.number or point_key(trial_params(other)) != key:
                 continue
-            if evaluated(other) or other.state in (TrialState.RUNNING, TrialState.WAITING):
+            lower = other.number < trial.number
+            if evaluated(other) or (
+                lower and other.state in (TrialState.RUNNING, TrialState.WAITING)
+            ):
                 trial.set_user_attr("reason", f"duplicate of trial {other.number}")
                 raise optuna.TrialPruned()
         race = None
@@ -146,6 +172,25 @@ def _run(
             )
 
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
+    try:
+        _loop(plan, space, device, objective, on_trial, deadline, shared)
+    finally:
+        locks.close()
+    return mine["evaluated"], mine["failed"]
+
+
+def _loop(
+    plan: Plan,
+    space: SearchSpace,
+    device: torch.device,
+    objective: Callable[[optuna.Trial], float | tuple[float, float]],
+    on_trial: Callable[[optuna.Study, FrozenTrial], None],
+    deadline: float,
+    shared: bool,
+) -> None:
+    """Until every point has a result (grid) or the budget is spent, waiting for other
+    processes' trials."""
+    study = plan.study
     stalled = 0
     while (remaining := deadline - time.perf_counter()) > 0 or not _default_done(plan):
         remaining = max(remaining, 1.0)  # PyTorch's default is always measured: the baseline
@@ -166,7 +211,6 @@ def _run(
         if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             break
         time.sleep(WAIT_S)  # other processes hold trials: wait for them or their heartbeats
-    return mine["evaluated"], mine["failed"]
 
 
 CLAIM_SETTLE_S = 0.1  # how long a shared-storage trial waits before checking it is its own
