@@ -114,6 +114,33 @@ def test_dead_worker_elsewhere_is_retried_after_its_heartbeat_stops(tmp_path: Pa
     assert dead.state == optuna.trial.TrialState.FAIL and "result" not in dead.user_attrs
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_trial_taken_by_a_process_killed_before_naming_itself_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill -9 between popping a waiting trial and recording the process's name (the moment
+    the kill test above stops a run, right after a result) left a RUNNING trial nobody owned and,
+    on SQLite, nothing beating: the resumed run waited for it until its budget ran out."""
+    monkeypatch.setattr("advisor.search.study.GRACE_S", 1)  # owner-less: orphaned after 2 s
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    cpu = torch.device("cpu")
+    space = load_space(GRID8, cpu)
+    workload = layer_workload(layer_spec("Conv2d(3, 4, 3)", input_shape="1,3,16,16"))
+    name = study_name_for(workload, "infer", space, current_environment(cpu), "unnamed")
+    study = optuna.create_study(study_name=name, storage=open_storage(url))
+    study.enqueue_trial({"memory_format": "channels_last", "amp": "off", "conv_impl": "native"})
+    taken = study.ask()  # popped: RUNNING, and its process "dies" before naming itself
+    start = time.monotonic()
+    advice = advisor.advise(layer="Conv2d(3, 4, 3)", input_shape="1,3,16,16", device="cpu",
+                            space=GRID8, storage=url, study_name="unnamed")  # fmt: skip
+    assert time.monotonic() - start < 60
+    assert len(advice.trials) == 8
+    study = optuna.load_study(study_name=name, storage=open_storage(url))
+    assert set(_results_per_point(study).values()) == {1} and len(_results_per_point(study)) == 8
+    dead = study.trials[taken.number]
+    assert dead.state == optuna.trial.TrialState.FAIL and "result" not in dead.user_attrs
+
+
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_resumed_study_measures_nothing_again(tmp_path: Path, kind: str) -> None:
     url = str(tmp_path / "s.log") if kind == "journal" else f"sqlite:///{tmp_path / 's.db'}"

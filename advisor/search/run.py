@@ -194,7 +194,8 @@ def _loop(
     stalled = 0
     while (remaining := deadline - time.perf_counter()) > 0 or not _default_done(plan):
         remaining = max(remaining, 1.0)  # PyTorch's default is always measured: the baseline
-        reclaim_orphans(study, has_heartbeat(plan.storage))
+        # SQLite trials run in this loop, not optuna's: they do not beat (`_optimize`).
+        reclaim_orphans(study, has_heartbeat(plan.storage) and not shared)
         fail_stale(study)
         enqueue_missing(plan, space, device)
         trials = study.get_trials(deepcopy=False)

@@ -93,7 +93,9 @@ def settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
 
 def reclaim_orphans(study: optuna.Study, heartbeats: bool) -> None:
     """Fail RUNNING trials whose process on this host died (kill -9, a crash in-process), and
-    (storages without heartbeats) RUNNING trials that never named their process for too long."""
+    (trials that do not beat) RUNNING trials that never named their process: a live process
+    names itself the moment it takes a trial, so one killed between taking and naming left it
+    (a resumed run waited for it until its budget ran out)."""
     now = datetime.now()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
@@ -101,7 +103,7 @@ def reclaim_orphans(study: optuna.Study, heartbeats: bool) -> None:
             orphan = owner_dead(owner)
         else:
             started = t.datetime_start or now
-            orphan = not heartbeats and now - started > timedelta(seconds=6 * GRACE_S)
+            orphan = not heartbeats and now - started > timedelta(seconds=2 * GRACE_S)
         if not orphan:
             continue
         with contextlib.suppress(Exception):  # another process may reclaim it first
