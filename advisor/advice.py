@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from advisor import __version__
 from advisor.config import Config, Result, Timing, atomic_write_all, output_paths
 from advisor.per_layer import LayerChoice
-from advisor.pick import Pick, pick_final
+from advisor.pick import Pick, pick_final, speedup_over
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
-from advisor.stats import Measurement, speedup
+from advisor.stats import Measurement
 from advisor.workload_info import WorkloadInfo
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def build_advice(
         pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
-    ratio, lo, hi = speedup(base.measurement, chosen.measurement)
+    ratio, lo, hi = speedup_over(base, chosen)
     result = Result(
         baseline=timing_of(base.measurement),
         tuned=timing_of(chosen.measurement),

@@ -177,7 +177,8 @@ def choose_layer_impls(
             stats["shared"] = stats.get("shared", 0) + len(before)
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
                                        make_evaluator, min_gain, deadline, stats,
-                                       space.race, elsewhere)  # fmt: skip
+                                       space.race_margin if space.race else None,
+                                       elsewhere)  # fmt: skip
             results = {name: done[(g.key, name, measured_under(settings))] for name in usable}
             for r in results.values():
                 count += 1
@@ -201,7 +202,7 @@ def _measure_group(
     min_gain: float,
     deadline: float | None,
     stats: dict[str, int],
-    race_on: bool = True,
+    race_margin: float | None = 1.5,
     elsewhere: set[tuple[str, str, str]] | None = None,
 ) -> Evaluator | None:
     """Measure the group's implementations not stored yet (native first: the others race it)."""
@@ -229,8 +230,8 @@ def _measure_group(
                 evaluator.use(g.workload)
             switched = True
             race = None
-            if race_on and leader is not None and leader.measurement is not None:
-                race = Race(leader.measurement.ci_high_ms * (1 + min_gain))
+            if race_margin is not None and leader is not None and leader.measurement is not None:
+                race = Race(leader.measurement.ci_high_ms * (1 + min_gain) * race_margin)
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             res = evaluator(
                 settings.model_copy(update={"conv_impl": name, "layers": {}}),

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from advisor.results import TrialResult
-from advisor.stats import clearly_faster, speedup
+from advisor.stats import clearly_faster, paired_speedup, speedup
 
 
 @dataclass(frozen=True)
@@ -27,30 +27,27 @@ def pick_best(
     """The fastest accepted candidate, except that one within measurement noise of a simpler one
     (fewer changes from default) loses to it. The baseline wins when nothing beats it beyond noise.
 
-    "Beyond noise" means significantly faster (Mann-Whitney U, p < 0.05) by at least `min_gain`,
-    and with a speedup interval over the baseline that lies above 1.0x (from both medians' 95%
-    CIs): a change that might be no faster than PyTorch's default is never recommended.
-    """
+    "Beyond noise" means faster by at least `min_gain` with a speedup interval over the
+    baseline that lies above 1.0x: a change that might be no faster than PyTorch's default is
+    never recommended. Candidates re-timed together are compared round by round (the median of
+    per-round ratios and its 95% CI); others by Mann-Whitney U (p < 0.05) and an interval from
+    both medians' 95% CIs."""
     accepted = [r for r in results if r.status == "ok" and r.measurement is not None]
     if baseline.status != "ok" or baseline.measurement is None:
         raise ValueError("the baseline (PyTorch's default) has no valid measurement")
     if all(r is not baseline for r in accepted):
         accepted.append(baseline)
-    unsure = [r for r in accepted if r is not baseline and _interval(r, baseline)[1] <= 1.0]
+    unsure = [r for r in accepted if r is not baseline and speedup_over(baseline, r)[1] <= 1.0]
     eligible = [r for r in accepted if all(r is not u for u in unsure)]
     fastest = min(eligible, key=lambda r: r.median_ms)
     assert fastest.measurement is not None
-    ties = [
-        r
-        for r in eligible
-        if r.measurement and not clearly_faster(fastest.measurement, r.measurement, min_gain)
-    ]
+    ties = [r for r in eligible if r.measurement and not beats(fastest, r, min_gain)]
     chosen = min(ties, key=lambda r: (complexity(r), r.median_ms))
     if chosen is fastest:
         if fastest.settings == baseline.settings:
             why = "PyTorch's default is the fastest accepted configuration"
         else:
-            ratio = baseline.median_ms / fastest.median_ms
+            ratio = speedup_over(baseline, fastest)[0]
             why = (
                 f"fastest accepted candidate ({fastest.settings.label()}), "
                 f"{ratio:.2f}x the default's speed"
@@ -72,7 +69,7 @@ def pick_best(
     faster_unsure = [r for r in unsure if r.median_ms < chosen.median_ms]
     if faster_unsure:
         best = min(faster_unsure, key=lambda r: r.median_ms)
-        ratio, lo, hi = _interval(best, baseline)
+        ratio, lo, hi = speedup_over(baseline, best)
         why += (
             f"; {best.settings.label()} measured {ratio:.2f}x [{lo:.2f}, {hi:.2f}] the default's "
             "speed, an interval that includes 1.0x: not recommended"
@@ -93,9 +90,32 @@ def pick_final(
     return pick_best(results, baseline, min_gain)
 
 
-def _interval(r: TrialResult, baseline: TrialResult) -> tuple[float, float, float]:
+def paired(a: TrialResult, b: TrialResult) -> bool:
+    """Both were measured in the same interleaved re-time (an outcome keeps only the latest
+    re-time's results marked `retimed`), so their samples pair up round by round."""
+    if not (a.retimed and b.retimed) or a.measurement is None or b.measurement is None:
+        return False
+    n = len(a.measurement.samples_ms)
+    return n >= 5 and n == len(b.measurement.samples_ms)
+
+
+def speedup_over(baseline: TrialResult, r: TrialResult) -> tuple[float, float, float]:
+    """`r`'s speedup over `baseline` with its 95% interval: paired by round when both come from
+    one interleaved re-time (`stats.paired_speedup`), else from the two medians' CIs."""
     assert r.measurement is not None and baseline.measurement is not None
+    if paired(baseline, r):
+        return paired_speedup(baseline.measurement, r.measurement)
     return speedup(baseline.measurement, r.measurement)
+
+
+def beats(fast: TrialResult, slow: TrialResult, min_gain: float = 0.02) -> bool:
+    """`fast` beats `slow` beyond noise, by at least `min_gain`: paired by round when both come
+    from one interleaved re-time (interval above 1.0x), else a Mann-Whitney test."""
+    assert fast.measurement is not None and slow.measurement is not None
+    if paired(fast, slow):
+        ratio, lo, _ = paired_speedup(slow.measurement, fast.measurement)
+        return lo > 1.0 and ratio >= 1 + min_gain
+    return clearly_faster(fast.measurement, slow.measurement, min_gain)
 
 
 def pareto_front(results: list[TrialResult]) -> list[TrialResult]:

@@ -116,12 +116,12 @@ def failure_kind(status: str, reason: str) -> str:
 
 
 def _speedup_text(base: TrialResult, x: TrialResult) -> str:
-    """Ratio to the default with its conservative interval; '-' without a timing."""
-    from advisor.stats import speedup
+    """Ratio to the default with the interval the pick uses; '-' without a timing."""
+    from advisor.pick import speedup_over
 
     if base.measurement is None or x.measurement is None:
         return "-"
-    ratio, lo, hi = speedup(base.measurement, x.measurement)
+    ratio, lo, hi = speedup_over(base, x)
     return f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 

@@ -132,6 +132,17 @@ class SearchSpace(BaseModel):
         description="stop sampling a candidate once a sign test shows it slower than the best "
         "(it is then not gated); false: every candidate measured and gated in full",
     )
+    race_margin: float = Field(
+        1.5,
+        ge=1.0,
+        description="a candidate is stopped only when slower than the best by this factor (and "
+        "min_gain): its first samples after warm-up can be this much slower than its steady state",
+    )
+
+    def race_limit_ms(self, leader_ci_high_ms: float) -> float:
+        """Where racing stops a candidate: the best accepted candidate's CI upper end, plus
+        `min_gain`, times `race_margin`."""
+        return leader_ci_high_ms * (1 + self.min_gain) * self.race_margin
 
     @field_validator("knobs")
     @classmethod

@@ -5,6 +5,7 @@ candidate that cannot win. Pure Python on lists of milliseconds (no torch), so e
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ __all__ = [
     "median_ci",
     "quantile",
     "sign_test_p",
+    "paired_speedup",
     "speedup",
 ]
 
@@ -140,6 +142,21 @@ def clearly_faster(fast: Measurement, slow: Measurement, min_gain: float = 0.02)
     return mann_whitney_p(fast.samples_ms, slow.samples_ms) < 0.05
 
 
+def paired_speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
+    """For samples taken in the same rounds of one interleaved re-time (sample i of each in
+    round i, `timing.sample_interleaved`): the median of the per-round ratios baseline_i /
+    tuned_i, with its order-statistic 95% CI. Drift that hits a whole round (other load, clock
+    changes, a process that is slower throughout) cancels in that round's ratio, so a steady 6%
+    win is decided where the unpaired interval, built from the two CIs' opposite ends, spans 1.0x.
+    Raises ValueError when the samples cannot be paired."""
+    b, t = baseline.samples_ms, tuned.samples_ms
+    if len(b) != len(t) or len(b) < 5 or min(t) <= 0:
+        raise ValueError("paired samples need equal counts of at least 5, all positive")
+    ratios = sorted(x / y for x, y in zip(b, t, strict=True))
+    lo, hi = median_ci(ratios)
+    return statistics.median(ratios), lo, hi
+
+
 def speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
     """Baseline/tuned medians, with a conservative interval from the two CIs."""
     return (
@@ -166,6 +183,14 @@ class Race:
     (on a CPU there is no queue to fill), so such a run is above the limit with probability at
     most 1/2 under the same hypothesis. A candidate 2x slower than the best stops after its two
     warm-up runs and three samples.
+
+    The argument needs steady-state samples, and a candidate's first samples after its warm-up
+    are not always: on the 2-core AVX2 CPU, channels_last on a ReLU/BatchNorm block measured
+    1.05-1.45x *slower* than the default in its first samples and 1.08x *faster* once re-timed,
+    and a limit at the best's CI end stopped it in 2 of 4 runs (the default was then recommended
+    over a real win). The search therefore sets the limit `race_margin` (1.5 in the bundled
+    spaces) times higher (`SearchSpace.race_limit_ms`): racing still stops what it was built for
+    (bf16 on a CPU without bf16 units, 3-20x slower).
     """
 
     limit_ms: float

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from advisor.knobs import Settings
 from advisor.pick import pick_best, pick_final
 from advisor.results import TrialResult
-from advisor.stats import Measurement, clearly_faster, speedup
+from advisor.stats import Measurement, clearly_faster, paired_speedup, speedup
 
 
 def _r(settings: Settings, samples: list[float], retimed: bool = False) -> TrialResult:
@@ -64,3 +66,40 @@ def test_the_final_pick_is_made_among_the_re_timed_finalists_only() -> None:
     # without a re-time, every measured candidate competes
     plain = [r.model_copy(update={"retimed": False}) for r in (base, cl)]
     assert pick_final([*plain, stale], plain[0]).chosen is stale
+
+
+def _drifting(n: int, seed: int) -> list[float]:
+    """A step time that wanders from round to round (load, clocks): 8-14 ms."""
+    rng = random.Random(seed)
+    return [10.0 * (1 + 0.4 * rng.random()) * (0.8 + 0.2 * (i % 3)) for i in range(n)]
+
+
+def test_finalists_retimed_together_are_compared_round_by_round() -> None:
+    """A steady 6% win under drift: the unpaired interval (two CIs' opposite ends) spans 1.0x,
+    the per-round ratios do not. Re-timed together, it is recommended; the same samples from
+    separate trials are not."""
+    drift = _drifting(40, 3)
+    rng = random.Random(4)
+    faster = [x / 1.06 * (1 + rng.uniform(-0.01, 0.01)) for x in drift]
+    base, cl = Settings(), Settings(memory_format="channels_last")
+    for retimed, expected in ((True, cl), (False, base)):
+        b, c = _r(base, drift, retimed), _r(cl, faster, retimed)
+        lo_unpaired = speedup(b.measurement, c.measurement)[1]
+        assert lo_unpaired < 1.0
+        pick = pick_final([b, c], b)
+        assert pick.chosen.settings == expected, pick.why
+    ratio, lo, hi = paired_speedup(b.measurement, c.measurement)
+    assert 1.04 < lo < ratio < hi < 1.08 and ratio == pytest.approx(1.06, abs=0.01)
+
+
+def test_no_difference_stays_no_difference_when_paired() -> None:
+    """Paired, a change that is as fast as the default is not recommended: its per-round ratios
+    straddle 1.0x; and a 1% win stays under `min_gain`."""
+    drift = _drifting(40, 5)
+    rng = random.Random(6)
+    for gain in (1.0, 1.01):
+        same = [x / gain * (1 + rng.uniform(-0.03, 0.03)) for x in drift]
+        b, c = _r(Settings(), drift, True), _r(Settings(memory_format="channels_last"), same, True)
+        assert pick_final([b, c], b).chosen is b
+    with pytest.raises(ValueError):
+        paired_speedup(Measurement(samples_ms=drift), Measurement(samples_ms=drift[:10]))

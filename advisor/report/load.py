@@ -255,8 +255,7 @@ def _summary_from_config(cfg: Config) -> Summary | None:
 def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summary | None:
     """What the search would have recommended from these trials (same pick rule as `advise`,
     with the search space's `min_gain`)."""
-    from advisor.pick import pick_final
-    from advisor.stats import speedup
+    from advisor.pick import pick_final, speedup_over
 
     base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:
@@ -264,7 +263,7 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
     pick = pick_final(results, base, min_gain)
     chosen = pick.chosen
     assert chosen.measurement is not None
-    ratio, lo, hi = speedup(base.measurement, chosen.measurement)
+    ratio, lo, hi = speedup_over(base, chosen)
     bm, cm = base.measurement, chosen.measurement
     return Summary(
         baseline_label=base.settings.label(),

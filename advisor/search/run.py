@@ -141,7 +141,7 @@ def _run(
         if space.race and not plan.multi and settings != default:
             leader = _best_accepted(study, options.max_memory_mb, default)
             if leader is not None and leader.measurement is not None:
-                race = Race(leader.measurement.ci_high_ms * (1 + space.min_gain))
+                race = Race(space.race_limit_ms(leader.measurement.ci_high_ms))
         raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
