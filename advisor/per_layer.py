@@ -176,8 +176,8 @@ def choose_layer_impls(
             before = {(g.key, n, measured_under(settings)) for n in usable} & elsewhere
             stats["shared"] = stats.get("shared", 0) + len(before)
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
-                                       make_evaluator, min_gain, deadline, stats,
-                                       space.race_margin if space.race else None,
+                                       make_evaluator, deadline, stats,
+                                       space.race_limit_ms if space.race else None,
                                        elsewhere)  # fmt: skip
             results = {name: done[(g.key, name, measured_under(settings))] for name in usable}
             for r in results.values():
@@ -199,10 +199,9 @@ def _measure_group(
     done: dict[tuple[str, str, str], TrialResult],
     evaluator: Evaluator | None,
     make_evaluator: Callable[[Workload], Evaluator],
-    min_gain: float,
     deadline: float | None,
     stats: dict[str, int],
-    race_margin: float | None = 1.5,
+    race_limit: Callable[[float], float] | None = None,
     elsewhere: set[tuple[str, str, str]] | None = None,
 ) -> Evaluator | None:
     """Measure the group's implementations not stored yet (native first: the others race it)."""
@@ -230,8 +229,8 @@ def _measure_group(
                 evaluator.use(g.workload)
             switched = True
             race = None
-            if race_margin is not None and leader is not None and leader.measurement is not None:
-                race = Race(leader.measurement.ci_high_ms * (1 + min_gain) * race_margin)
+            if race_limit is not None and leader is not None and leader.measurement is not None:
+                race = Race(race_limit(leader.measurement.ci_high_ms))
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             res = evaluator(
                 settings.model_copy(update={"conv_impl": name, "layers": {}}),

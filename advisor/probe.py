@@ -25,10 +25,16 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
-from advisor.isolate import STARTUP_TIMEOUT_S, _worker_main, die_with_parent, main_hidden
+from advisor.isolate import (
+    STARTUP_TIMEOUT_S,
+    IsolatedEvaluator,
+    _worker_main,
+    die_with_parent,
+    main_hidden,
+)
 from advisor.streams import fd_stdout_to_stderr
 
-__all__ = ["ProbeChild", "probe_model"]
+__all__ = ["ProbeChild", "hand_over", "probe_model"]
 
 
 @dataclass
@@ -47,6 +53,17 @@ class ProbeChild:
             self.proc.kill()
             self.proc.join(timeout=10)
         self.conn.close()
+
+
+def hand_over(probed: ProbeChild | None, evaluator: object) -> None:
+    """Give the probe's child to the run's evaluator: an isolated one adopts it as its first
+    worker; any other has no use for it, and it is ended."""
+    if probed is None:
+        return
+    if isinstance(evaluator, IsolatedEvaluator):
+        evaluator.adopt(probed.proc, probed.conn)
+    else:
+        probed.close()
 
 
 def probe_model(

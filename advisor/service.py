@@ -20,7 +20,6 @@ from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
 from advisor.evaluators import Evaluator, Lent
 from advisor.global_state import global_state, restore_global_state
-from advisor.isolate import IsolatedEvaluator
 from advisor.ownership import owner_id
 from advisor.per_layer import (
     LayerChoice,
@@ -28,7 +27,7 @@ from advisor.per_layer import (
     layers_map,
 )
 from advisor.pick import pick_final
-from advisor.probe import probe_model
+from advisor.probe import hand_over, probe_model
 from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
@@ -249,11 +248,7 @@ def run_advise(
     # per-layer combination and the re-times: each worker start costs an interpreter, torch's
     # import and the model's set-up (about 4 s on a 2-core CPU).
     evaluator = make_evaluator(workload, dev, sp, options)
-    if probed is not None:
-        if isinstance(evaluator, IsolatedEvaluator):
-            evaluator.adopt(probed.proc, probed.conn)
-        else:
-            probed.close()
+    hand_over(probed, evaluator)
     try:
         outcome = search(workload, dev, sp, options, evaluator=evaluator)
         busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]

@@ -29,8 +29,7 @@ def cli_worker(args: argparse.Namespace) -> int:
         )
     check_workload_args(args)
     from advisor.environment import resolve_device
-    from advisor.isolate import IsolatedEvaluator
-    from advisor.probe import probe_model
+    from advisor.probe import hand_over, probe_model
     from advisor.search import SearchOptions, make_evaluator, work
     from advisor.sizes import check_workload_sizes
     from advisor.space import load_space, with_tolerances
@@ -51,9 +50,8 @@ def cli_worker(args: argparse.Namespace) -> int:
         try:
             workload = make_workload(**kwargs)
             evaluator = make_evaluator(workload, device, space, options)
-            if probed is not None and isinstance(evaluator, IsolatedEvaluator):
-                evaluator.adopt(probed.proc, probed.conn)  # the probe's child: the worker
-                probed = None
+            hand_over(probed, evaluator)  # the probe's child: the worker
+            probed = None
             s = work(workload, device, space, options, evaluator=evaluator)
         finally:
             if probed is not None:

@@ -26,10 +26,14 @@ class PointLocks:
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
         engine = getattr(storage, "engine", None)
-        self.active = engine is not None and engine.dialect.name == "postgresql"
-        self._engine: Any = engine if self.active else None
+        postgres = engine is not None and engine.dialect.name == "postgresql"
+        self._engine: Any = engine if postgres else None
         self._conn: Any = None
         self._study = study_name
+
+    @property
+    def active(self) -> bool:
+        return self._engine is not None
 
     def _key(self, point: str) -> int:
         digest = hashlib.sha256(f"{self._study}\0{point}".encode()).digest()
