@@ -27,6 +27,7 @@ from advisor.search.options import (
     WorkSummary,
 )
 from advisor.search.point_lock import PointLocks
+from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
     Plan,
     enqueue_missing,
@@ -95,15 +96,15 @@ def _run(
     shared = _unlocked(plan.storage)
     locks = PointLocks(plan.storage, plan.name)
     study_id = plan.storage.get_study_id_from_name(plan.name)
+    claims = TrialClaims(plan.storage, study_id, owner) if shared else None
 
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
-        trial.set_user_attr("worker", owner)
-        if shared:
-            # SQLite cannot lock a row: two processes may pop the same waiting trial. The last
-            # to name itself owns it; the other leaves it alone (and does not tell it).
-            time.sleep(CLAIM_SETTLE_S)
-            if trial.user_attrs.get("worker") != owner:
-                raise _NotMine
+        if claims is None:
+            trial.set_user_attr("worker", owner)
+        elif not claims.claim(trial):
+            # SQLite cannot lock a row: two processes may pop the same waiting trial. The first
+            # to claim it owns it; the other leaves it alone (and does not tell it).
+            raise _NotMine
         params = {k: trial.suggest_categorical(k, v) for k, v in varying.items()}
         settings = settings_from(params, fixed)
         if settings.model_dump_json() not in allowed:
@@ -214,17 +215,19 @@ def _loop(
         time.sleep(WAIT_S)  # other processes hold trials: wait for them or their heartbeats
 
 
-CLAIM_SETTLE_S = 0.1  # how long a shared-storage trial waits before checking it is its own
-
-
 class _NotMine(Exception):
     """Another process popped the same waiting trial and owns it."""
 
 
 def _unlocked(storage: optuna.storages.BaseStorage) -> bool:
-    """A storage whose rows cannot be locked (SQLite): popping a waiting trial can race."""
+    """A storage whose rows cannot be locked (a SQLite file): popping a waiting trial can race.
+    (An in-memory SQLite database belongs to one process: nothing to race with.)"""
     engine = getattr(storage, "engine", None)
-    return engine is not None and engine.dialect.name == "sqlite"
+    return (
+        engine is not None
+        and engine.dialect.name == "sqlite"
+        and engine.url.database not in (None, "", ":memory:")
+    )
 
 
 def _optimize_with_optuna(

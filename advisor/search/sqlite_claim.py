@@ -1,0 +1,57 @@
+"""On SQLite, a popped trial belongs to exactly one process: the claim is made under a file lock.
+
+SQLite has no row locks (optuna's `SELECT ... FOR UPDATE` is a no-op there), so two processes can
+pop the same waiting trial. Each then names itself its owner; without a lock the check "am I the
+owner?" reads back what the process just wrote (optuna's `Trial.user_attrs` is its local copy), so
+both measured the trial and the second to finish failed on telling a finished trial (seen in CI
+on a loaded 2-core machine). Here the owner is read from the database and written under an
+exclusive `flock` on a file beside the database: the first claim wins, the second sees it.
+(SQLite databases are local files, so every process that shares one is on this host.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+
+__all__ = ["TrialClaims"]
+
+
+class TrialClaims:
+    """Exclusive claims of trials of one SQLite-stored study by one owner."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_id: int, owner: str) -> None:
+        engine = getattr(storage, "engine", None)
+        database = engine.url.database if engine is not None else None
+        if not database or database == ":memory:":
+            raise ValueError("trial claims need a SQLite database file")
+        self._lock_path = (
+            Path(database).expanduser().resolve().with_name(Path(database).name + ".claims.lock")
+        )
+        self._storage, self._study_id, self._owner = storage, study_id, owner
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self._lock_path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def claim(self, trial: optuna.Trial) -> bool:
+        """Name this owner the trial's owner unless another process did first: True when it is
+        this process's trial now."""
+        storage = self._storage
+        trial_id = storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
+        with self._locked():
+            # An unfinished trial is read from the database, not from optuna's cache.
+            owner = storage.get_trial(trial_id).user_attrs.get("worker")
+            if owner not in (None, self._owner):
+                return False
+            trial.set_user_attr("worker", self._owner)
+        return True
