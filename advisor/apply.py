@@ -19,6 +19,7 @@ from torch import nn
 from advisor import impls
 from advisor.allocator import settle_cpu_allocator
 from advisor.config import Config, load_config
+from advisor.device_ops import autocast_type, cuda_ops, placement
 from advisor.environment import current_environment, resolve_device
 from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, memory_format_for
@@ -60,7 +61,7 @@ class Tuned:
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+        return torch.autocast(device_type=autocast_type(self.device), dtype=self.amp_dtype)
 
     def inputs(self, *xs: Any) -> tuple[Any, ...]:
         """Inputs moved to the device in the chosen memory format (other values untouched)."""
@@ -82,7 +83,7 @@ class Tuned:
 def _to_format(x: Any, device: torch.device, memory_format: str) -> Any:
     if not torch.is_tensor(x):
         return x
-    x = x.to(device)
+    x = x.to(placement(device))
     fmt = memory_format_for(x.dim(), memory_format)
     return x.contiguous(memory_format=fmt) if fmt is not None else x
 
@@ -185,7 +186,7 @@ def apply_settings(
     used = plan_layers(model, settings, dev, warn=warn)
     if dev.type == "cpu":
         settle_cpu_allocator()  # the malloc state every candidate was measured in
-    model.to(dev)
+    model.to(placement(dev))
     fmt_ndim = _model_ndim(model)
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None
     if fmt is not None:
@@ -195,7 +196,7 @@ def apply_settings(
     flags.apply(settings)
     scaler = None
     if training and settings.amp == "fp16":
-        scaler = torch.amp.GradScaler(dev.type)
+        scaler = torch.amp.GradScaler(autocast_type(dev))
     return Tuned(model, settings, dev, flags, used, scaler)
 
 
@@ -236,7 +237,7 @@ def apply(
     tuned on another machine or library versions.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
-    if device is None and cfg.environment.device_type == "cuda" and not torch.cuda.is_available():
+    if device is None and cfg.environment.device_type == "cuda" and not cuda_ops().is_available():
         warnings.warn(
             "config was tuned on CUDA, which is not available here: applying on CPU",
             AdvisorWarning,

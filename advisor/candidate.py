@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from advisor.apply import Tuned, apply_settings
+from advisor.device_ops import cuda_ops, placement
 from advisor.impls import conv_modules
 from advisor.knobs import Settings, memory_format_for
 from advisor.workload import Workload
@@ -140,7 +141,9 @@ class Candidate:
             prepared = self.tuned.inputs(*inputs)
         else:  # a layer inside a network: its input arrives in the layout recorded there
             prepared = tuple(
-                to_layout(x.to(device), workload.input_layout) if torch.is_tensor(x) else x
+                to_layout(x.to(placement(device)), workload.input_layout)
+                if torch.is_tensor(x)
+                else x
                 for x in inputs
             )
         if mode == "train":
@@ -170,7 +173,7 @@ class Candidate:
             gen = torch.Generator().manual_seed(self.seed + 1)
             self._grad_outputs = [
                 (torch.randn(o.shape, generator=gen, dtype=torch.float64) / max(o.numel(), 1)).to(
-                    self.device, acc_dtype(o)
+                    o.device, acc_dtype(o)
                 )
                 for o in outs
             ]
@@ -292,4 +295,4 @@ class Candidate:
             # collection. On CPU reference counting frees the tensors, and a full collection in
             # a process with optuna loaded costs ~0.4 s per candidate.
             gc.collect()
-            torch.cuda.empty_cache()
+            cuda_ops().empty_cache()

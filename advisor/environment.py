@@ -13,23 +13,25 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from advisor.device_ops import cuda_ops
 from advisor.errors import DeviceError
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """'auto' (or None) -> CUDA when available, else CPU; anything else must exist here."""
     if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if cuda_ops().is_available() else "cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda[:N]") from None
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
+        ops = cuda_ops()
+        if not ops.is_available():
             raise DeviceError(f"device {device!r} asked for, but CUDA is not available here")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
+        if dev.index is not None and dev.index >= ops.device_count():
             raise DeviceError(
-                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s)"
+                f"device {device!r} does not exist: {ops.device_count()} CUDA device(s)"
             )
     elif dev.type != "cpu":
         raise DeviceError(f"unsupported device {device!r}; use auto, cpu or cuda[:N]")
@@ -156,11 +158,11 @@ def _environment(device_type: str, index: int) -> Environment:
         "platform": f"{platform.system()} {platform.machine()}",
     }
     if device_type == "cuda":
-        props = torch.cuda.get_device_properties(index)
+        props = cuda_ops().properties(index)
         fields["device_name"] = props.name
         fields["capability"] = f"{props.major}.{props.minor}"
         fields["device_memory_gb"] = round(props.total_memory / 2**30, 1)
-        cudnn = torch.backends.cudnn.version()
+        cudnn = cuda_ops().cudnn_version()
         fields["cudnn"] = str(cudnn) if cudnn else None
         fields["driver"] = _nvidia_driver()
     else:
@@ -178,7 +180,7 @@ def _fingerprint(fields: Mapping[str, object]) -> str:
 
 def current_environment(device: str | torch.device | None = "auto") -> Environment:
     dev = resolve_device(device)
-    index = (dev.index or torch.cuda.current_device()) if dev.type == "cuda" else 0
+    index = cuda_ops().index_of(dev) if dev.type == "cuda" else 0
     return _environment(dev.type, index)
 
 
@@ -187,11 +189,11 @@ def memory_limit(device: str | torch.device) -> tuple[int, str] | None:
     on a CPU, the device's total memory on CUDA; None where it cannot be read."""
     dev = torch.device(device)
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
+        ops = cuda_ops()
+        if not ops.is_available():
             return None
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        total = torch.cuda.get_device_properties(index).total_memory
-        return int(total), f"memory of {torch.cuda.get_device_name(index)}"
+        props = ops.properties(ops.index_of(dev))
+        return int(props.total_memory), f"memory of {props.name}"
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, OSError, ValueError):

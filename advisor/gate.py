@@ -36,6 +36,7 @@ import torch
 from advisor import impls
 from advisor.candidate import Candidate, Captured, ConvInput, Mode, to_layout
 from advisor.check import global_rel_error, max_rel_error, rel_error
+from advisor.device_ops import autocast_type, placement
 from advisor.knobs import Settings, precision_of
 from advisor.space import SearchSpace
 from advisor.workload import Workload
@@ -278,7 +279,7 @@ class Gate:
         need_x = train and c.requires_grad
         gen = torch.Generator().manual_seed(self.seed + 17)
         x = torch.randn(c.shape, generator=gen, dtype=torch.float32).to(c.dtype)
-        xd = to_layout(x.to(self.device), c.layout).requires_grad_(need_x)
+        xd = to_layout(x.to(placement(self.device)), c.layout).requires_grad_(need_x)
         params = {
             n: p for n, p in c.module.named_parameters(recurse=False) if train and p.requires_grad
         }
@@ -289,7 +290,7 @@ class Gate:
         if train:
             g = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype)
             wrt = [xd] if need_x else []
-            grads = torch.autograd.grad(out, [*wrt, *params.values()], g.to(self.device))
+            grads = torch.autograd.grad(out, [*wrt, *params.values()], g.to(out.device))
             if need_x:
                 got["input gradient"] = grads[0]
             for n, gr in zip(params, grads[len(wrt) :], strict=True):
@@ -321,14 +322,15 @@ class Gate:
         if hit is not None:
             return hit
         ref_mod = impls.swap(copy.deepcopy(c.module), "native").to(torch.float64)
-        x64 = x.to(self.device, torch.float64).requires_grad_(need_x)
-        with torch.autocast(self.device.type, enabled=False), torch.set_grad_enabled(g is not None):
+        x64 = x.to(placement(self.device), torch.float64).requires_grad_(need_x)
+        autocast_off = torch.autocast(autocast_type(self.device), enabled=False)
+        with autocast_off, torch.set_grad_enabled(g is not None):
             out = ref_mod(x64)
         ref = {"output": out.detach()}
         if g is not None:
             named = dict(ref_mod.named_parameters(recurse=False))
             wrt = ([x64] if need_x else []) + [named[n] for n in params]
-            grads = torch.autograd.grad(out, wrt, g.to(self.device, torch.float64))
+            grads = torch.autograd.grad(out, wrt, g.to(out.device, torch.float64))
             if need_x:
                 ref["input gradient"] = grads[0]
             for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):

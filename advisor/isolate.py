@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from advisor.candidate import Mode
+from advisor.device_ops import cuda_ops
 from advisor.errors import first_line
 from advisor.global_state import global_state, restore_global_state
 from advisor.knobs import Settings, precision_of
@@ -134,7 +135,9 @@ def _worker_main(
         dev = torch.device(device)
         if dev.type == "cuda":
             # Events, streams and Triton launches use the current device: make it this one.
-            torch.cuda.set_device(dev)
+            # (`set_device` needs an index: a bare "cuda", what --device cuda and auto give,
+            # is the current device.)
+            cuda_ops().make_current(dev)
         space = SearchSpace.model_validate_json(space_json)
         workload = workload_from_info(json.loads(info_json))
         restore_global_state(pristine)  # the references too start from it, as the trials do

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor.device_ops import cuda_ops
+
 MemoryFormat = Literal["contiguous", "channels_last"]
 Tf32 = Literal["off", "conv", "on"]
 Amp = Literal["off", "fp16", "bf16"]
@@ -117,7 +119,7 @@ KNOBS: dict[str, Knob] = {
 def amp_why_not(amp: str, device: torch.device) -> str | None:
     """Where an autocast dtype cannot run. fp16 runs on a CPU too (slowly; the built-in cpu space
     leaves it out, a space that lists it gets it, with its GradScaler, as on a GPU)."""
-    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if amp == "bf16" and device.type == "cuda" and not cuda_ops().bf16_supported():
         return "this GPU has no bf16 support"
     return None
 

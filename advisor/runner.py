@@ -16,6 +16,7 @@ import torch
 
 from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.candidate import Candidate, Captured, Mode, flatten_tensors
+from advisor.device_ops import cuda_ops
 from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
@@ -54,7 +55,7 @@ def _peak_rss_mb() -> float:
 def _peak_growth_mb(device: torch.device, rss0: float, mem0: int) -> float:
     """Peak memory since the trial started: CUDA allocations on a GPU, resident memory on CPU."""
     if device.type == "cuda":
-        return (torch.cuda.max_memory_allocated(device) - mem0) / 2**20
+        return (cuda_ops().max_memory_allocated(device) - mem0) / 2**20
     return max(0.0, _peak_rss_mb() - rss0)
 
 
@@ -111,8 +112,8 @@ def evaluate(
     rss0 = _peak_rss_mb()
     mem0 = 0
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        mem0 = torch.cuda.memory_allocated(device)
+        cuda_ops().reset_peak_memory(device)
+        mem0 = cuda_ops().memory_allocated(device)
     peak = 0.0
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from advisor.device_ops import cuda_ops, placement
 from advisor.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
@@ -28,7 +29,7 @@ Clock = Callable[[], float]
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        cuda_ops().synchronize(device)
 
 
 def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -36,7 +37,7 @@ def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]
     launches use the current device, so with `--device cuda:1` and nothing set they would time
     (and run on) device 0."""
     if device.type == "cuda":
-        return torch.cuda.device(device)
+        return cuda_ops().guard(device)
     return contextlib.nullcontext()
 
 
@@ -80,8 +81,11 @@ class _L2Flusher:
     """Writes a buffer larger than L2 so a per-layer sample does not start from a warm cache."""
 
     def __init__(self, device: torch.device) -> None:
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-        self._buf = torch.empty(max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=device)
+        ops = cuda_ops()
+        l2 = getattr(ops.properties(ops.index_of(device)), "L2_cache_size", 50 * 2**20)
+        self._buf = torch.empty(
+            max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=placement(device)
+        )
 
     def __call__(self) -> None:
         self._buf.zero_()
@@ -127,8 +131,7 @@ class Sampler:
         if self.flush is not None:
             self.flush()
         if self.use_events:
-            ev0 = torch.cuda.Event(enable_timing=True)
-            ev1 = torch.cuda.Event(enable_timing=True)
+            ev0, ev1 = cuda_ops().event(), cuda_ops().event()
             if self.queue_ahead:
                 _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
             ev0.record()
@@ -195,9 +198,10 @@ def sample_interleaved(
 
 def _hold_gpu(device: torch.device, ms: float) -> None:
     """Keep the current stream busy for about `ms` (capped at 20 ms) with a spin kernel."""
-    props = torch.cuda.get_device_properties(device)
+    ops = cuda_ops()
+    props = ops.properties(ops.index_of(device))
     khz = getattr(props, "clock_rate", 0) or 1_500_000  # cycles per ms
-    torch.cuda._sleep(int(min(ms, 20.0) * khz))
+    ops.sleep(int(min(ms, 20.0) * khz))
 
 
 def measure(

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from advisor.device_ops import placement
 from advisor.errors import ModelFileError, SpecError, first_line
 from advisor.layer_spec import DTYPES, LayerSpec, layer_spec, spec_from_module
 from advisor.model_file import (
@@ -118,7 +119,7 @@ class Workload:
         example = self.shape_cases[case]
 
         def fresh(x: Any) -> Any:
-            return fresh_like(x, gen).to(device) if torch.is_tensor(x) else x
+            return fresh_like(x, gen).to(placement(device)) if torch.is_tensor(x) else x
 
         args = tuple(fresh(x) for x in example.inputs)  # positional first: the draw order
         return args, {k: fresh(v) for k, v in example.kwargs.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "advisor"))
 
 DATA = Path(__file__).parent / "data"
 FAST_SPACE = str(DATA / "fast_cpu.yaml")
+CUDA_STANDIN = "tests.standins.cuda_on_cpu:CudaOnCpu"
 
 
 def _postgres_up() -> bool:
@@ -59,3 +61,21 @@ def run_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@pytest.fixture
+def cuda_standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The advisor talks to the CPU stand-in for CUDA (tests/standins/cuda_on_cpu.py), here and
+    in the workers it spawns; yields the stand-in's call log. Proves control flow, not speed."""
+    from advisor.device_ops import cuda_ops
+    from advisor.environment import _environment
+
+    log = tmp_path / "standin.log"
+    monkeypatch.setenv("ADVISOR_DEVICE_OPS", CUDA_STANDIN)
+    monkeypatch.setenv("ADVISOR_STANDIN_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", run_env()["PYTHONPATH"])  # workers import tests.standins
+    cuda_ops.cache_clear()
+    _environment.cache_clear()
+    yield log
+    cuda_ops.cache_clear()
+    _environment.cache_clear()

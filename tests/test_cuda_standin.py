@@ -1,0 +1,79 @@
+"""The advisor's CUDA branches, driven on a CPU through a stand-in for the CUDA calls
+(tests/standins/cuda_on_cpu.py). These tests prove control flow, not speed: every timing here is
+the host clock of a CPU pretending to be a GPU, and nothing in them says how fast anything is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.config import load_config
+from advisor.device_ops import CudaOps, cuda_ops
+from advisor.environment import resolve_device
+from tests.conftest import DATA
+from tests.hostile._cli import advisor_cli
+
+SPACE = str(DATA / "cuda_standin.yaml")
+
+
+def _log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_worker_makes_an_index_less_cuda_device_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real CudaOps over the real torch.cuda.set_device: only the C call at its end is
+    # replaced (this torch has no CUDA). A bare "cuda" (what --device cuda and auto give) was
+    # passed to set_device as it was, which raises before any CUDA call.
+    calls: list[int] = []
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", calls.append, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    ops = CudaOps()
+    with pytest.raises(ValueError, match="specified index"):
+        ops.set_device(torch.device("cuda"))
+    ops.make_current(torch.device("cuda"))
+    ops.make_current(torch.device("cuda:0"))
+    assert calls == [0, 0]
+
+
+@pytest.mark.usefixtures("cuda_standin")
+def test_the_stand_in_keeps_the_real_calls_contracts() -> None:
+    ops = cuda_ops()
+    assert resolve_device("auto") == torch.device("cuda")  # CUDA "available" here
+    with pytest.raises(ValueError, match="specified index"):
+        ops.set_device(torch.device("cuda"))
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        ops.set_device(torch.device("cuda:3"))
+    with ops.guard(torch.device("cuda")):  # torch.cuda.device takes an index-less device
+        assert ops.current_device() == 0
+    start, end = ops.event(), ops.event()
+    with pytest.raises(RuntimeError, match="recorded"):
+        start.elapsed_time(end)
+    start.record()
+    end.record()
+    assert start.elapsed_time(end) >= 0.0
+
+
+@pytest.mark.slow
+def test_advise_on_cuda_runs_isolated_through_the_cuda_paths(
+    cuda_standin: Path, tmp_path: Path
+) -> None:
+    """The CLI's default path on a GPU machine: `--device cuda`, trials in a worker process.
+    Before the device seam, every worker failed to start here (set_device on a bare "cuda")."""
+    out = tmp_path / "tuned.json"
+    model = str(DATA / "tiny_cnn.py")
+    r = advisor_cli("advise", model, "--device", "cuda", "--mode", "train", "--space", SPACE,
+                    "--out", str(out), "--quiet")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = load_config(out)
+    assert cfg.environment.device_type == "cuda"
+    assert cfg.environment.device_name == "CUDA stand-in (CPU)"
+    assert cfg.result is not None and cfg.result.trials >= 8
+    log = _log(cuda_standin)
+    workers = {e["pid"] for e in log if e["call"] == "set_device"}
+    assert workers and all(e["arg"] == "0" for e in log if e["call"] == "set_device")
+    # Every sample was timed with events, in a worker that made the device current first.
+    timed = {e["pid"] for e in log if e["call"] == "event"}
+    assert timed and timed <= workers
