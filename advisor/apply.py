@@ -193,7 +193,7 @@ def apply_settings(
         model.to(memory_format=fmt)  # type: ignore[call-overload]  # real overload, not in stubs
     swap_planned(model, used)
     flags = GlobalFlags()
-    flags.apply(settings)
+    flags.apply(settings, dev)
     scaler = None
     if training and settings.amp == "fp16":
         scaler = torch.amp.GradScaler(autocast_type(dev))

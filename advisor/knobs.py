@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor import precision_flags
 from advisor.device_ops import cuda_ops
 
 MemoryFormat = Literal["contiguous", "channels_last"]
@@ -141,17 +142,13 @@ def precision_of(
     return "fp32"
 
 
-def _has_fp32_precision_api() -> bool:
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    return hasattr(conv, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
-
-
 class GlobalFlags:
     """Sets TF32 and cudnn.benchmark for a Settings, remembering the old values to restore.
 
-    TF32 goes through `torch.backends.*.fp32_precision` where this torch has it and the
-    `allow_tf32` flags otherwise, never a mix: PyTorch rejects reading one API after the other
-    was written.
+    TF32 goes through `advisor.precision_flags`: written with PyTorch's legacy setters, which keep
+    the new `fp32_precision` values in step, so every reader works afterwards (`torch.compile`,
+    Lightning); the saved state is put back exactly. On a CPU device TF32 is not applicable and
+    its flags are left as they are.
     """
 
     def __init__(self) -> None:
@@ -159,76 +156,51 @@ class GlobalFlags:
 
     @staticmethod
     def read() -> dict[str, Any]:
-        tf32: dict[str, Any]
-        if _has_fp32_precision_api():
-            tf32 = {
-                "conv": torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
-                "matmul": torch.backends.cuda.matmul.fp32_precision,
-            }
-        else:
-            tf32 = {
-                "conv": torch.backends.cudnn.allow_tf32,
-                "matmul": torch.backends.cuda.matmul.allow_tf32,
-            }
-        return {"tf32": tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+        """The flags now: a summary (whether convs and matmuls may use TF32) and what it takes to
+        restore them exactly."""
+        return {
+            "tf32": {"conv": precision_flags.conv_tf32(), "matmul": precision_flags.matmul_tf32()},
+            "tf32_raw": precision_flags.read_raw(),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        }
 
     @staticmethod
     def matmul_tf32() -> bool:
-        """Whether TF32 is in force for fp32 matmuls (Triton's tl.dot follows it).
-
-        Read through the same API as `read`, so it never raises on a mix. Also reflects
-        `torch.set_float32_matmul_precision`: "high" and "medium" set the matmul value to "tf32",
-        "highest" to "ieee" (the legacy flag on a torch without the new API).
-        """
-        if _has_fp32_precision_api():
-            value = torch.backends.cuda.matmul.fp32_precision
-            # "none" means no value of its own: inherit the generic one ("none" there too: IEEE).
-            # Recent torch resolves this in the getter already; older ones may not.
-            if value == "none":
-                value = getattr(torch.backends, "fp32_precision", "none")
-            return value == "tf32"
-        return bool(torch.backends.cuda.matmul.allow_tf32)
+        """Whether TF32 is in force for fp32 matmuls (Triton's tl.dot follows it); never raises."""
+        return precision_flags.matmul_tf32()
 
     @staticmethod
     def write(state: dict[str, Any]) -> None:
-        """Set the flags to a state `read()` returned (or `wanted()` made)."""
-        tf32 = state["tf32"]
-        if _has_fp32_precision_api():
-            torch.backends.cudnn.conv.fp32_precision = tf32["conv"]  # type: ignore[attr-defined]
-            torch.backends.cuda.matmul.fp32_precision = tf32["matmul"]
-        else:
-            torch.backends.cudnn.allow_tf32 = tf32["conv"]
-            torch.backends.cuda.matmul.allow_tf32 = tf32["matmul"]
+        """Set the flags to a state `read()` returned (restored exactly) or `wanted()` made."""
+        if "tf32_raw" in state:
+            precision_flags.restore_raw(state["tf32_raw"])
+        elif state["tf32"] is not None:
+            precision_flags.write_tf32(state["tf32"]["conv"], state["tf32"]["matmul"])
         torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
 
     @staticmethod
-    def wanted(settings: Settings) -> dict[str, Any]:
-        conv_on = settings.tf32 in ("conv", "on")
-        matmul_on = settings.tf32 == "on"
-        tf32: dict[str, Any]
-        if _has_fp32_precision_api():
-            tf32 = {
-                "conv": "tf32" if conv_on else "ieee",
-                "matmul": "tf32" if matmul_on else "ieee",
-            }
-        else:
-            tf32 = {"conv": conv_on, "matmul": matmul_on}
+    def wanted(settings: Settings, device: torch.device | None = None) -> dict[str, Any]:
+        """The flags `settings` ask for (TF32 untouched on a CPU `device`)."""
+        tf32 = None
+        if device is None or device.type == "cuda":
+            tf32 = {"conv": settings.tf32 in ("conv", "on"), "matmul": settings.tf32 == "on"}
         return {"tf32": tf32, "cudnn_benchmark": settings.cudnn_benchmark}
 
-    def apply(self, settings: Settings) -> None:
+    def apply(self, settings: Settings, device: torch.device | None = None) -> None:
         if self._saved is None:
             self._saved = self.read()
-        self.write(self.wanted(settings))
+        self.write(self.wanted(settings, device))
 
     @classmethod
-    def switch_to(cls, settings: Settings) -> None:
+    def switch_to(cls, settings: Settings, device: torch.device | None = None) -> None:
         """Set the flags for `settings` without saving: for switching between candidates that
         are each held by their own GlobalFlags (which restore the original state)."""
-        cls.write(cls.wanted(settings))
+        cls.write(cls.wanted(settings, device))
 
     def restore(self) -> None:
         if self._saved is not None:
-            self.write(self._saved)
+            if self.read() != self._saved:
+                self.write(self._saved)
             self._saved = None
 
     def __enter__(self) -> GlobalFlags:

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from advisor.apply import Tuned
 from advisor.candidate import Candidate, Mode
 from advisor.global_state import global_state, restore_global_state
-from advisor.knobs import GlobalFlags, Settings
+from advisor.knobs import GlobalFlags
 from advisor.results import TrialResult
 from advisor.stats import Measurement, combine
 from advisor.timing import (
@@ -97,7 +98,7 @@ def retime(
                     [c.step for c in cands],
                     sampler,
                     reps=reps,
-                    before=[partial(_prepare, pristine, c.tuned.settings) for c in cands],
+                    before=[partial(_prepare, pristine, c.tuned) for c in cands],
                     warmup=policy.warmup_runs,
                     min_rounds=policy.min_samples,
                     max_rounds=policy.max_samples,
@@ -122,10 +123,10 @@ def retime(
     return out
 
 
-def _prepare(pristine: dict[str, Any], settings: Settings) -> None:
+def _prepare(pristine: dict[str, Any], tuned: Tuned) -> None:
     """Before each finalist's sample: PyTorch's state as it was, then that finalist's flags."""
     restore_global_state(pristine)
-    GlobalFlags.switch_to(settings)
+    GlobalFlags.switch_to(tuned.settings, tuned.device)
 
 
 def _reps(result: TrialResult, case: int) -> int:
