@@ -195,9 +195,16 @@ def apply_settings(
     flags = GlobalFlags()
     flags.apply(settings, dev)
     scaler = None
-    if training and settings.amp == "fp16":
+    if training and settings.amp == "fp16" and not _all_fp16(model):
+        # A GradScaler keeps fp16 gradients of fp32 weights finite; it cannot unscale the
+        # gradients of weights that are fp16 themselves.
         scaler = torch.amp.GradScaler(autocast_type(dev))
     return Tuned(model, settings, dev, flags, used, scaler)
+
+
+def _all_fp16(model: nn.Module) -> bool:
+    floating = [p for p in model.parameters() if p.is_floating_point()]
+    return bool(floating) and all(p.dtype == torch.float16 for p in floating)
 
 
 def _model_ndim(model: nn.Module) -> int:

@@ -181,8 +181,12 @@ def _worker_main(
         else:
             _, settings_json, race_ms, time_left_s = msg
             race = Race(race_ms) if race_ms is not None else None
-            result = evaluate(workload, Settings.model_validate_json(settings_json), dev, mode,
-                              space, gate, race=race, time_left_s=time_left_s)  # fmt: skip
+            settings = Settings.model_validate_json(settings_json)
+            try:
+                result = evaluate(workload, settings, dev, mode, space, gate, race=race,
+                                  time_left_s=time_left_s)  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
+                result = TrialResult(settings=settings, status="failed", reason=first_line(e))
             reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state
         try:

@@ -117,15 +117,21 @@ KNOBS: dict[str, Knob] = {
 }
 
 
-def amp_why_not(amp: str, device: torch.device) -> str | None:
-    """Where an autocast dtype cannot run. fp16 runs on a CPU too (slowly; the built-in cpu space
-    leaves it out, a space that lists it gets it, with its GradScaler, as on a GPU)."""
+_HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def amp_why_not(
+    amp: str, device: torch.device, param_dtype: torch.dtype = torch.float32
+) -> str | None:
+    """Where an autocast dtype cannot run or means nothing. fp16 runs on a CPU too (slowly; the
+    built-in cpu space leaves it out, a space that lists it gets it, with its GradScaler, as on a
+    GPU). Autocast to the parameters' own dtype changes nothing, and fp16 training's GradScaler
+    cannot unscale fp16 gradients ("Attempting to unscale FP16 gradients")."""
     if amp == "bf16" and device.type == "cuda" and not cuda_ops().bf16_supported():
         return "this GPU has no bf16 support"
+    if amp != "off" and _HALF.get(param_dtype) == amp:
+        return f"the parameters are {amp} already: autocast to {amp} changes nothing"
     return None
-
-
-_HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def precision_of(

@@ -78,6 +78,15 @@ def _stopped(
     )
 
 
+def _close(cand: Candidate) -> str | None:
+    """Close a candidate; why that failed, or None."""
+    try:
+        cand.close()
+    except Exception as e:  # noqa: BLE001 - reported as the trial's failure
+        return first_line(e)
+    return None
+
+
 def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:
     return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
 
@@ -123,6 +132,7 @@ def evaluate(
         race = None  # slower on one shape does not mean slower over the weighted set
     for case, ref in enumerate(gate.cases):
         cand: Candidate | None = None
+        failure = lost = None
         try:
             cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
             m = measure(
@@ -137,27 +147,32 @@ def evaluate(
             )
             per_shape.append(m)
             if race is not None and m.stopped is not None and "slower than" in m.stopped:
-                # lost the race, or cut by the budget while slower than the best: not gated
-                return _stopped(settings, precision, per_shape, workload, m.stopped)
-            # The candidate's own peak: read before the numeric check allocates its copies.
-            peak = max(peak, _peak_growth_mb(device, rss0, mem0))
-            got = cand.capture(record_convs=True)
-            errors = compare(got, ref, mode)
-            err = max(err, errors.out)
-            if grad_err is not None:
-                grad_err = max(grad_err, errors.grad or 0.0)
-            if not got.outputs:
-                raise RuntimeError("the model returned no tensor: nothing to check or time")
-            worst = gate.check_layers(cand, got.convs)
-            if worst is not None and (layer is None or worst.error > layer.error):
-                layer = worst
+                lost = m.stopped  # lost the race, or cut by the budget while slower: not gated
+            else:
+                # The candidate's own peak: read before the numeric check allocates its copies.
+                peak = max(peak, _peak_growth_mb(device, rss0, mem0))
+                got = cand.capture(record_convs=True)
+                errors = compare(got, ref, mode)
+                err = max(err, errors.out)
+                if grad_err is not None:
+                    grad_err = max(grad_err, errors.grad or 0.0)
+                if not got.outputs:
+                    raise RuntimeError("the model returned no tensor: nothing to check or time")
+                worst = gate.check_layers(cand, got.convs)
+                if worst is not None and (layer is None or worst.error > layer.error):
+                    layer = worst
         except torch.OutOfMemoryError:
-            return _failed(settings, "out of memory", precision)
+            failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
-            return _failed(settings, first_line(e), precision)
-        finally:
-            if cand is not None:
-                cand.close()
+            failure = first_line(e)
+        if cand is not None:
+            # After a sticky CUDA error (an illegal memory access) closing raises it again: the
+            # first failure is the reason, and the closing one tells a failure closing found.
+            failure = failure or _close(cand)
+        if failure is not None:
+            return _failed(settings, failure, precision)
+        if lost is not None:
+            return _stopped(settings, precision, per_shape, workload, lost)
     status: Status = "ok"
     reason = rejected_by = None
     tol = gate.tolerance(settings, Errors(err, grad_err))

@@ -280,11 +280,15 @@ def _matches(rule: dict[str, Any], settings: Settings, device: torch.device) -> 
 
 
 def candidates(
-    space: SearchSpace, device: torch.device, impls: list[str] | None = None
+    space: SearchSpace,
+    device: torch.device,
+    impls: list[str] | None = None,
+    param_dtype: torch.dtype = torch.float32,
 ) -> tuple[list[Settings], list[Dropped]]:
     """Every Settings to try on `device` (PyTorch's default first) and what was left out, why.
 
-    `impls`, when given, restricts conv_impl to those values (the ones that can run the workload).
+    `impls`, when given, restricts conv_impl to those values (the ones that can run the workload);
+    `param_dtype` is the workload's (a layer spec may be fp16: fp16 autocast means nothing there).
     """
     dropped: list[Dropped] = []
     axes: dict[str, list[Any]] = {}
@@ -299,7 +303,7 @@ def candidates(
         if name == "amp":
             kept = []
             for v in values:
-                why = amp_why_not(v, device)
+                why = amp_why_not(v, device, param_dtype)
                 if why:
                     dropped.append(Dropped(f"amp={v}", why))
                 else:

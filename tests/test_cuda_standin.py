@@ -77,3 +77,25 @@ def test_advise_on_cuda_runs_isolated_through_the_cuda_paths(
     # Every sample was timed with events, in a worker that made the device current first.
     timed = {e["pid"] for e in log if e["call"] == "event"}
     assert timed and timed <= workers
+
+
+@pytest.mark.usefixtures("cuda_standin")
+def test_a_sticky_cuda_error_keeps_its_reason_and_the_worker_is_replaced() -> None:
+    # After an illegal memory access every CUDA call fails, closing the candidate included: the
+    # worker died as "exited with code 1" and the reason was lost (gpu_audit #13).
+    from advisor.isolate import IsolatedEvaluator
+    from advisor.knobs import Settings
+    from advisor.space import load_space
+    from advisor.workload_args import make_workload
+
+    cuda = torch.device("cuda")
+    workload = make_workload(model_file=str(DATA / "poisons_on_channels_last.py"))
+    ev = IsolatedEvaluator(workload.info, cuda, "infer", load_space(SPACE, cuda), timeout_s=120)
+    try:
+        bad = ev(Settings(memory_format="channels_last"))
+        assert bad.status == "failed" and "illegal memory access" in (bad.reason or "")
+        good = ev(Settings())  # in a fresh worker: the poisoned one was replaced
+        assert good.status == "ok", good.reason
+        assert ev.starts == 2
+    finally:
+        ev.close()

@@ -163,7 +163,8 @@ def open_plan(
 ) -> Plan:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     env = current_environment(device)
-    cands, dropped = candidates(space, device, applicable_impls(workload, device))
+    impls = applicable_impls(workload, device)
+    cands, dropped = candidates(space, device, impls, workload.param_dtype)
     # Cheap things first: the default, each single change, then combinations (a time budget
     # that runs out has then measured what matters most; racing has a leader early).
     cands = [cands[0], *sorted(cands[1:], key=lambda s: len(s.changes()))]
