@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from advisor.apply import Tuned, apply_settings
+from advisor.canonical_dropout import canonical_dropout
 from advisor.device_ops import cuda_ops, placement
 from advisor.impls import conv_modules
 from advisor.knobs import Settings, memory_format_for
@@ -222,7 +223,8 @@ class Candidate:
     # ---- what the gate compares --------------------------------------------------------------
 
     def capture(self, record_convs: bool = False) -> Captured:
-        """One step's outputs and gradients (unscaled), with a fixed seed for dropout. With an fp16
+        """One step's outputs and gradients (unscaled), with dropout masks that depend only on the
+        seed (`advisor.canonical_dropout`: not on dtype or layout). With an fp16
         GradScaler, a step whose gradients overflow is skipped and the scale backed off, as in
         training, until one is finite (or MAX_BACKOFFS is reached). `record_convs` also records
         what each conv layer received."""
@@ -231,14 +233,15 @@ class Candidate:
         try:
             if self.mode == "infer":
                 torch.manual_seed(self.seed)
-                with torch.no_grad():
+                with torch.no_grad(), canonical_dropout(self.seed):
                     outs = self._forward()
                 return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], {}, convs)
             for _ in range(MAX_BACKOFFS):
                 convs.clear()
                 torch.manual_seed(self.seed)
                 self._zero_grad()
-                outs = self._forward()
+                with canonical_dropout(self.seed):  # the same units dropped in every candidate
+                    outs = self._forward()
                 loss = self._loss(outs)
                 scaler = self.tuned.scaler
                 grads = self._backward_for_capture(loss, scaler)
