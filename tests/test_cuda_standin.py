@@ -99,3 +99,26 @@ def test_a_sticky_cuda_error_keeps_its_reason_and_the_worker_is_replaced() -> No
         assert ev.starts == 2
     finally:
         ev.close()
+
+
+@pytest.mark.usefixtures("cuda_standin")
+def test_pytorch_default_precision_is_never_rejected(tmp_path: Path) -> None:
+    # On CUDA PyTorch's default is TF32 convs. A model where that differs from fp32 by more
+    # than the space's TF32 tolerances made the default itself "rejected", and advise raised
+    # "PyTorch's default configuration could not be measured" (gpu_audit #3).
+    import advisor
+
+    space = tmp_path / "tight.yaml"
+    space.write_text(
+        (DATA / "cuda_standin.yaml").read_text().replace("per_layer: false", "per_layer: false\n"
+        "tolerances: {tf32: 1.0e-6}\ngrad_tolerances: {tf32: 1.0e-6}\n"
+        "layer_tolerances: {tf32: 1.0e-6}\nrace: false")
+    )  # fmt: skip
+    advice = advisor.advise(model_file=str(DATA / "rounds_under_tf32.py"), mode="train",
+                            device="cuda", space=str(space), storage="memory")  # fmt: skip
+    by_label = dict(zip(advice.trials["label"], advice.trials["status"], strict=True))
+    assert by_label["default"] == "ok"
+    assert by_label["memory_format=channels_last"] == "ok"  # as close as the default path
+    assert by_label["tf32=off"] == "ok"  # fp32 class: exact on this model
+    (basis,) = advice.trials.loc[advice.trials["label"] == "default", "tolerance_basis"]
+    assert "PyTorch's default path" in basis
