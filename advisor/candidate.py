@@ -155,11 +155,12 @@ class Candidate:
         self.kwargs: dict[str, Any] = dict(zip(kwargs, prepared[len(args) :], strict=True))
         self._grad_outputs: list[torch.Tensor] | None = None
         self._opt: torch.optim.Optimizer | None = None
-        if mode == "train":
-            params = [p for p in self.tuned.model.parameters() if p.requires_grad]
-            if params:
-                # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was.
-                self._opt = torch.optim.SGD(params, lr=0.0)
+        self._params = [p for p in self.tuned.model.parameters() if p.requires_grad]
+        # A layer on a GPU is timed with its calls queued ahead: its step must not sync.
+        self._sync_free = workload.is_layer and device.type == "cuda"
+        if mode == "train" and self._params:
+            # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was.
+            self._opt = torch.optim.SGD(self._params, lr=0.0)
 
     # ---- the step ----------------------------------------------------------------------------
 
@@ -209,9 +210,22 @@ class Candidate:
                 self._opt.step()
             return
         scaler.scale(loss).backward()
-        if self._opt is not None:
-            scaler.step(self._opt)  # unscales the parameter gradients; skips the step on Inf
-            scaler.update()  # backs the scale off after an Inf, as in training
+        if self._opt is None:
+            return
+        if self._sync_free:
+            # `scaler.step` reads found-Inf on the host (`.item()`): a per-layer sample, whose
+            # calls are queued ahead of a busy GPU, would time the host's launches after it.
+            # The same kernels without the sync: unscale, the (lr=0) step on gradients whose
+            # Infs are zeroed (it cannot be skipped without reading found-Inf), the update.
+            scaler.unscale_(self._opt)
+            for p in self._params:
+                if p.grad is not None:
+                    p.grad.nan_to_num_(0.0, 0.0, 0.0)
+            self._opt.step()
+            scaler.update()
+            return
+        scaler.step(self._opt)  # unscales the parameter gradients; skips the step on Inf
+        scaler.update()  # backs the scale off after an Inf, as in training
 
     def step(self) -> None:
         if self.mode == "infer":

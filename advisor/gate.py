@@ -37,13 +37,15 @@ from torch import nn
 from advisor import impls
 from advisor.candidate import Candidate, Captured, ConvInput, Mode, to_layout
 from advisor.check import global_rel_error, max_rel_error, rel_error
-from advisor.device_ops import autocast_type, placement
+from advisor.device_ops import autocast_type, cuda_ops, placement
 from advisor.knobs import Settings, precision_of
 from advisor.space import SearchSpace
 from advisor.workload import Workload
 
 REFERENCE = Settings(tf32="off")  # fp32 everywhere, native kernels, contiguous
-_CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate
+_CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate (CPU RAM)
+_CACHE_SHARE = 0.025  # on a GPU: this share of its memory, up to 2 GiB (a float64 conv on a
+_CACHE_MAX = 2 * 2**30  # large layer costs each candidate a second otherwise)
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,10 @@ class Gate:
         self._yardsticks: dict[str, list[Errors]] = {}
         self._layer_refs: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
         self._layer_ref_bytes = 0
+        self._cache_bytes = _CACHE_BYTES
+        if device.type == "cuda":
+            total = cuda_ops().properties(cuda_ops().index_of(device)).total_memory
+            self._cache_bytes = min(_CACHE_MAX, int(_CACHE_SHARE * total))
 
     # ---- references ----------------------------------------------------------------------------
 
@@ -309,9 +315,13 @@ class Gate:
     def _layer_errors(self, cand: Candidate, c: ConvInput, module: nn.Module) -> dict[str, float]:
         train = self.mode == "train"
         need_x = train and c.requires_grad
-        gen = torch.Generator().manual_seed(self.seed + 17)
-        x = torch.randn(c.shape, generator=gen, dtype=torch.float32).to(c.dtype)
-        xd = to_layout(x.to(placement(self.device)), c.layout).requires_grad_(need_x)
+        # Drawn where the layer runs, from the same seed for every candidate: on a GPU a CPU
+        # draw (and its copy) of a large layer's input and output gradient cost seconds per
+        # candidate (gpu_audit #12).
+        where = placement(self.device)
+        gen = torch.Generator(device=where).manual_seed(self.seed + 17)
+        x = torch.randn(c.shape, generator=gen, dtype=torch.float32, device=where).to(c.dtype)
+        xd = to_layout(x, c.layout).requires_grad_(need_x)
         params = {
             n: p for n, p in module.named_parameters(recurse=False) if train and p.requires_grad
         }
@@ -320,9 +330,10 @@ class Gate:
         got = {"output": out.detach()}
         g = None
         if train:
-            g = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype)
+            g = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where)
+            g = g.to(out.dtype)
             wrt = [xd] if need_x else []
-            grads = torch.autograd.grad(out, [*wrt, *params.values()], g.to(out.device))
+            grads = torch.autograd.grad(out, [*wrt, *params.values()], g)
             if need_x:
                 got["input gradient"] = grads[0]
             for n, gr in zip(params, grads[len(wrt) :], strict=True):
@@ -368,7 +379,7 @@ class Gate:
             for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
                 ref[f"param.{n}"] = gr
         size = sum(t.numel() * t.element_size() for t in ref.values())
-        if self._layer_ref_bytes + size <= _CACHE_BYTES:
+        if self._layer_ref_bytes + size <= self._cache_bytes:
             self._layer_refs[key] = ref
             self._layer_ref_bytes += size
         return ref

@@ -35,7 +35,8 @@ class TrialResult(BaseModel):
     layer_tolerance: float | None = None
     layer_detail: str | None = None  # which layer and tensor that was
     rejected_by: str | None = None  # the space setting that would accept it, as key=value
-    peak_memory_mb: float | None = None
+    peak_memory_mb: float | None = None  # steady state: warm-up and samples
+    first_call_peak_mb: float | None = None  # the first call's (autotuning, benchmark search)
     per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
     retimed: bool = False  # measured in the interleaved re-time of the finalists
 

@@ -31,6 +31,7 @@ from advisor.timing import (
     device_guard,
     l2_flusher,
     sample_interleaved,
+    warm_device,
 )
 from advisor.workload import Workload
 
@@ -84,6 +85,7 @@ def retime(
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
     per_case: list[list[Measurement]] = [[] for _ in results]
+    warm_device(device)
     pristine = global_state()  # what each sample starts from (a step may change threads, ...)
     single = workload.is_layer
     with device_guard(device):

@@ -23,7 +23,7 @@ from advisor.knobs import Settings
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
-from advisor.timing import TimingPolicy, l2_flusher, measure
+from advisor.timing import TimingPolicy, l2_flusher, measure, warm_device
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
@@ -52,11 +52,33 @@ def _peak_rss_mb() -> float:
     return kb / 1024 if sys.platform != "darwin" else kb / 2**20
 
 
-def _peak_growth_mb(device: torch.device, rss0: float, mem0: int) -> float:
-    """Peak memory since the trial started: CUDA allocations on a GPU, resident memory on CPU."""
-    if device.type == "cuda":
-        return (cuda_ops().max_memory_allocated(device) - mem0) / 2**20
-    return max(0.0, _peak_rss_mb() - rss0)
+class _PeakMemory:
+    """A trial's own peak memory above what was in use when it started: CUDA allocations on a
+    GPU, resident memory on a CPU. The first call's one-off buffers (Triton autotuning's 256 MiB
+    benchmark buffer, cuDNN's benchmark workspaces) are not the candidate's working set: the
+    peak is restarted after it (`after_first`) and the first call's own peak kept apart."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.first_call_mb = 0.0
+        self._restart()
+        self.rss0 = _peak_rss_mb()
+        self.mem0 = cuda_ops().memory_allocated(device) if device.type == "cuda" else 0
+
+    def _restart(self) -> None:
+        if self.device.type == "cuda":
+            cuda_ops().reset_peak_memory(self.device)
+        else:
+            _reset_peak_rss()
+
+    def growth_mb(self) -> float:
+        if self.device.type == "cuda":
+            return (cuda_ops().max_memory_allocated(self.device) - self.mem0) / 2**20
+        return max(0.0, _peak_rss_mb() - self.rss0)
+
+    def after_first(self) -> None:
+        self.first_call_mb = max(self.first_call_mb, self.growth_mb())
+        self._restart()
 
 
 def _stopped(
@@ -117,17 +139,13 @@ def evaluate(
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
     settle_cpu_allocator()
-    _reset_peak_rss()
-    rss0 = _peak_rss_mb()
-    mem0 = 0
-    if device.type == "cuda":
-        cuda_ops().reset_peak_memory(device)
-        mem0 = cuda_ops().memory_allocated(device)
+    warm_device(device)
+    flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
+    memory = _PeakMemory(device)
     peak = 0.0
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
-    flush = l2_flusher(device) if workload.is_layer else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
     for case, ref in enumerate(gate.cases):
@@ -144,13 +162,14 @@ def evaluate(
                 queue_ahead=workload.is_layer,
                 race=race,
                 deadline=deadline,
+                after_first=memory.after_first,
             )
             per_shape.append(m)
             if race is not None and m.stopped is not None and "slower than" in m.stopped:
                 lost = m.stopped  # lost the race, or cut by the budget while slower: not gated
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
-                peak = max(peak, _peak_growth_mb(device, rss0, mem0))
+                peak = max(peak, memory.growth_mb())
                 got = cand.capture(record_convs=True)
                 errors = compare(got, ref, mode)
                 err = max(err, errors.out)
@@ -209,4 +228,5 @@ def evaluate(
         layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
         rejected_by=rejected_by,
         peak_memory_mb=peak,
+        first_call_peak_mb=memory.first_call_mb,
     )

@@ -83,7 +83,7 @@ class _L2Flusher:
     def __init__(self, device: torch.device) -> None:
         ops = cuda_ops()
         l2 = getattr(ops.properties(ops.index_of(device)), "L2_cache_size", 50 * 2**20)
-        self._buf = torch.empty(
+        self._buf = torch.zeros(  # written once: its memory is in use before a trial starts
             max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=placement(device)
         )
 
@@ -128,12 +128,20 @@ class Sampler:
         self.launch_ms = 0.0  # host time to enqueue one call (measured during warm-up)
 
     def __call__(self, fn: Callable[[], object], reps: int = 1) -> float:
+        if self.use_events and self.flush is not None:
+            return self._cold_device_time(fn, reps)
         if self.flush is not None:
             self.flush()
         if self.use_events:
             ev0, ev1 = cuda_ops().event(), cuda_ops().event()
             if self.queue_ahead:
                 _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+            else:
+                # A whole step in steady state, as in a training loop: one untimed call first, so
+                # the timed ones start where it ends instead of on an idle GPU that waits for the
+                # host's first launch (that latency was inside every sample: a few % on 1-5 ms
+                # steps). A host-bound step still shows: the GPU then waits for the host.
+                fn()
             ev0.record()
             for _ in range(reps):
                 fn()
@@ -146,6 +154,41 @@ class Sampler:
             fn()
         synchronize(self.device)
         return (self.clock() - t) * 1e3 / reps
+
+    def _cold_device_time(self, fn: Callable[[], object], reps: int) -> float:
+        """A per-layer sample on a GPU: every call starts from a cold L2 (flushed before each,
+        outside its events) and the GPU is held while the calls are queued, so each span is the
+        device's time for the layer alone."""
+        assert self.flush is not None
+        ops = cuda_ops()
+        spans = [(ops.event(), ops.event()) for _ in range(reps)]
+        _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+        for start, end in spans:
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+        spans[-1][1].synchronize()
+        return sum(start.elapsed_time(end) for start, end in spans) / reps
+
+
+def warm_device(device: torch.device) -> None:
+    """Bring a GPU to its working clocks once per process before the first measurement: an idle
+    GPU can sit at a few hundred MHz, and the first candidate (PyTorch's default) would be timed
+    while the clocks ramp up."""
+    global _WARMED
+    if device.type != "cuda" or _WARMED:
+        return
+    _WARMED = True
+    seconds = cuda_ops().warm_up_s
+    a = torch.randn(2048, 2048, device=placement(device))
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ a  # noqa: B018 - the work is the point
+        synchronize(device)
+
+
+_WARMED = False
 
 
 def sample_interleaved(
@@ -214,13 +257,16 @@ def measure(
     queue_ahead: bool = False,
     race: Race | None = None,
     deadline: float | None = None,
+    after_first: Callable[[], None] | None = None,
 ) -> Measurement:
     """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
     `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
-    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent."""
+    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent;
+    `after_first` runs once the first call (its one-off costs: compilation, autotuning, cuDNN's
+    benchmark search) is done."""
     with device_guard(device):
         sampler = Sampler(device, clock, flush, queue_ahead)
-        return _measure(fn, device, policy, sampler, race, deadline)
+        return _measure(fn, device, policy, sampler, race, deadline, after_first)
 
 
 def _measure(
@@ -230,6 +276,7 @@ def _measure(
     sampler: Sampler,
     race: Race | None = None,
     deadline: float | None = None,
+    after_first: Callable[[], None] | None = None,
 ) -> Measurement:
     clock = sampler.clock
     synchronize(device)
@@ -237,6 +284,8 @@ def _measure(
     fn()
     synchronize(device)
     first_ms = (clock() - t0) * 1e3
+    if after_first is not None:
+        after_first()
 
     warm_start = clock()
     warm = 0

@@ -67,6 +67,7 @@ def _rss_kb(field: str) -> int:
 
 class CudaOnCpu(CudaOps):
     name = "cuda stand-in (CPU)"
+    warm_up_s = 0.0  # a CPU has no clocks to ramp up
 
     def __init__(self) -> None:
         self._count = int(os.environ.get("ADVISOR_STANDIN_GPUS", "1"))
