@@ -132,11 +132,19 @@ def new_evaluator(
     *,
     isolate: bool = False,
     timeout_s: float = 600.0,
-) -> InProcessEvaluator | IsolatedEvaluator:
+) -> Evaluator:
     """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
-    worker and the user did not ask for in-process trials; in-process otherwise."""
+    worker and the user did not ask for in-process trials; in-process otherwise. On CUDA, with
+    both `cudnn_benchmark` values in the space, `True` gets a worker process of its own
+    (`advisor.benchmark_processes`)."""
+    from advisor.benchmark_processes import needs_split, split_by_benchmark
     from advisor.isolate import IsolatedEvaluator
 
+    ev: InProcessEvaluator | IsolatedEvaluator
     if isolate and workload.info.recreatable:
-        return IsolatedEvaluator(workload.info, device, mode, space, timeout_s)
-    return InProcessEvaluator(workload, device, mode, space)
+        ev = IsolatedEvaluator(workload.info, device, mode, space, timeout_s)
+    else:
+        ev = InProcessEvaluator(workload, device, mode, space)
+    if needs_split(device, space):
+        return split_by_benchmark(ev, workload, device, space, mode, timeout_s)
+    return ev

@@ -168,6 +168,7 @@ class Gate:
         mode: Mode,
         space: SearchSpace,
         seed: int = 0,
+        cudnn_benchmark: bool = False,
     ) -> None:
         self.workload, self.device, self.mode, self.space, self.seed = (
             workload,
@@ -176,6 +177,10 @@ class Gate:
             space,
             seed,
         )
+        # The cudnn.benchmark value of this process's candidates: the references run with it
+        # too, or they would leave cuDNN's plan cache holding the other kind of plan for the
+        # same convolutions (`advisor.benchmark_processes`).
+        self.cudnn_benchmark = cudnn_benchmark
         self.param_dtype = workload.param_dtype
         # The fp32 answer per shape; the noise floor and the yardsticks are computed when a
         # verdict needs them (most candidates pass on the space's tolerances alone).
@@ -197,6 +202,7 @@ class Gate:
     def _capture(
         self, settings: Settings, case: int, dtype: torch.dtype | None = None, **kw: Any
     ) -> Captured:
+        settings = settings.model_copy(update={"cudnn_benchmark": self.cudnn_benchmark})
         cand = Candidate(
             self.workload, settings, self.device, self.mode, self.seed, dtype, case, **kw
         )

@@ -15,6 +15,7 @@ prints there (at import, in its factories, in forward) never reaches a caller's 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -113,12 +114,15 @@ def _worker_main(
     mode: Mode,
     space_json: str,
     pristine: dict[str, Any] | None = None,
+    cudnn_benchmark: bool = False,
 ) -> None:
     """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
-    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together.
+    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together;
+    or serve one re-time's samples one at a time ("retime_open", "retime_sample", ...).
 
     `pristine`: the global state to start every trial from, when this process ran user code
-    before it became a worker (the probe's child); by default, the state found here at start."""
+    before it became a worker (the probe's child); by default, the state found here at start.
+    `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     die_with_parent()
     # The user's code prints as it likes; our stdout may be someone's JSON. (The parent starts
@@ -126,7 +130,7 @@ def _worker_main(
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         os.dup2(2, 1)
-    from advisor.retime import retime, retime_policy
+    from advisor.retime import RetimeSession, retime, retime_policy
     from advisor.runner import Gate, evaluate
     from advisor.workload import workload_from_info
 
@@ -141,7 +145,7 @@ def _worker_main(
         space = SearchSpace.model_validate_json(space_json)
         workload = workload_from_info(json.loads(info_json))
         restore_global_state(pristine)  # the references too start from it, as the trials do
-        gate = Gate(workload, dev, mode, space)
+        gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
         return
@@ -149,6 +153,7 @@ def _worker_main(
     # The first workload (the model) is kept: the per-layer stage switches to its layer groups
     # and back, and coming back must not rebuild the model and its references.
     home = (info_json, workload, gate)
+    session: Any = None  # a re-time served one sample at a time
     conn.send(("ready", None))
     while True:
         try:
@@ -166,7 +171,7 @@ def _worker_main(
                 else:
                     workload = workload_from_info(json.loads(msg[1]))
                     restore_global_state(pristine)
-                    gate = Gate(workload, dev, mode, space)
+                    gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
                 reply: tuple[str, Any] = ("ready", None)
             except Exception as e:  # noqa: BLE001 - reported to the parent as one line
                 reply = ("error", first_line(e))
@@ -176,6 +181,24 @@ def _worker_main(
                 policy = retime_policy(space.timing.policy(), len(rs), msg[2])
                 fresh = retime(workload, rs, dev, mode, policy)
                 reply = ("retimed", [r.model_dump_json() for r in fresh])
+            except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
+                reply = ("retime_error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0].startswith("retime_"):
+            # One re-time's samples, one at a time: the rounds are driven by the parent, which
+            # interleaves them with another process's (`advisor.benchmark_processes`).
+            try:
+                if msg[0] == "retime_open":
+                    rs = [TrialResult.model_validate_json(j) for j in msg[1]]
+                    policy = dataclasses.replace(space.timing.policy(), warmup_runs=msg[3])
+                    session = RetimeSession(workload, rs, dev, mode, policy, case=msg[2])
+                    reply = ("opened", None)
+                elif msg[0] == "retime_sample":
+                    reply = ("sample", session.sample(msg[1]))
+                    conn.send(reply)  # the global state stays as the sample left it: the
+                    continue  # next sample puts it back itself
+                else:
+                    session.close()
+                    reply = ("closed", None)
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
         else:
@@ -208,8 +231,10 @@ class IsolatedEvaluator:
         space: SearchSpace,
         timeout_s: float = 600.0,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        cudnn_benchmark: bool = False,
     ) -> None:
         self.info, self.device, self.mode, self.space = info, device, mode, space
+        self.cudnn_benchmark = cudnn_benchmark  # the value of every candidate it is given
         self.timeout_s = timeout_s
         self.startup_timeout_s = max(startup_timeout_s, timeout_s)
         self._ctx = mp.get_context("spawn")
@@ -283,6 +308,8 @@ class IsolatedEvaluator:
                 str(self.device),
                 self.mode,
                 self.space.model_dump_json(),
+                None,
+                self.cudnn_benchmark,
             ),
             daemon=True,
         )
@@ -391,6 +418,26 @@ class IsolatedEvaluator:
         if isinstance(msg, tuple) and msg[0] == "retime_error":
             raise RetimeFailed(msg[1])
         why = f"timed out after {limit:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        self._kill()
+        raise RetimeFailed(why)
+
+    def ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
+        """Send the worker one message and return its reply; RetimeFailed with the reason when
+        it cannot start, dies or does not answer within `timeout_s` (it is then ended)."""
+        why = self._live()
+        if why is not None:
+            raise RetimeFailed(why)
+        assert self._conn is not None
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError):
+            raise RetimeFailed(self._exit_reason()) from None
+        msg = self._receive(timeout_s)
+        if isinstance(msg, tuple):
+            return msg
+        why = (
+            f"timed out after {timeout_s:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        )
         self._kill()
         raise RetimeFailed(why)
 

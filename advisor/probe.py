@@ -60,6 +60,8 @@ def hand_over(probed: ProbeChild | None, evaluator: object) -> None:
     worker; any other has no use for it, and it is ended."""
     if probed is None:
         return
+    # The probe ran PyTorch's default (cudnn.benchmark off): it serves that value's candidates.
+    evaluator = getattr(evaluator, "off", evaluator)
     if isinstance(evaluator, IsolatedEvaluator):
         evaluator.adopt(probed.proc, probed.conn)
     else:

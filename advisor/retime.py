@@ -11,6 +11,7 @@ among the re-timed finalists only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from functools import partial
@@ -29,9 +30,11 @@ from advisor.timing import (
     Sampler,
     TimingPolicy,
     device_guard,
+    interleave,
     l2_flusher,
-    sample_interleaved,
+    synchronize,
     warm_device,
+    warm_up,
 )
 from advisor.workload import Workload
 
@@ -73,6 +76,55 @@ def retime_policy(policy: TimingPolicy, n: int, time_left_s: float | None) -> Ti
     )
 
 
+class RetimeSession:
+    """The finalists of one shape case, built and warmed up, sampled one at a time: `sample(i)`
+    is one sample of finalist i after PyTorch's state is put back and its flags set. The rounds
+    may be driven from another process (`advisor.benchmark_processes`: finalists that must not
+    share a process)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        results: Sequence[TrialResult],
+        device: torch.device,
+        mode: Mode,
+        policy: TimingPolicy,
+        case: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
+        warm_device(device)
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(device_guard(device))
+        self.pristine = global_state()  # what each sample starts from (threads, flags, ...)
+        single = workload.is_layer
+        self.sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
+        self.reps = [_reps(r, case) for r in results]
+        self.cands: list[Candidate] = []
+        try:
+            for r in results:
+                self.cands.append(Candidate(workload, r.settings, device, mode, case=case))
+            self.before = [partial(_prepare, self.pristine, c.tuned) for c in self.cands]
+            steps = [c.step for c in self.cands]
+            self.launch_ms = warm_up(steps, self.before, policy.warmup_runs, self.sampler.clock)
+            synchronize(device)
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, i: int) -> float:
+        self.before[i]()
+        self.sampler.launch_ms = self.launch_ms[i]
+        return self.sampler(self.cands[i].step, self.reps[i])
+
+    def close(self) -> None:
+        try:
+            for c in reversed(self.cands):  # flags were saved in creation order: restore reversed
+                c.close()
+            self.cands = []
+        finally:
+            self._stack.close()
+
+
 def retime(
     workload: Workload,
     results: Sequence[TrialResult],
@@ -84,36 +136,36 @@ def retime(
 ) -> list[TrialResult]:
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
-    per_case: list[list[Measurement]] = [[] for _ in results]
-    warm_device(device)
-    pristine = global_state()  # what each sample starts from (a step may change threads, ...)
-    single = workload.is_layer
-    with device_guard(device):
-        sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
-        for case in range(len(workload.shape_cases)):
-            reps = [_reps(r, case) for r in results]
-            cands: list[Candidate] = []
-            try:
-                for r in results:
-                    cands.append(Candidate(workload, r.settings, device, mode, case=case))
-                samples = sample_interleaved(
-                    [c.step for c in cands],
-                    sampler,
-                    reps=reps,
-                    before=[partial(_prepare, pristine, c.tuned) for c in cands],
-                    warmup=policy.warmup_runs,
-                    min_rounds=policy.min_samples,
-                    max_rounds=policy.max_samples,
-                    budget_s=policy.max_time_s,  # the same time per candidate as a trial
-                )
-            finally:
-                for c in reversed(cands):  # flags were saved in creation order: restore in reverse
-                    c.close()
-            for i, s in enumerate(samples):
-                per_case[i].append(Measurement(samples_ms=s, reps=reps[i]))
+    per_case: list[list[list[float]]] = []
+    for case in range(len(workload.shape_cases)):
+        session = RetimeSession(workload, results, device, mode, policy, case, clock)
+        try:
+            samplers = [partial(session.sample, i) for i in range(len(results))]
+            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+        finally:
+            session.close()
+    return retimed_results(workload, results, per_case)
+
+
+def rounds(policy: TimingPolicy) -> dict[str, Any]:
+    """`interleave`'s rounds for a policy: the same time per candidate as a trial."""
+    return {
+        "min_rounds": policy.min_samples,
+        "max_rounds": policy.max_samples,
+        "budget_s": policy.max_time_s,
+    }
+
+
+def retimed_results(
+    workload: Workload, results: Sequence[TrialResult], per_case: list[list[list[float]]]
+) -> list[TrialResult]:
+    """`results` with the interleaved samples (per shape case, per finalist) as their
+    measurements, weighted over the shape set, marked `retimed`."""
     weights = [c.weight for c in workload.shape_cases]
     out = []
-    for r, ms in zip(results, per_case, strict=True):
+    for i, r in enumerate(results):
+        ms = [Measurement(samples_ms=samples[i], reps=_reps(r, case))
+              for case, samples in enumerate(per_case)]  # fmt: skip
         m = combine(ms, weights)
         first = r.measurement.first_call_ms if r.measurement else None
         m = m.model_copy(update={"first_call_ms": first})

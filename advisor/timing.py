@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -213,26 +214,57 @@ def sample_interleaved(
     n = len(steps)
     reps = list(reps) if reps is not None else [1] * n
     prepare = list(before) if before is not None else [lambda: None] * n
-    clock = sampler.clock
+    launch_ms = warm_up(steps, prepare, warmup, sampler.clock)
+    synchronize(sampler.device)
+
+    def one(i: int) -> float:
+        prepare[i]()
+        sampler.launch_ms = launch_ms[i]
+        return sampler(steps[i], reps[i])
+
+    return interleave([partial(one, i) for i in range(n)], sampler.clock, min_rounds=min_rounds,
+                      max_rounds=max_rounds, budget_s=budget_s)  # fmt: skip
+
+
+def warm_up(
+    steps: Sequence[Callable[[], object]],
+    before: Sequence[Callable[[], None]],
+    runs: int,
+    clock: Clock,
+) -> list[float]:
+    """Run each step `runs` times (at least once), `before[i]` first; the host's time per call
+    of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls)."""
     launch_ms = []
-    for step, prep in zip(steps, prepare, strict=True):
+    for step, prep in zip(steps, before, strict=True):
         t = 0.0
-        for _ in range(max(1, warmup)):
+        for _ in range(max(1, runs)):
             prep()
             t0 = clock()
             step()
             t += clock() - t0
-        launch_ms.append(t * 1e3 / max(1, warmup))  # host time per call (queue_ahead)
-    synchronize(sampler.device)
-    samples: list[list[float]] = [[] for _ in steps]
+        launch_ms.append(t * 1e3 / max(1, runs))
+    return launch_ms
+
+
+def interleave(
+    samplers: Sequence[Callable[[], float]],
+    clock: Clock,
+    *,
+    min_rounds: int = 5,
+    max_rounds: int = 200,
+    budget_s: float = 1.0,
+) -> list[list[float]]:
+    """Rounds of one sample from each sampler, in alternating order (A B C, C B A, ...), until
+    `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent. A sampler may take its
+    sample in another process (finalists that must not share one: `cudnn.benchmark`)."""
+    n = len(samplers)
+    samples: list[list[float]] = [[] for _ in samplers]
     start = clock()
     rounds = 0
     while rounds < max_rounds:
         order = list(range(n)) if rounds % 2 == 0 else list(reversed(range(n)))
         for i in order:
-            prepare[i]()
-            sampler.launch_ms = launch_ms[i]
-            samples[i].append(sampler(steps[i], reps[i]))
+            samples[i].append(samplers[i]())
         rounds += 1
         if rounds >= min_rounds and clock() - start >= budget_s * n:
             break

@@ -122,3 +122,71 @@ def test_pytorch_default_precision_is_never_rejected(tmp_path: Path) -> None:
     assert by_label["tf32=off"] == "ok"  # fp32 class: exact on this model
     (basis,) = advice.trials.loc[advice.trials["label"] == "default", "tolerance_basis"]
     assert "PyTorch's default path" in basis
+
+
+BENCH_NET = (
+    "import os, torch\nfrom torch import nn\n"
+    "class Net(nn.Sequential):\n"
+    "    def forward(self, x):\n"
+    "        with open(os.environ['BENCH_LOG'], 'a') as f:\n"
+    "            f.write(f'{os.getpid()} {torch.backends.cudnn.benchmark} {x.shape[0]}\\n')\n"
+    "        return super().forward(x)\n"
+    "def build_model():\n"
+    "    torch.manual_seed(0)\n"
+    "    return Net(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3))\n"
+    "def example_inputs():\n    return (torch.randn(2, 3, 12, 12),)\n"
+)
+
+
+def _bench_forwards(log: Path) -> dict[int, set[str]]:
+    """The cudnn.benchmark values each process's forwards ran under. (Loading a model file runs
+    it once at batch 1 on the CPU, `model_file.check_runs`: no cuDNN there, left out.)"""
+    out: dict[int, set[str]] = {}
+    for line in log.read_text().splitlines():
+        pid, value, batch = line.split()
+        if batch != "1":
+            out.setdefault(int(pid), set()).add(value)
+    return out
+
+
+@pytest.mark.usefixtures("cuda_standin")
+@pytest.mark.parametrize("isolate", [True, False])
+def test_cudnn_benchmark_values_never_share_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolate: bool
+) -> None:
+    # cuDNN's plan cache outlives a candidate and its key has no benchmark flag: a benchmark=True
+    # candidate in a process that ran the same convs without it never benchmarks (gpu_audit #4).
+    # Each value gets its own process, references included; finalists of both kinds are
+    # re-timed in rounds, each sample taken where its finalist lives.
+    from advisor.evaluators import new_evaluator
+    from advisor.knobs import Settings
+    from advisor.space import load_space
+    from advisor.workload_args import make_workload
+
+    net, log = tmp_path / "bench_net.py", tmp_path / "bench.log"
+    net.write_text(BENCH_NET)
+    monkeypatch.setenv("BENCH_LOG", str(log))
+    cuda = torch.device("cuda")
+    workload = make_workload(model_file=str(net))
+    ev = new_evaluator(workload, cuda, load_space(SPACE, cuda), "infer", isolate=isolate,
+                       timeout_s=120)  # fmt: skip
+    try:
+        picks = [Settings(), Settings(cudnn_benchmark=True),
+                 Settings(memory_format="channels_last", cudnn_benchmark=True)]  # fmt: skip
+        results = [ev(s) for s in picks]
+        assert [r.status for r in results] == ["ok"] * 3, [r.reason for r in results]
+        trials = _bench_forwards(log)
+        log.unlink()
+        fresh = ev.retime(results)
+    finally:
+        ev.close()
+    assert all(r.retimed and r.measurement is not None for r in fresh)
+    assert all(len(r.measurement.samples_ms) >= 3 for r in fresh if r.measurement)
+    retime = _bench_forwards(log)
+    for forwards in (trials, retime):
+        assert all(len(values) == 1 for values in forwards.values()), forwards  # never both
+        assert set().union(*forwards.values()) == {"True", "False"}
+    if not isolate:  # PyTorch's default stays in the caller's process, True goes to a worker
+        import os
+
+        assert trials[os.getpid()] == {"False"}
