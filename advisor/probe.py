@@ -25,14 +25,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
-from advisor.isolate import (
-    STARTUP_TIMEOUT_S,
-    IsolatedEvaluator,
-    _worker_main,
-    die_with_parent,
-    main_hidden,
-)
+from advisor.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
 from advisor.streams import fd_stdout_to_stderr
+from advisor.worker_process import die_with_parent, main_hidden, worker_main
 
 __all__ = ["ProbeChild", "hand_over", "probe_model"]
 
@@ -173,4 +168,4 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
     except (EOFError, OSError):
         return
     if isinstance(msg, tuple) and msg[0] == "serve":
-        _worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]
+        worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]
