@@ -16,7 +16,7 @@ from advisor.environment import resolve_device
 from tests.conftest import DATA
 from tests.hostile._cli import advisor_cli
 
-SPACE = str(DATA / "cuda_standin.yaml")
+SPACE = str(DATA / "cuda_quick.yaml")
 
 
 def _log(path: Path) -> list[dict]:
@@ -110,7 +110,7 @@ def test_pytorch_default_precision_is_never_rejected(tmp_path: Path) -> None:
 
     space = tmp_path / "tight.yaml"
     space.write_text(
-        (DATA / "cuda_standin.yaml").read_text().replace("per_layer: false", "per_layer: false\n"
+        (DATA / "cuda_quick.yaml").read_text().replace("per_layer: false", "per_layer: false\n"
         "tolerances: {tf32: 1.0e-6}\ngrad_tolerances: {tf32: 1.0e-6}\n"
         "layer_tolerances: {tf32: 1.0e-6}\nrace: false")
     )  # fmt: skip
