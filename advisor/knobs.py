@@ -31,8 +31,9 @@ class Settings(BaseModel):
     tf32: Tf32 = Field(
         "conv",
         description=(
-            "off: fp32 everywhere; conv: TF32 for cuDNN convs only (PyTorch's default); "
-            "on: TF32 for convs and matmuls (unfold+GEMM, Triton)."
+            "off: fp32 everywhere; conv: TF32 for convs only, matmuls IEEE (PyTorch's default; "
+            "the Triton and unfold+GEMM conv implementations compute in TF32 too, as the convs "
+            "they replace); on: TF32 for convs and matmuls."
         ),
     )
     amp: Amp = Field("off", description="autocast dtype for the step; fp16 adds a GradScaler.")
@@ -186,6 +187,22 @@ class GlobalFlags:
                 value = getattr(torch.backends, "fp32_precision", "none")
             return value == "tf32"
         return bool(torch.backends.cuda.matmul.allow_tf32)
+
+    @staticmethod
+    def conv_tf32() -> bool:
+        """Whether TF32 is in force for fp32 convs: cuDNN's, and the conv implementations that
+        replace them (Triton, unfold+GEMM), which follow this flag, not the matmul one.
+
+        Read through the same API as `read` (see `matmul_tf32`)."""
+        if _has_fp32_precision_api():
+            value = torch.backends.cudnn.conv.fp32_precision  # type: ignore[attr-defined]
+            # "none": inherit cuDNN's own value, then the generic one ("none" there too: IEEE).
+            if value == "none":
+                value = getattr(torch.backends.cudnn, "fp32_precision", "none")
+            if value == "none":
+                value = getattr(torch.backends, "fp32_precision", "none")
+            return value == "tf32"
+        return bool(torch.backends.cudnn.allow_tf32)
 
     @staticmethod
     def write(state: dict[str, Any]) -> None:

@@ -172,18 +172,42 @@ def _matmul_precision_restored() -> Iterator[None]:
 @pytest.mark.usefixtures("_matmul_precision_restored")
 def test_user_matmul_precision_then_global_flags_do_not_mix_apis() -> None:
     # A user's script sets "high"; the search then applies candidates through GlobalFlags (new
-    # API). Reading the legacy flag after that raises (torch 2.13): the Triton path asks
-    # GlobalFlags instead, and follows what is in force.
+    # API). Reading a legacy flag after that raises (torch 2.13): the Triton path asks
+    # GlobalFlags instead, and follows the conv flag in force (a Triton conv replaces a cuDNN
+    # conv): TF32 under tf32="conv" (PyTorch's default) and "on", IEEE only under "off".
     torch.set_float32_matmul_precision("high")
-    assert tc._precision(torch.float32) == "tf32"
+    assert tc._precision(torch.float32) == "tf32"  # PyTorch's default: cuDNN convs in TF32
     check(tc.triton_conv, BASE)
     with GlobalFlags() as flags:
-        for tf32, want in (("conv", "ieee"), ("on", "tf32"), ("off", "ieee")):
+        for tf32, want in (("conv", "tf32"), ("on", "tf32"), ("off", "ieee")):
             flags.apply(Settings(tf32=tf32))
             assert tc._precision(torch.float32) == want, tf32
             assert tc._precision(torch.bfloat16) == "ieee"
             check(tc.triton_conv, BASE)
-    assert tc._precision(torch.float32) == "tf32"  # GlobalFlags restored the user's "high"
+    assert tc._precision(torch.float32) == "tf32"  # GlobalFlags restored the user's flags
+
+
+def test_the_launch_gets_the_conv_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One tiny interpreted launch per tf32 value: the forward kernel receives the precision the
+    settings give convs. (The interpreter computes tl.dot in IEEE whatever it is told, so the
+    numbers are checked, the TF32 rounding itself only on a GPU.)"""
+    kernel = triton_loader.kernels().conv_fwd_kernel
+    seen: list[str] = []
+    launch = kernel.run
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(str(kwargs["PRECISION"]))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "run", recording)
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3)
+    with GlobalFlags() as flags:
+        for tf32 in ("off", "conv", "on"):
+            flags.apply(Settings(tf32=tf32))
+            y = tc.triton_conv(x, w, None, 1, 1)
+            torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, None, 1, 1))
+            tc.triton_conv(x.bfloat16(), w.bfloat16(), None, 1, 1)
+    assert seen == ["ieee", "ieee", "tf32", "ieee", "tf32", "ieee"]
 
 
 @pytest.fixture
