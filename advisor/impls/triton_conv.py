@@ -28,6 +28,7 @@ from advisor.impls._swap import (
     resolve_padding,
 )
 from advisor.impls.base import ConvSignature
+from advisor.impls.triton_configs import too_thin
 from advisor.impls.triton_loader import (
     interpreting,
     kernels,
@@ -388,4 +389,6 @@ class TritonImpl(SwappingImpl):
             return problem
         if dtype not in _DTYPES:
             return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
-        return self.layer_reason(sig)
+        # Correct on any groups (the kernels run them), but not worth a compile and autotune.
+        thin = too_thin(sig.in_channels // sig.groups, sig.out_channels // sig.groups)
+        return thin or self.layer_reason(sig)
