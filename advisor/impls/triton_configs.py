@@ -79,9 +79,12 @@ def prune_wgrad(configs: list[Any], named_args: dict[str, Any], **_: Any) -> lis
     return fitting(configs, sizes)
 
 
-def too_thin(in_per_group: int, out_per_group: int) -> str | None:
-    """Why a layer's groups are too thin for the dot tiles (depthwise and near it), else None."""
-    if in_per_group >= MIN_DOT or out_per_group >= MIN_DOT:
+def too_thin(in_channels: int, out_channels: int, groups: int) -> str | None:
+    """Why a grouped layer's groups are too thin for the dot tiles (depthwise and near it: fewer
+    than MIN_DOT channels per group in and out), else None. An ungrouped layer that thin (a toy
+    3 -> 4) is still tried: pruned to one config, it costs one compile."""
+    in_per_group, out_per_group = in_channels // groups, out_channels // groups
+    if groups == 1 or in_per_group >= MIN_DOT or out_per_group >= MIN_DOT:
         return None
     useful = in_per_group * out_per_group / MIN_DOT**2
     return (

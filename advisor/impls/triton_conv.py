@@ -390,5 +390,5 @@ class TritonImpl(SwappingImpl):
         if dtype not in _DTYPES:
             return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
         # Correct on any groups (the kernels run them), but not worth a compile and autotune.
-        thin = too_thin(sig.in_channels // sig.groups, sig.out_channels // sig.groups)
+        thin = too_thin(sig.in_channels, sig.out_channels, sig.groups)
         return thin or self.layer_reason(sig)

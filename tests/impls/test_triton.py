@@ -343,6 +343,7 @@ def test_sizes_of_outer_dims_do_not_recompile(monkeypatch: pytest.MonkeyPatch) -
         (torch.nn.Conv2d(64, 64, 3, groups=4), False),  # 16 per group
         (torch.nn.Conv2d(3, 16, 3), False),  # an RGB stem: 16 outputs
         (torch.nn.Conv2d(16, 3, 3), False),
+        (torch.nn.Conv2d(3, 4, 3), False),  # thin but ungrouped: one config, one compile
     ],
 )
 def test_depthwise_like_groups_are_left_to_native(module: torch.nn.Module, thin: bool) -> None:
