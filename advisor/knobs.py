@@ -34,8 +34,9 @@ class Settings(BaseModel):
     tf32: Tf32 = Field(
         "conv",
         description=(
-            "off: fp32 everywhere; conv: TF32 for cuDNN convs only (PyTorch's default); "
-            "on: TF32 for convs and matmuls (unfold+GEMM, Triton)."
+            "off: fp32 everywhere; conv: TF32 for convs only, matmuls IEEE (PyTorch's default; "
+            "the Triton and unfold+GEMM conv implementations compute in TF32 too, as the convs "
+            "they replace); on: TF32 for convs and matmuls."
         ),
     )
     amp: Amp = Field("off", description="autocast dtype for the step; fp16 adds a GradScaler.")
@@ -174,6 +175,12 @@ class GlobalFlags:
     def matmul_tf32() -> bool:
         """Whether TF32 is in force for fp32 matmuls (Triton's tl.dot follows it); never raises."""
         return precision_flags.matmul_tf32()
+
+    @staticmethod
+    def conv_tf32() -> bool:
+        """Whether TF32 is in force for fp32 convs: cuDNN's, and the conv implementations that
+        replace them (Triton, unfold+GEMM), which follow this flag, not the matmul one."""
+        return precision_flags.conv_tf32()
 
     @staticmethod
     def write(state: dict[str, Any]) -> None:

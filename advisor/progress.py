@@ -97,7 +97,7 @@ def failure_kind(status: str, reason: str) -> str:
     if status == "ok":
         return ""
     if status == "stopped":
-        return "stopped early: slower"
+        return "stopped early: slower" if "slower" in r else "stopped: time budget"
     if "nan or inf" in r:
         return "NaN/Inf in results"
     if "tolerance" in r or r.startswith("error "):

@@ -88,14 +88,27 @@ def _median_time(fn: Callable[[], object], device: torch.device, repeats: int) -
     return median(times)
 
 
+def _matmul_n(device: torch.device, dtype: torch.dtype) -> int:
+    """Matmul size for the peak: 8192 on CUDA, 1024 on CPU, except for 16-bit types on a CPU
+    without fast ones (~100x slower than fp32 there: 4 s a 1024 matmul on the dev machine),
+    where 256 keeps the measurement quick."""
+    if device.type == "cuda":
+        return 8192
+    if dtype not in (torch.float16, torch.bfloat16):
+        return 1024
+    a = torch.randn(256, 256, dtype=dtype)
+    return 1024 if 64 * _median_time(lambda: torch.mm(a, a), device, 3) < 0.2 else 256
+
+
 def measure_peaks(device: torch.device | str, dtype: torch.dtype = torch.float32) -> Peaks:
-    """Matmul FLOP/s and copy bytes/s measured on `device` (median of a few repeats).
+    """Matmul FLOP/s and copy bytes/s measured on `device` (median of a few repeats), under the
+    TF32 flags in force (see `precision_peaks` for a precision's own).
 
     Sizes are chosen per device type: on CPU the whole measurement takes well under 2 s.
     """
     device = torch.device(device)
     cuda = device.type == "cuda"
-    n = 8192 if cuda else 1024
+    n = _matmul_n(device, dtype)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
@@ -107,21 +120,68 @@ def measure_peaks(device: torch.device | str, dtype: torch.dtype = torch.float32
     return Peaks(flops_per_s=2 * n**3 / mm_s, bytes_per_s=2 * src.nbytes / copy_s)
 
 
+# The element type each precision computes and moves (a layer's bytes are counted at its size).
+PRECISION_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp64": torch.float64,
+}
+
+
+def peak_problem(precision: str, device_type: str) -> str | None:
+    """Why this machine has no peak for `precision` (e.g. 'tf32 n/a on cpu'), else None."""
+    if precision not in PRECISION_DTYPES:
+        return f"{precision} n/a"
+    if precision == "tf32" and device_type != "cuda":
+        return f"tf32 n/a on {device_type}"  # TF32 is a tensor-core format: GPUs only
+    return None
+
+
+def precision_peaks(device: torch.device | str, precision: str) -> Peaks:
+    """Peaks at `precision` ('fp32', 'tf32', 'fp16', 'bf16', 'fp64'), measured under its flags
+    (through GlobalFlags, restored after): TF32 matmuls for 'tf32' only, so 'fp32' is IEEE."""
+    from advisor.knobs import GlobalFlags, Settings
+
+    device = torch.device(device)
+    problem = peak_problem(precision, device.type)
+    if problem is not None:
+        raise ValueError(problem)
+    with GlobalFlags() as flags:
+        flags.apply(Settings(tf32="on" if precision == "tf32" else "off"))
+        return measure_peaks(device, PRECISION_DTYPES[precision])
+
+
 @functools.cache
-def _cached_peaks(device: str, dtype: torch.dtype) -> Peaks:
-    return measure_peaks(device, dtype)
+def cached_peaks(device: str, precision: str) -> Peaks:
+    """`precision_peaks`, measured once per process."""
+    return precision_peaks(device, precision)
 
 
-def layer_fraction(spec: dict[str, Any], mode: str, median_ms: float, device: str) -> float:
-    """Roofline fraction of a layer spec (advisor.layer_spec.LayerSpec fields) timed at
-    `median_ms` in `mode` ('infer', or 'train' which counts the backward too), on this machine's
-    `device`."""
+def layer_precision(precision: str, dtype: torch.dtype) -> str:
+    """The precision a layer's roofline is taken at: its trial's (`knobs.precision_of`, which
+    puts a float64 layer in the fp32 class: its peak is float64's)."""
+    return "fp64" if dtype == torch.float64 and precision in ("fp32", "tf32") else precision
+
+
+def layer_cost(spec: dict[str, Any], mode: str, precision: str) -> tuple[int, int]:
+    """(FLOPs, fewest bytes) of a layer spec (advisor.layer_spec.LayerSpec fields) in `mode`
+    ('infer', or 'train' which counts the backward too), bytes at `precision`'s element size."""
     from advisor.layer_spec import LayerSpec
 
     layer = LayerSpec(**spec)
     sig = ConvSignature.from_module(layer.construct())
-    dtype = getattr(torch, layer.dtype)
     backward = mode == "train"
     flops = conv_flops(sig, layer.input_shape, backward)
-    nbytes = conv_min_bytes(sig, layer.input_shape, dtype, backward)
-    return roofline_fraction(median_ms / 1e3, flops, nbytes, _cached_peaks(device, dtype))
+    return flops, conv_min_bytes(sig, layer.input_shape, PRECISION_DTYPES[precision], backward)
+
+
+def layer_fraction(
+    spec: dict[str, Any], mode: str, median_ms: float, device: str, precision: str
+) -> float:
+    """Roofline fraction of a layer spec timed at `median_ms` in `mode` at `precision` (its
+    trial's: `layer_precision`) on this machine's `device`: that precision's measured peak, and
+    bytes at its element size (`layer_cost`)."""
+    flops, nbytes = layer_cost(spec, mode, precision)
+    return roofline_fraction(median_ms / 1e3, flops, nbytes, cached_peaks(device, precision))

@@ -132,7 +132,9 @@ def evaluate(
     weighted sum of the per-shape medians. A single layer is timed as a per-layer decision: L2
     flushed before each sample and, on a GPU, device time only (see `timing.Sampler`). With a
     `race`, a candidate that provably cannot win is stopped early and not gated (status
-    "stopped"); `time_left_s` cuts sampling when the run's time budget is spent.
+    "stopped"); `time_left_s` cuts sampling when the run's time budget is spent. It counts from
+    before the model is built: the first call (compilation, autotuning) is inside it, and a raced
+    candidate whose first call runs past it stops there, unmeasured and not gated.
     """
     now = clock or time.perf_counter
     deadline = None if time_left_s is None else now() + time_left_s
@@ -164,6 +166,10 @@ def evaluate(
                 deadline=deadline,
                 after_first=memory.after_first,
             )
+            if not m.samples_ms:  # its first call used up the budget: nothing to compare
+                return TrialResult(
+                    settings=settings, status="stopped", reason=m.stopped, precision=precision
+                )
             per_shape.append(m)
             if race is not None and m.stopped is not None and "slower than" in m.stopped:
                 lost = m.stopped  # lost the race, or cut by the budget while slower: not gated

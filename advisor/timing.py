@@ -293,9 +293,10 @@ def measure(
 ) -> Measurement:
     """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
     `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
-    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent;
-    `after_first` runs once the first call (its one-off costs: compilation, autotuning, cuDNN's
-    benchmark search) is done."""
+    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent, and
+    a raced candidate whose first call ran past it gets no samples at all; `after_first` runs
+    once the first call (its one-off costs: compilation, autotuning, cuDNN's benchmark search)
+    is done."""
     with device_guard(device):
         sampler = Sampler(device, clock, flush, queue_ahead)
         return _measure(fn, device, policy, sampler, race, deadline, after_first)
@@ -318,6 +319,15 @@ def _measure(
     first_ms = (clock() - t0) * 1e3
     if after_first is not None:
         after_first()
+    if deadline is not None and race is not None and clock() >= deadline:
+        # The first call holds lazy init, cuDNN's benchmark search, Triton's compile and
+        # autotune: when that alone used up the budget, a raced candidate is not sampled. (One
+        # without a race is a reference the run needs, the default or native: it still is.)
+        why = (
+            f"stopped after its first call ({first_ms / 1e3:.2f} s, compilation and autotuning "
+            "included): the time budget ran out"
+        )
+        return Measurement(samples_ms=[], first_call_ms=first_ms, stopped=why)
 
     warm_start = clock()
     warm = 0

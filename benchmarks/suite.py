@@ -69,19 +69,14 @@ def _env_job(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import advisor
-    from advisor.knobs import GlobalFlags
-    from advisor.roofline import measure_peaks
+    from advisor.roofline import precision_peaks
 
     dev = torch.device(job["device"])
     env = advisor.current_environment(dev).model_dump(mode="json")
     precisions = ("fp32", "tf32", "fp16", "bf16") if dev.type == "cuda" else ("fp32", "bf16")
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     peaks = {}
     for p in precisions:
-        # TF32 matmuls only for the tf32 peak: fp32 means IEEE fp32 here.
-        with GlobalFlags() as flags:
-            flags.apply(advisor.Settings(tf32="on" if p == "tf32" else "off"))
-            pk = measure_peaks(dev, dtypes.get(p, torch.float32))
+        pk = precision_peaks(dev, p)  # under that precision's flags: fp32 means IEEE fp32
         peaks[p] = {"flops_per_s": pk.flops_per_s, "bytes_per_s": pk.bytes_per_s}
     return {"environment": env, "peaks": peaks}
 

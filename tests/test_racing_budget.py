@@ -81,6 +81,38 @@ def slow_impl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     faulty_impls.unregister_all()
 
 
+def test_a_first_call_past_the_budget_stops_a_raced_candidate(slow_impl: None) -> None:
+    """test_cold's first forward sleeps 1 s, as a Triton layer's first call compiles and
+    autotunes. With 0.3 s left a raced candidate stops right after it: no warm-up, no samples,
+    no gate. With time left it is measured in full; without a race (a reference the run needs)
+    it is measured despite the budget."""
+    from advisor.layer_spec import layer_spec
+    from advisor.runner import Gate, evaluate
+    from advisor.space import SearchSpace
+    from advisor.workload import layer_workload
+    from tests.plugins.faulty_impls import COLD_S
+
+    w = layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="1,4,8,8"))
+    space = SearchSpace(name="t", knobs={})
+    gate = Gate(w, CPU, "infer", space)
+    cold = advisor.Settings(conv_impl="test_cold")
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_time_s=0.05)
+    t0 = time.perf_counter()
+    r = evaluate(w, cold, CPU, "infer", space, gate, policy=policy, race=Race(1e3),
+                 time_left_s=0.3)  # fmt: skip
+    took = time.perf_counter() - t0
+    assert r.status == "stopped" and r.measurement is None and r.rel_error is None
+    assert r.reason is not None and r.reason.startswith("stopped after its first call (1.")
+    assert r.reason.endswith("the time budget ran out")
+    assert COLD_S <= took < COLD_S + 0.5, took  # the sleep, and hardly anything after it
+    for race, left in ((Race(1e3), 60.0), (None, 0.3)):
+        full = evaluate(w, cold, CPU, "infer", space, gate, policy=policy, race=race,
+                        time_left_s=left)  # fmt: skip
+        assert full.status == "ok" and full.rel_error is not None, race
+        assert full.measurement is not None and len(full.measurement.samples_ms) >= 3
+        assert (full.measurement.first_call_ms or 0.0) >= 1e3 * COLD_S
+
+
 def _space(tmp_path: Path, race: bool) -> str:
     path = tmp_path / f"race_{race}.yaml"
     path.write_text(

@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import advisor
@@ -225,3 +226,45 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | N
     picked = "default" if min_gain == 0.5 else "memory_format=channels_last"
     assert summary.tuned_label == picked, summary.why
     assert summary.baseline_label == "default"
+
+
+def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
+    """A layer measured under amp=bf16 (really, on this CPU) is judged against this machine's
+    bf16 peak with 2-byte elements; a TF32 result, as a GPU records it, has no peak on a CPU and
+    says so in the report."""
+    import optuna
+    from optuna.trial import create_trial
+
+    from advisor import roofline
+    from advisor.environment import current_environment
+    from advisor.layer_spec import layer_spec
+    from advisor.report.load import ReportData, _layer_rows
+    from advisor.report.page import _layers_html
+    from advisor.runner import Gate, evaluate
+    from advisor.space import SearchSpace
+    from advisor.timing import TimingPolicy
+    from advisor.workload import layer_workload
+
+    spec = layer_spec("Conv2d(4, 8, 3, padding=1)", input_shape="1,4,12,12")
+    w = layer_workload(spec)
+    space = SearchSpace(name="t", knobs={})
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_time_s=0.05)
+    cpu = torch.device("cpu")
+    gate = Gate(w, cpu, "train", space)
+    r = evaluate(w, advisor.Settings(amp="bf16"), cpu, "train", space, gate, policy=policy)
+    assert r.precision == "bf16" and r.measurement is not None
+    gpu_like = r.model_copy(update={"settings": advisor.Settings(), "precision": "tf32"})
+    study = optuna.create_study()
+    attrs = {"spec": spec.model_dump(mode="json"), "impl": "native", "names": ["conv"],
+             "description": "Conv2d(4, 8, 3)"}  # fmt: skip
+    for res in (r, gpu_like):
+        result = res.model_dump(mode="json")
+        study.add_trial(create_trial(value=res.median_ms, user_attrs={**attrs, "result": result}))
+    env = current_environment("cpu").model_dump(mode="json")
+    bf16_row, tf32_row = _layer_rows(study, "train", env)
+    want = roofline.layer_fraction(attrs["spec"], "train", r.median_ms, "cpu", "bf16")
+    assert (bf16_row["roofline"], bf16_row["roofline_at"]) == (want, "bf16")
+    assert (tf32_row["roofline"], tf32_row["roofline_at"]) == (None, "tf32 n/a on cpu")
+    data = ReportData("t", "train", "study", env, None, None, layer_rows=[bf16_row, tf32_row])
+    html = _layers_html(data)  # type: ignore[arg-type]
+    assert f"{want:.0%} bf16" in html and "- (tf32 n/a on cpu)" in html

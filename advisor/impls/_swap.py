@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from advisor.errors import ImplError
 from advisor.impls.base import ConvImpl, ConvSignature
+from advisor.knobs import GlobalFlags
 
 # The conv a forward computes, given the module and an input that needs no more padding_mode work:
 # forward(module, input, padding, output_padding) -> output. output_padding is None for plain convs.
@@ -154,6 +155,13 @@ def cast_for_autocast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     if dtype is None:
         return tensors
     return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+
+
+def conv_tf32(dtype: torch.dtype) -> bool:
+    """Whether an implementation computes an fp32 conv in TF32 here. It replaces a cuDNN conv, so
+    it follows PyTorch's *conv* TF32 flag (on under tf32="conv", PyTorch's default, and "on"),
+    not the matmul one: the precision the settings give convs, and the gate's tf32 class."""
+    return dtype == torch.float32 and GlobalFlags.conv_tf32()
 
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

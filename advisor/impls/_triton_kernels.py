@@ -25,50 +25,42 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from advisor.impls.triton_configs import GEMM_TILES, WGRAD_TILES, Tile, gemm_pruner, prune_wgrad
+
 INTERPRET: bool = bool(triton.knobs.runtime.interpret)
 
 
-def _configs(
-    shapes: list[tuple[int, int, int, int, int]], interpreted: tuple[int, int, int]
-) -> list[triton.Config]:
+def _configs(tiles: list[Tile], interpreted: tuple[int, int, int]) -> list[triton.Config]:
     # The interpreter runs each program in Python: one config (autotuning would only cost time),
     # with big blocks, since its cost is per operation per program, hardly per element.
     if INTERPRET:
-        shapes = [(*interpreted, 1, 1)]
+        tiles = [(*interpreted, 1, 1)]
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
-        for m, n, k, w, s in shapes
+        for m, n, k, w, s in tiles
     ]
 
 
-_GEMM_CONFIGS = _configs(
-    [
-        (128, 128, 32, 8, 3),
-        (128, 64, 32, 4, 4),
-        (64, 128, 32, 4, 4),
-        (64, 64, 32, 4, 4),
-        (128, 32, 32, 4, 4),
-        (128, 16, 16, 4, 3),  # few output channels (depthwise, RGB stems)
-        (64, 32, 16, 2, 3),
-    ],
-    interpreted=(64, 32, 32),
-)
-_WGRAD_CONFIGS = _configs(
-    [
-        (64, 64, 64, 4, 3),
-        (128, 64, 32, 8, 3),
-        (64, 128, 32, 8, 3),
-        (32, 32, 64, 4, 4),
-        (16, 16, 128, 4, 3),  # depthwise / few channels: long reductions over positions
-    ],
-    interpreted=(32, 32, 64),
-)
+_GEMM_CONFIGS = _configs(GEMM_TILES, interpreted=(64, 32, 32))
+_WGRAD_CONFIGS = _configs(WGRAD_TILES, interpreted=(32, 32, 64))
 _FWD_KEY = ["M", "CGI", "CGO", "KD", "KH", "KW", "HAS_BIAS", "PRECISION"]
 _WGRAD_KEY = ["P", "CGI", "CGO", "KD", "KH", "KW", "SPLIT", "PRECISION"]
+# Integer args Triton should not specialise (by default it compiles a variant per arg == 1 and
+# per arg % 16 == 0: triton/runtime/jit.py create_function_from_signature -> specialize_impl).
+# Only sizes of the outer spatial dims (depth, height), their kernel sizes and pads: they enter
+# index math and bounds along rows whose values are constant within a vector, never the
+# alignment of the axis that is contiguous in memory (W in NCHW, channels in channels-last).
+# W, OW, KW, PW, M, P, CGI, CGO, strides, dilations and the tensor strides stay specialised:
+# Triton's axis analysis reads their divisibility (or == 1) to vectorise loads and stores.
+_NO_SPECIALIZE = ["D", "H", "OD", "OH", "KD", "KH", "PD", "PH"]
 
 
-@triton.autotune(configs=_GEMM_CONFIGS, key=_FWD_KEY)
-@triton.jit
+@triton.autotune(
+    configs=_GEMM_CONFIGS,
+    key=_FWD_KEY,
+    prune_configs_by={"early_config_prune": gemm_pruner(n="CGO", k="CGI")},
+)
+@triton.jit(do_not_specialize=_NO_SPECIALIZE)
 def conv_fwd_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr,
     M, D, H, W, OD, OH, OW,
@@ -138,8 +130,12 @@ def conv_fwd_kernel(
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-@triton.autotune(configs=_GEMM_CONFIGS, key=_FWD_KEY)
-@triton.jit
+@triton.autotune(
+    configs=_GEMM_CONFIGS,
+    key=_FWD_KEY,
+    prune_configs_by={"early_config_prune": gemm_pruner(n="CGI", k="CGO")},
+)
+@triton.jit(do_not_specialize=_NO_SPECIALIZE)
 def conv_dgrad_kernel(
     gy_ptr, w_ptr, b_ptr, gx_ptr,
     M, D, H, W, OD, OH, OW,
@@ -219,8 +215,12 @@ def conv_dgrad_kernel(
     tl.store(gx_ptrs, acc.to(gx_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
-@triton.autotune(configs=_WGRAD_CONFIGS, key=_WGRAD_KEY)
-@triton.jit
+@triton.autotune(
+    configs=_WGRAD_CONFIGS,
+    key=_WGRAD_KEY,
+    prune_configs_by={"early_config_prune": prune_wgrad},
+)
+@triton.jit(do_not_specialize=_NO_SPECIALIZE)
 def conv_wgrad_kernel(
     x_ptr, gy_ptr, part_ptr,
     P, D, H, W, OD, OH, OW,

@@ -1,8 +1,9 @@
 """Triton implicit-GEMM convolution: forward, grad input and grad weight are Triton kernels.
 
 Covers Conv1d/2d/3d and ConvTranspose1d/2d/3d with any stride, padding (ints, 'same', 'valid'),
-dilation, groups, output_padding and bias, in fp32 (TF32 only when PyTorch's matmul TF32 flag is
-on), fp16 and bf16 (fp32 accumulation), for contiguous and channels-last tensors (via strides).
+dilation, groups, output_padding and bias, in fp32 (TF32 where PyTorch's conv TF32 flag is on, as
+for the cuDNN conv it replaces), fp16 and bf16 (fp32 accumulation), for contiguous and
+channels-last tensors (via strides).
 A transposed conv is the grad-input of a plain conv, so the three kernels serve both directions.
 
 Triton is imported lazily (`triton_loader`): `import advisor.impls` must not pay for it, and
@@ -22,10 +23,12 @@ from advisor.impls._swap import (
     SwappingImpl,
     cast_for_autocast,
     conv_out_size,
+    conv_tf32,
     ntuple,
     resolve_padding,
 )
 from advisor.impls.base import ConvSignature
+from advisor.impls.triton_configs import too_thin
 from advisor.impls.triton_loader import (
     interpreting,
     kernels,
@@ -33,7 +36,6 @@ from advisor.impls.triton_loader import (
     triton_import_problem,
 )
 from advisor.impls.unfold_gemm import is_channels_last
-from advisor.knobs import GlobalFlags
 from advisor.timing import device_guard
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -96,13 +98,10 @@ def _empty(shape: Sequence[int], like: Tensor, channels_last: bool, dtype: torch
 
 
 def _precision(dtype: torch.dtype) -> str:
-    """'tf32' for fp32 when PyTorch's matmul TF32 is in force, else 'ieee'."""
-    if dtype != torch.float32:
-        return "ieee"  # ignored by tl.dot for 16-bit inputs
-    # Asked of GlobalFlags, which reads the same TF32 API it writes: PyTorch raises when the
-    # legacy flag is read after the new API was written to disagree with it (e.g. the user's
-    # set_float32_matmul_precision("high"), then GlobalFlags setting matmuls to "ieee").
-    return "tf32" if GlobalFlags.matmul_tf32() else "ieee"
+    """tl.dot's input_precision: 'tf32' for fp32 where convs compute in TF32 (`conv_tf32`: the
+    conv flag, asked of GlobalFlags, which never mixes PyTorch's two TF32 APIs), else 'ieee'
+    (ignored by tl.dot for 16-bit inputs)."""
+    return "tf32" if conv_tf32(dtype) else "ieee"
 
 
 def _flags(dtype: torch.dtype) -> dict[str, Any]:
@@ -390,4 +389,6 @@ class TritonImpl(SwappingImpl):
             return problem
         if dtype not in _DTYPES:
             return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
-        return self.layer_reason(sig)
+        # Correct on any groups (the kernels run them), but not worth a compile and autotune.
+        thin = too_thin(sig.in_channels, sig.out_channels, sig.groups)
+        return thin or self.layer_reason(sig)

@@ -3,12 +3,18 @@
 Backward comes from autograd through the unfold, matmul and fold ops. Memory-format aware: for a
 channels-last input the columns are built with channels innermost and the GEMM writes a
 channels-last output directly, so no layout copy is added around the GEMM.
+
+Precision: the GEMM replaces a conv, so an fp32 one computes in TF32 where convs do (`conv_tf32`:
+tf32="conv", PyTorch's default, and "on"), even while matmuls are IEEE: its forward and backward
+matmuls then run with matmul TF32 switched on through GlobalFlags and restored right after.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from math import prod
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,11 +22,14 @@ from torch import Tensor
 
 from advisor.impls._swap import (
     SwappingImpl,
+    autocast_dtype,
     conv_out_size,
+    conv_tf32,
     ntuple,
     resolve_padding,
 )
 from advisor.impls.base import ConvSignature
+from advisor.knobs import GlobalFlags, Settings
 
 
 def is_channels_last(x: Tensor) -> bool:
@@ -28,6 +37,51 @@ def is_channels_last(x: Tensor) -> bool:
     if x.dim() < 3 or x.is_contiguous():
         return False
     return x.permute(0, *range(2, x.dim()), 1).is_contiguous()
+
+
+@contextmanager
+def tf32_matmuls() -> Iterator[None]:
+    """Matmul TF32 on (convs' flag and cudnn.benchmark as they are), the old flags restored."""
+    with GlobalFlags() as flags:
+        flags.apply(Settings(tf32="on", cudnn_benchmark=GlobalFlags.read()["cudnn_benchmark"]))
+        yield
+
+
+def gemm_tf32(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether the GEMM must switch matmul TF32 on to compute at the conv precision: CUDA fp32
+    (autocast off) where convs are TF32 and matmuls are not (tf32="conv")."""
+    if device_type != "cuda" or autocast_dtype(device_type) is not None:
+        return False  # CPU matmuls have no TF32; under autocast the GEMM runs in 16 bits
+    return conv_tf32(dtype) and not GlobalFlags.matmul_tf32()
+
+
+class _Tf32Matmul(torch.autograd.Function):
+    """a @ b (both at least 2-D, batch dims broadcast) with matmul TF32 on in forward and
+    backward: the backward matmuls run later, outside any `with` around the forward."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b)
+        with tf32_matmuls():
+            return torch.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        a, b = ctx.saved_tensors
+        ga = gb = None
+        with tf32_matmuls():
+            if ctx.needs_input_grad[0]:
+                ga = torch.matmul(g, b.transpose(-1, -2)).sum_to_size(a.shape)
+            if ctx.needs_input_grad[1]:
+                gb = torch.matmul(a.transpose(-1, -2), g).sum_to_size(b.shape)
+        return ga, gb
+
+
+def _matmul(a: Tensor, b: Tensor) -> Tensor:
+    """torch.matmul at the precision the settings give convs (see `gemm_tf32`)."""
+    if gemm_tf32(a.device.type, a.dtype):
+        return _Tf32Matmul.apply(a, b)
+    return torch.matmul(a, b)
 
 
 def unfold_gemm_conv(
@@ -119,16 +173,16 @@ def _im2col(
 
 def _gemm_channels_first(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
     # (G, Cog, CK) @ (N, G, CK, L) -> (N, G, Cog, L): one batched GEMM, output already NC*.
-    out = torch.matmul(w2, cols)
+    out = _matmul(w2, cols)
     return out.reshape(n, -1, *out_spatial)
 
 
 def _gemm_channels_last(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
     groups = w2.shape[0]
     if groups == 1:
-        out = cols[:, 0] @ w2[0].t()  # (N*L, Cout): channels innermost
+        out = _matmul(cols[:, 0], w2[0].t())  # (N*L, Cout): channels innermost
     else:
-        out = torch.bmm(cols.transpose(0, 1), w2.transpose(1, 2))  # (G, N*L, Cog)
+        out = _matmul(cols.transpose(0, 1), w2.transpose(1, 2))  # (G, N*L, Cog)
         out = out.transpose(0, 1).reshape(cols.shape[0], -1)
     out = out.view(n, *out_spatial, -1)
     return out.permute(0, -1, *range(1, len(out_spatial) + 1))  # channels-last strides
@@ -165,7 +219,7 @@ def unfold_gemm_conv_transpose(
     ]
     # (G, Cog*K, Cig) @ (N, G, Cig, L) -> (N, G, Cog*K, L): one batched GEMM.
     w3 = weight.reshape(groups, cin // groups, cog * prod(kernel)).transpose(1, 2)
-    cols = torch.matmul(w3, x.reshape(n, groups, cin // groups, -1))
+    cols = _matmul(w3, x.reshape(n, groups, cin // groups, -1))
     cols = cols.reshape(n, groups * cog * prod(kernel), -1)
     if ndim == 1:  # col2im is 2-D only: a 1-D conv is a 2-D one of height 1
         kernel, stride, dilation = ((1, *t) for t in (kernel, stride, dilation))

@@ -355,23 +355,44 @@ def _layer_rows(
         }
         spec = t.user_attrs.get("spec")
         if isinstance(spec, dict) and r.measurement is not None:
-            row["roofline"] = roofline_fraction_of(spec, mode, r.median_ms, env)
+            row["roofline"], row["roofline_at"] = roofline_of(
+                spec, mode, r.median_ms, env, r.precision
+            )
         rows.append(row)
     return rows
 
 
-def roofline_fraction_of(
-    spec: dict[str, Any], mode: str, median_ms: float, env: dict[str, Any]
-) -> float | None:
-    """Fraction of the roofline floor a layer reached, when this is the machine it was tuned on
-    (peaks measured elsewhere would be meaningless); else None."""
+def roofline_of(
+    spec: dict[str, Any], mode: str, median_ms: float, env: dict[str, Any], precision: str
+) -> tuple[float | None, str]:
+    """(fraction of the roofline floor a layer reached, the precision its peak and bytes were
+    taken at), against the peak of the precision it was measured in (its trial's `precision`)
+    when this is the machine it was tuned on (peaks measured elsewhere would be meaningless).
+    (None, why) where there is no such peak here, e.g. 'tf32 n/a on cpu'; (None, '') when the
+    machine differs or the spec does not load."""
     from advisor import roofline
     from advisor.environment import current_environment
+    from advisor.layer_spec import DTYPES
 
     try:
         device = str(env.get("device_type", "cpu"))
         if current_environment(device).fingerprint != env.get("fingerprint"):
-            return None
-        return float(roofline.layer_fraction(spec, mode, median_ms, device))
+            return None, ""
+        at = roofline.layer_precision(precision, DTYPES[str(spec.get("dtype", "float32"))])
+        problem = roofline.peak_problem(at, device)
+        if problem is not None:
+            return None, problem
+        return float(roofline.layer_fraction(spec, mode, median_ms, device, at)), at
     except Exception:  # noqa: BLE001 - an optional column: never fail the report for it
-        return None
+        return None, ""
+
+
+def default_precision(spec: dict[str, Any], env: dict[str, Any]) -> str:
+    """The precision PyTorch's default computes a layer spec in, on the machine of `env`."""
+    import torch
+
+    from advisor.knobs import Settings, precision_of
+    from advisor.layer_spec import DTYPES
+
+    device = torch.device(str(env.get("device_type", "cpu")))
+    return precision_of(Settings(), device, DTYPES[str(spec.get("dtype", "float32"))])

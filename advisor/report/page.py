@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from advisor.progress import failure_kind
-from advisor.report.load import roofline_fraction_of
+from advisor.report.load import default_precision, roofline_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,17 +165,22 @@ def _layers_html(data: ReportData) -> str:
             "(no layer got a different implementation).</p>"
         )
     if data.layer_rows:
-        with_roof = any(r.get("roofline") is not None for r in data.layer_rows)
+        with_roof = any(
+            r.get("roofline") is not None or r.get("roofline_at") for r in data.layer_rows
+        )
         header = ["layer (signature | input shape)", "under", "implementation", "median ms"]
-        header += ["status", "roofline fraction"] if with_roof else ["status"]
+        header += ["status", "roofline fraction (at)"] if with_roof else ["status"]
         header += ["why"]
         rows = []
         for r in data.layer_rows:
             row = [r["layer"], r.get("under", ""), r["impl"], _num(r["median_ms"])]
             row.append(_status(r["status"]))
             if with_roof:
-                roof = r.get("roofline")
-                row.append("-" if roof is None else f"{roof:.0%}")
+                roof, at = r.get("roofline"), r.get("roofline_at", "")
+                if roof is not None:
+                    row.append(f"{roof:.0%} {at}".strip())
+                else:
+                    row.append(f"- ({at})" if at else "-")
             rows.append([*row, r["reason"]])
         parts.append(
             "<p>Each layer timed alone with each implementation, under the global settings "
@@ -196,13 +201,15 @@ def _workload_roofline(data: ReportData) -> str | None:
     spec = cfg.workload.get("spec")
     if not isinstance(spec, dict):
         return None
-    base = roofline_fraction_of(spec, cfg.mode, s.baseline[0], data.environment)
-    tuned = roofline_fraction_of(spec, cfg.mode, s.tuned[0], data.environment)
+    env = data.environment
+    base, base_at = roofline_of(spec, cfg.mode, s.baseline[0], env, default_precision(spec, env))
+    tuned, tuned_at = roofline_of(spec, cfg.mode, s.tuned[0], env, s.precision)
     if base is None or tuned is None:
         return None
     return (
-        f"Roofline fraction (this machine's floor for the layer's FLOPs and bytes, over the "
-        f"measured time): PyTorch's default {base:.0%}, the recommendation {tuned:.0%}."
+        f"Roofline fraction (this machine's floor for the layer's FLOPs and bytes at the "
+        f"precision it ran in, over the measured time): PyTorch's default {base:.0%} "
+        f"({base_at} peak), the recommendation {tuned:.0%} ({tuned_at} peak)."
     )
 
 

@@ -56,3 +56,55 @@ def test_measure_peaks_on_cpu_is_quick_and_positive() -> None:
     peaks = roofline.measure_peaks("cpu")
     assert time.perf_counter() - t0 < 5  # < 2 s alone; slack for a loaded test machine
     assert peaks.flops_per_s > 1e8 and peaks.bytes_per_s > 1e8
+
+
+SPEC = {"kind": "Conv2d", "in_channels": 2, "out_channels": 2, "kernel_size": 1,
+        "input_shape": [1, 2, 64, 64], "dtype": "float32"}  # fmt: skip
+
+
+def test_a_layer_is_judged_at_the_precision_it_was_measured_in() -> None:
+    sig, shape = _sig(nn.Conv2d(2, 2, 1)), (1, 2, 64, 64)
+    flops = roofline.conv_flops(sig, shape, backward=True)
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16),
+                             ("tf32", torch.float32), ("fp32", torch.float32)):  # fmt: skip
+        nbytes = roofline.conv_min_bytes(sig, shape, dtype, backward=True)
+        assert roofline.layer_cost(SPEC, "train", precision) == (flops, nbytes)
+    # this CPU's measured peaks, one measurement per precision (cached: the same numbers here)
+    bf16, fp32 = roofline.cached_peaks("cpu", "bf16"), roofline.cached_peaks("cpu", "fp32")
+    assert bf16 != fp32
+    got = roofline.layer_fraction(SPEC, "train", 2.0, "cpu", "bf16")
+    bf16_bytes = roofline.conv_min_bytes(sig, shape, torch.bfloat16, backward=True)
+    assert got == roofline.roofline_fraction(2e-3, flops, bf16_bytes, bf16)
+    # TF32 exists on GPUs only; a float64 layer in the fp32 class is judged at float64's peak
+    assert roofline.peak_problem("tf32", "cpu") == "tf32 n/a on cpu"
+    assert roofline.peak_problem("tf32", "cuda") is None
+    with pytest.raises(ValueError, match="tf32 n/a on cpu"):
+        roofline.precision_peaks("cpu", "tf32")
+    assert roofline.layer_precision("tf32", torch.float64) == "fp64"
+    assert roofline.layer_precision("bf16", torch.float32) == "bf16"
+
+
+def test_peaks_are_measured_under_their_precisions_flags() -> None:
+    """The fp32 peak's matmuls run with TF32 off (IEEE) whatever the flags were, and the flags
+    are put back after."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from advisor.knobs import GlobalFlags, Settings
+
+    class MatmulFlags(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: set[bool] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.mm.out):
+                self.seen.add(GlobalFlags.matmul_tf32())
+            return func(*args, **(kwargs or {}))
+
+    with GlobalFlags() as flags:
+        flags.apply(Settings(tf32="on"))
+        mode = MatmulFlags()
+        with mode:
+            roofline.precision_peaks("cpu", "fp32")
+        assert mode.seen == {False}
+        assert GlobalFlags.matmul_tf32()  # restored

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -172,18 +173,42 @@ def _matmul_precision_restored() -> Iterator[None]:
 @pytest.mark.usefixtures("_matmul_precision_restored")
 def test_user_matmul_precision_then_global_flags_do_not_mix_apis() -> None:
     # A user's script sets "high"; the search then applies candidates through GlobalFlags (new
-    # API). Reading the legacy flag after that raises (torch 2.13): the Triton path asks
-    # GlobalFlags instead, and follows what is in force.
+    # API). Reading a legacy flag after that raises (torch 2.13): the Triton path asks
+    # GlobalFlags instead, and follows the conv flag in force (a Triton conv replaces a cuDNN
+    # conv): TF32 under tf32="conv" (PyTorch's default) and "on", IEEE only under "off".
     torch.set_float32_matmul_precision("high")
-    assert tc._precision(torch.float32) == "tf32"
+    assert tc._precision(torch.float32) == "tf32"  # PyTorch's default: cuDNN convs in TF32
     check(tc.triton_conv, BASE)
     with GlobalFlags() as flags:
-        for tf32, want in (("conv", "ieee"), ("on", "tf32"), ("off", "ieee")):
+        for tf32, want in (("conv", "tf32"), ("on", "tf32"), ("off", "ieee")):
             flags.apply(Settings(tf32=tf32))
             assert tc._precision(torch.float32) == want, tf32
             assert tc._precision(torch.bfloat16) == "ieee"
             check(tc.triton_conv, BASE)
-    assert tc._precision(torch.float32) == "tf32"  # GlobalFlags restored the user's "high"
+    assert tc._precision(torch.float32) == "tf32"  # GlobalFlags restored the user's flags
+
+
+def test_the_launch_gets_the_conv_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One tiny interpreted launch per tf32 value: the forward kernel receives the precision the
+    settings give convs. (The interpreter computes tl.dot in IEEE whatever it is told, so the
+    numbers are checked, the TF32 rounding itself only on a GPU.)"""
+    kernel = triton_loader.kernels().conv_fwd_kernel
+    seen: list[str] = []
+    launch = kernel.run
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(str(kwargs["PRECISION"]))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "run", recording)
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3)
+    with GlobalFlags() as flags:
+        for tf32 in ("off", "conv", "on"):
+            flags.apply(Settings(tf32=tf32))
+            y = tc.triton_conv(x, w, None, 1, 1)
+            torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, None, 1, 1))
+            tc.triton_conv(x.bfloat16(), w.bfloat16(), None, 1, 1)
+    assert seen == ["ieee", "ieee", "tf32", "ieee", "tf32", "ieee"]
 
 
 @pytest.fixture
@@ -227,3 +252,104 @@ def test_why_not_loads_the_kernels_through_the_registry() -> None:
     assert why_not("triton", torch.nn.Conv2d(3, 4, 3), device=CPU, dtype=torch.float32) is None
     assert triton_loader.kernels_problem(True) is None  # loaded under the interpreter, and cached
     assert triton_loader.kernels().INTERPRET
+
+
+# ---- first-call cost: which configs are autotuned, what recompiles, which layers are skipped ----
+
+
+def _compiled(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The kernel module as a GPU run decorates it (full config lists): decorating needs no GPU."""
+    monkeypatch.delenv("TRITON_INTERPRET")
+    return triton_loader.kernels()
+
+
+def _tiles(autotuner: Any, **named: int) -> list[tuple[int, int, int]]:
+    """The configs Triton's own Autotuner.prune_configs keeps for a launch with these args."""
+    autotuner.nargs = named
+    try:
+        kept = autotuner.prune_configs({})
+    finally:
+        autotuner.nargs = None
+    return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in kept]
+
+
+def test_autotune_configs_are_pruned_to_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    k = _compiled(monkeypatch)
+    fwd, dgrad, wgrad = k.conv_fwd_kernel, k.conv_dgrad_kernel, k.conv_wgrad_kernel
+    assert (len(fwd.configs), len(wgrad.configs)) == (7, 5)
+    # depthwise, 1 channel per group: the narrowest tiles only
+    assert _tiles(fwd, M=3136, CGI=1, CGO=1) == [(128, 16, 16)]
+    assert _tiles(dgrad, M=3136, CGI=1, CGO=1) == [(128, 16, 16)]
+    assert _tiles(wgrad, P=3136, SPLIT=4, CGI=1, CGO=1) == [(16, 16, 128)]
+    # an RGB stem 3 -> 16 (224x224, stride 2): one config each, nothing to benchmark
+    assert _tiles(fwd, M=112 * 112, CGI=3, CGO=16) == [(128, 16, 16)]
+    assert _tiles(dgrad, M=224 * 224, CGI=3, CGO=16) == [(128, 16, 16)]
+    assert _tiles(wgrad, P=112 * 112, SPLIT=8, CGI=3, CGO=16) == [(16, 16, 128)]
+    # 64 -> 128 on 28x28: the forward keeps all 7; no tile wider than 64 input channels
+    assert len(_tiles(fwd, M=784, CGI=64, CGO=128)) == 7
+    assert all(n <= 64 for _, n, _ in _tiles(dgrad, M=784, CGI=64, CGO=128))
+    assert len(_tiles(dgrad, M=784, CGI=64, CGO=128)) == 5
+    assert len(_tiles(wgrad, P=784, SPLIT=1, CGI=64, CGO=128)) == 4
+    # grouped 64 -> 128 in 4 groups (16 -> 32 per group): only 16-deep reductions
+    assert _tiles(fwd, M=784, CGI=16, CGO=32) == [(128, 16, 16), (64, 32, 16)]
+    # a 7x7 map at batch 1 (M = 49): no 128-row tiles
+    assert _tiles(fwd, M=49, CGI=512, CGO=512) == [(64, 128, 32), (64, 64, 32), (64, 32, 16)]
+    for size in (1, 2, 15, 16, 17, 100, 4096):  # never empty
+        assert _tiles(fwd, M=size, CGI=size, CGO=size) and _tiles(dgrad, M=1, CGI=size, CGO=1)
+        assert _tiles(wgrad, P=size, SPLIT=2, CGI=size, CGO=size)
+
+
+def test_sizes_of_outer_dims_do_not_recompile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two layers that differ in height, kernel height and pad bind to the same compiled kernel
+    (Triton's own binder, specialisation included); one differing in width does not."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import KernelParam, create_function_from_signature
+
+    launches: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    interpreted = triton_loader.kernels().conv_fwd_kernel
+    launch = interpreted.run
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        launches.append((args, kwargs))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(interpreted, "run", recording)
+    for h, kh, w in ((16, 3, 16), (17, 1, 16), (16, 3, 17)):
+        x, weight = torch.randn(1, 4, h, w), torch.randn(8, 4, kh, 3)
+        tc.triton_conv(x, weight, None, 1, (kh // 2, 1))
+    jit_fn = _compiled(monkeypatch).conv_fwd_kernel.fn
+    names = {p.name for p in jit_fn.params if p.do_not_specialize}
+    assert names == {"D", "H", "OD", "OH", "KD", "KH", "PD", "PH"}
+    blocks = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}
+
+    def specialisations(params: list[Any]) -> list[Any]:
+        bind = create_function_from_signature(jit_fn.signature, params, BaseBackend)
+        return [bind(*args, **kwargs, **blocks)[1] for args, kwargs in launches]
+
+    taller, shorter, wider = specialisations(jit_fn.params)
+    assert taller == shorter and taller != wider
+    # the same with every int specialised (Triton's default): KH == 1 alone would recompile
+    default = [KernelParam(p.num, p._param, False, False) for p in jit_fn.params]
+    taller, shorter, _ = specialisations(default)
+    assert taller != shorter
+
+
+@pytest.mark.parametrize(
+    ("module", "thin"),
+    [
+        (torch.nn.Conv2d(32, 32, 3, groups=32), True),  # depthwise
+        (torch.nn.Conv2d(64, 64, 3, groups=8), True),  # 8 per group
+        (torch.nn.ConvTranspose2d(2048, 2048, 2, stride=2, groups=2048), True),
+        (torch.nn.Conv2d(64, 64, 3, groups=4), False),  # 16 per group
+        (torch.nn.Conv2d(3, 16, 3), False),  # an RGB stem: 16 outputs
+        (torch.nn.Conv2d(16, 3, 3), False),
+        (torch.nn.Conv2d(3, 4, 3), False),  # thin but ungrouped: one config, one compile
+    ],
+)
+def test_depthwise_like_groups_are_left_to_native(module: torch.nn.Module, thin: bool) -> None:
+    reason = why_not("triton", module, device=CPU, dtype=torch.float32)
+    if thin:
+        assert reason is not None and "channels per group (depthwise-like)" in reason
+        assert "native" in reason
+    else:
+        assert reason is None

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from advisor.impls import unfold_gemm
 from advisor.impls.unfold_gemm import (
     is_channels_last,
     unfold_gemm_conv,
     unfold_gemm_conv_transpose,
 )
+from advisor.knobs import GlobalFlags, Settings
 from tests.impls.conv_cases import Case, cases, check, to_channels_last
 
 FAST = settings(max_examples=40, deadline=None)
@@ -61,3 +66,55 @@ def test_unbatched_input() -> None:
     torch.testing.assert_close(
         unfold_gemm_conv(x, w, padding=1), torch.nn.functional.conv2d(x, w, padding=1)
     )
+
+
+def test_the_gemm_computes_at_the_conv_precision() -> None:
+    """A CUDA fp32 GEMM needs matmul TF32 switched on exactly where convs are TF32 and matmuls
+    are not: tf32="conv" (PyTorch's default). "off" stays IEEE; under "on" it already is TF32."""
+    with GlobalFlags() as flags:
+        for tf32, want in (("off", False), ("conv", True), ("on", False)):
+            flags.apply(Settings(tf32=tf32))
+            assert unfold_gemm.gemm_tf32("cuda", torch.float32) is want, tf32
+            assert not unfold_gemm.gemm_tf32("cuda", torch.bfloat16)
+            assert not unfold_gemm.gemm_tf32("cpu", torch.float32)  # no TF32 on a CPU
+
+
+_GEMMS = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default}
+
+
+class _MatmulFlags(TorchDispatchMode):
+    """Records GlobalFlags.matmul_tf32() at every GEMM kernel call, backward's included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _GEMMS:
+            self.seen.append(GlobalFlags.matmul_tf32())
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_tf32_gemm_switches_matmul_tf32_on_and_restores_it() -> None:
+    # The shapes of the channels-first GEMM: (G, Cog, CK) @ (N, G, CK, L), batch broadcast.
+    a = torch.randn(2, 3, 5, requires_grad=True)
+    b = torch.randn(4, 2, 5, 6, requires_grad=True)
+    g = torch.randn(4, 2, 3, 6)
+    with GlobalFlags() as flags:
+        flags.apply(Settings(tf32="conv"))
+        assert not GlobalFlags.matmul_tf32()
+        mode = _MatmulFlags()
+        with mode:
+            out = unfold_gemm._Tf32Matmul.apply(a, b)
+            assert not GlobalFlags.matmul_tf32()  # restored after the forward
+            ga, gb = torch.autograd.grad(out, (a, b), g)
+        assert mode.seen == [True, True, True]  # forward, and both backward matmuls
+        plain = _MatmulFlags()
+        with plain:
+            torch.matmul(a, b)
+        assert plain.seen == [False]  # a plain matmul under tf32="conv" is IEEE
+        assert not GlobalFlags.matmul_tf32() and GlobalFlags.conv_tf32()  # as before
+    want = torch.matmul(a, b)
+    torch.testing.assert_close(out, want)
+    for got, exp in zip((ga, gb), torch.autograd.grad(want, (a, b), g)):
+        torch.testing.assert_close(got, exp)

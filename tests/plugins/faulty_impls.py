@@ -17,6 +17,8 @@ workers inherit the variable, so they register the same implementations.
   BatchNorm network's outputs, so only the per-layer check can catch it).
 - test_tap: wrong on purpose: the kernel's first tap (every [..., 0, 0]) is dropped.
 - test_slow: computes like native, then sleeps 20 ms: honestly slower, for racing tests.
+- test_cold: computes like native, but the first forward of each module sleeps COLD_S first, as a
+  Triton kernel's first call compiles and autotunes: for time-budget tests.
 - test_threads: computes like native, but its forward sets torch.set_num_threads(1), switches
   deterministic algorithms on and leaves autocast enabled, as a careless model might.
 """
@@ -165,6 +167,20 @@ class SlowImpl(_TestImpl):
         return _native(module, input)
 
 
+COLD_S = 1.0
+
+
+class ColdImpl(_TestImpl):
+    name = "test_cold"
+    class_prefix = "TestCold"
+
+    def module_forward(self, module, input, padding, output_padding):  # noqa: ANN001, ANN201
+        if not getattr(module, "_test_cold_warm", False):
+            time.sleep(COLD_S)
+            module._test_cold_warm = True
+        return _native(module, input)
+
+
 class ThreadsImpl(_TestImpl):
     name = "test_threads"
     class_prefix = "TestThreads"
@@ -185,6 +201,7 @@ TEST_IMPLS = (
     ScaledImpl(),
     TapImpl(),
     SlowImpl(),
+    ColdImpl(),
     ThreadsImpl(),
 )
 
