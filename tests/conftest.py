@@ -10,6 +10,11 @@ import pytest
 import torch
 from hypothesis import settings
 
+import advisor
+from advisor.config import Config
+from advisor.environment import current_environment
+from advisor.knobs import Settings
+
 # Property tests explore fixed example sequences: CI must not fail on a new random draw.
 settings.register_profile("advisor", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "advisor"))
@@ -59,3 +64,15 @@ def run_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def cpu_config(picked: Settings, mode: str = "train") -> Config:
+    """A config as `advisor advise` would write it on this CPU, with `picked` recommended."""
+    return Config(
+        advisor_version=advisor.__version__,
+        mode=mode,  # type: ignore[arg-type]
+        settings=picked,
+        environment=current_environment("cpu"),
+        workload={"kind": "model", "description": "test"},
+        space="cpu",
+    )
