@@ -145,6 +145,9 @@ def test_tuned_checkpoint_loads_into_the_untuned_model(fitted: dict[str, Any]) -
     state = torch.load(fitted["ckpt"], weights_only=True)["state_dict"]
     plain = Net()
     assert set(state) == set(plain.state_dict())
+    with torch.no_grad():
+        for param in plain.parameters():
+            param.zero_()  # so only the loaded state can make the outputs agree
     plain.load_state_dict(state)  # strict: the same keys, no advisor-specific ones
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
