@@ -9,10 +9,10 @@
   so it counts as the default). Any other precision was chosen by the user and is kept, with one
   warning naming both; so is "32-true" on a CPU for a config that chose fp16 (Lightning runs no
   fp16 AMP on a CPU), and under a strategy with a precision plugin of its own (FSDP, DeepSpeed).
-- cudnn.benchmark and TF32 follow `precedence`: `Trainer(benchmark=True)` or
-  `Trainer(deterministic=True)` win over the config, with one warning naming both.
-  `Trainer(benchmark=False)` leaves no trace apart from the flag's default value, so a config
-  that chose benchmark overrides it.
+- cudnn.benchmark and TF32 follow `precedence`: a config at the default leaves
+  `Trainer(benchmark=True)` as it is; `Trainer(deterministic=True)` wins over a config that turns
+  benchmark on, with one warning naming both. `Trainer(benchmark=False)` leaves no trace apart
+  from the flag's default value, so a config that chose benchmark overrides it.
 - Inputs: with channels_last, each batch's 4-D/5-D tensors are converted in place at the
   `on_{train,validation,test,predict}_batch_start` hooks, after Lightning moved them to the
   device (a callback cannot hand back a new batch).
