@@ -1,16 +1,22 @@
-"""Writes the walkthrough notebooks (outputs cleared). Edit the cells here, then run:
+"""Writes the walkthrough notebooks and executes them, so they are committed with their outputs
+(tables and plots a reader sees on a code host). Edit the cells here, then run:
 
     python notebooks/build_notebooks.py
 
-CI executes every notebook top to bottom on CPU (tests/test_notebooks.py), so each uses a small
-search space with short timing written inside the notebook, and small sizes unless a GPU is there.
+CI re-executes every notebook on CPU and compares it with the committed one (tests/test_notebooks.py:
+the cells' sources, and each cell's kinds of output and table columns, not the numbers, which
+differ run to run), so each uses a small search space with short timing written inside the
+notebook, and small sizes unless a GPU is there.
 """
 
 from __future__ import annotations
 
-import shutil
+import re
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -19,6 +25,7 @@ HERE = Path(__file__).parent
 
 # Shared first code cell: a quick search space, so a notebook runs in seconds on a CPU.
 QUICK_SPACE = '''\
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -34,6 +41,7 @@ warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 WORK = Path(tempfile.mkdtemp(prefix="advisor-notebook-"))
+os.chdir(WORK)  # every file this notebook writes goes to a temporary folder
 
 
 def quick_space(name, knobs, per_layer=False):
@@ -106,7 +114,7 @@ def quickstart() -> nbformat.NotebookNode:
         ),
         new_code_cell(
             "from advisor.describe import describe_config\n\n"
-            "path = advice.save(WORK / 'tuned.json')\n"
+            "path = advice.save('tuned.json')\n"
             "print(describe_config(str(path)))"
         ),
         new_markdown_cell(
@@ -176,7 +184,7 @@ def whole_model() -> nbformat.NotebookNode:
         new_code_cell(QUICK_SPACE),
         new_code_cell(
             f'MODEL_FILE = """\\\n{MODEL_FILE}"""\n'
-            "net = WORK / 'net.py'\n"
+            "net = Path('net.py')\n"
             "net.write_text(MODEL_FILE)\n"
             "print(MODEL_FILE)"
         ),
@@ -186,7 +194,7 @@ def whole_model() -> nbformat.NotebookNode:
             "trial back later."
         ),
         new_code_cell(
-            "storage = str(WORK / 'studies.journal')\n"
+            "storage = 'studies.journal'\n"
             "space = quick_space('whole_model', {\n"
             "    'memory_format': ['contiguous', 'channels_last'],\n"
             "    'amp': ['off', HALF],\n"
@@ -215,12 +223,11 @@ def whole_model() -> nbformat.NotebookNode:
         new_code_cell(
             "from IPython.display import Image, display\n\n"
             "from advisor.report import png_dir, write_report\n\n"
-            "config = advice.save(WORK / 'tuned.json')\n"
-            "report = write_report(str(config), WORK / 'report.html', storage)\n"
-            "print(report, f'{report.stat().st_size / 1e6:.1f} MB')\n"
-            "for png in sorted(png_dir(report).glob('*.png')):\n"
-            "    print(png.name)\n"
-            "    display(Image(filename=str(png)))"
+            "config = advice.save('tuned.json')\n"
+            "report = write_report(str(config), Path('report.html'), storage)\n"
+            "pngs = sorted(png_dir(report).glob('*.png'))\n"
+            "print(report, f'{report.stat().st_size / 1e6:.1f} MB; plots:', *(p.name for p in pngs))\n"
+            "display(*(Image(filename=str(p)) for p in pngs))"
         ),
     ]
     return _notebook(cells)
@@ -229,16 +236,17 @@ def whole_model() -> nbformat.NotebookNode:
 def seeds() -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(
-            "# The users' slow cases, reproduced with the advisor\n\n"
-            "Three threads from the forums (see `shared/seeds/`), each measured honestly "
-            "(synchronised, warmed up, repeated) instead of with a bare `time.time()`. On a CPU "
-            "the sizes are small so this runs in CI; with a GPU the notebook uses the users' "
-            "sizes. The numbers are whatever this machine measures: no result is assumed."
+            "# Three slow conv cases, measured with the advisor\n\n"
+            "Three claims about where PyTorch's default convolution is slow, each measured "
+            "honestly (synchronised, warmed up, repeated) instead of with a bare `time.time()`. "
+            "On a CPU the sizes are small so this runs in CI; with a GPU the notebook uses the "
+            "sizes of the claims (`benchmarks/suite.py` runs the same cases, `seed_*`, in full). "
+            "The numbers are whatever this machine measures: no result is assumed."
         ),
         new_code_cell(QUICK_SPACE),
         new_markdown_cell(
             "## 1. Conv3d with a (1,3,3) kernel vs Conv2d over folded time (backward)\n\n"
-            "A user found Conv3d's backward 2-3x slower than the same work as Conv2d over "
+            "The claim: Conv3d's backward is 2-3x slower than the same work as Conv2d over "
             "`B*T` images. The `fold_time` implementation is that rewrite, exact, so the advisor "
             "can measure both and pick."
         ),
@@ -252,8 +260,8 @@ def seeds() -> nbformat.NotebookNode:
         ),
         new_markdown_cell(
             "## 2. Depthwise ConvTranspose2d, kernel 2 stride 2, under AMP: a batch sweep\n\n"
-            "A user saw this layer become 25x slower at a larger batch under AMP; channels_last "
-            "fixed it. Sweep the batch and let the advisor search memory format, AMP and the "
+            "The claim: this layer becomes 25x slower at a larger batch under AMP, and "
+            "channels_last fixes it. Sweep the batch and let the advisor search memory format, AMP and the "
             "`transpose_as_mul` rewrite (stride == kernel: no overlap, a broadcast multiply)."
         ),
         new_code_cell(
@@ -275,7 +283,7 @@ def seeds() -> nbformat.NotebookNode:
             "    rows.append({\n"
             "        'batch': batch,\n"
             "        'default ms': t.loc['default', 'median_ms'],\n"
-            "        f'{amp_only} ms': t.loc[amp_only, 'median_ms'] if amp_only in t.index else None,\n"
+            "        'amp alone ms': t.loc[amp_only, 'median_ms'] if amp_only in t.index else None,\n"
             "        'recommended': a.settings.label(),\n"
             "        'recommended ms': a.config.result.tuned.median_ms,\n"
             "        'speedup': round(a.speedup, 2),\n"
@@ -284,8 +292,8 @@ def seeds() -> nbformat.NotebookNode:
         ),
         new_markdown_cell(
             "## 3. unfold + GEMM vs the default conv on a 3→16 conv\n\n"
-            "A note argued that unfolding patches and doing one matrix multiply beats the "
-            "default convolution. `unfold_gemm` is that implementation; the advisor times both "
+            "The claim: unfolding patches and doing one matrix multiply beats the default "
+            "convolution. `unfold_gemm` is that implementation; the advisor times both "
             "and checks that unfold+GEMM gives the same numbers."
         ),
         new_code_cell(
@@ -317,14 +325,88 @@ def _notebook(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
 NOTEBOOKS = {"quickstart.ipynb": quickstart, "whole_model.ipynb": whole_model, "seeds.ipynb": seeds}
 
 
+def built(name: str, folder: Path) -> nbformat.NotebookNode:
+    """Notebook `name` as this file builds it, without outputs, written in `folder` and formatted
+    as the project's formatter writes code (so the sources are what gets committed)."""
+    nb = NOTEBOOKS[name]()
+    nbformat.validate(nb)
+    path = folder / name
+    nbformat.write(nb, path)
+    subprocess.run([sys.executable, "-m", "ruff", "format", "-q", str(path)], check=True)
+    return nbformat.read(path, as_version=4)
+
+
+def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Run every cell in a fresh kernel, top to bottom (raises on the first cell that fails)."""
+    import nbclient
+
+    with tempfile.TemporaryDirectory() as cwd:
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=300,
+            kernel_name="python3",
+            record_timing=False,  # no timestamps: a rebuilt notebook differs only where it must
+            resources={"metadata": {"path": cwd}},
+        )
+        client.execute()
+    for cell in nb.cells:  # one block per run of prints, as a reader expects (the kernel splits)
+        if cell.cell_type == "code":
+            cell.outputs = _coalesced(cell.outputs)
+    return nb
+
+
+def _coalesced(outputs: list[Any]) -> list[Any]:
+    merged: list[Any] = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (
+            out.output_type == "stream"
+            and prev is not None
+            and prev.output_type == "stream"
+            and prev.name == out.name
+        ):
+            prev.text += out.text
+        else:
+            merged.append(out)
+    return merged
+
+
+def signature(nb: nbformat.NotebookNode) -> list[tuple[Any, ...]]:
+    """What a re-run must reproduce, and not the numbers (timings differ run to run): each cell's
+    type and source, and for code cells the kinds of output in order (stdout, a result or display
+    and its MIME types, a table's column headers, an error) with repeats of a kind collapsed (how
+    many plots or tables a search yields may vary). stderr is left out: warnings vary by machine."""
+    cells = []
+    for cell in nb.cells:
+        kinds: list[tuple[Any, ...]] = []
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                if out.name == "stderr":
+                    continue
+                kind: tuple[Any, ...] = ("stream", out.name)
+            elif out.output_type == "error":
+                kind = ("error", out.ename)
+            else:
+                data = out.get("data", {})
+                kind = (out.output_type, tuple(sorted(data)), _headers(data.get("text/html", "")))
+            if not kinds or kinds[-1] != kind:
+                kinds.append(kind)
+        cells.append((cell.cell_type, cell.source, tuple(kinds)))
+    return cells
+
+
+def _headers(html: str) -> tuple[str, ...]:
+    """The column headers of an HTML table (a DataFrame's), or () for other HTML."""
+    head = re.search(r"<thead>(.*?)</thead>", html, re.S)
+    return tuple(re.findall(r"<th[^>]*>(.*?)</th>", head.group(1), re.S)) if head else ()
+
+
 def main() -> None:
-    for name, build in NOTEBOOKS.items():
-        nb = build()
-        nbformat.validate(nb)
+    for name in NOTEBOOKS:
+        with tempfile.TemporaryDirectory() as tmp:
+            nb = execute(built(name, Path(tmp)))
         nbformat.write(nb, HERE / name)
         print("wrote", HERE / name)
-    if shutil.which("ruff"):  # the cells as the project's formatter writes them
-        subprocess.run(["ruff", "format", "-q", *(str(HERE / n) for n in NOTEBOOKS)], check=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ import pytest
 import torch
 from hypothesis import settings
 
+import advisor
+from advisor.config import Config
+from advisor.environment import current_environment
+from advisor.knobs import Settings
+
 # Property tests explore fixed example sequences: CI must not fail on a new random draw.
 settings.register_profile("advisor", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "advisor"))
@@ -79,3 +84,15 @@ def cuda_standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
     yield log
     cuda_ops.cache_clear()
     _environment.cache_clear()
+
+
+def cpu_config(picked: Settings, mode: str = "train") -> Config:
+    """A config as `advisor advise` would write it on this CPU, with `picked` recommended."""
+    return Config(
+        advisor_version=advisor.__version__,
+        mode=mode,  # type: ignore[arg-type]
+        settings=picked,
+        environment=current_environment("cpu"),
+        workload={"kind": "model", "description": "test"},
+        space="cpu",
+    )

@@ -1,0 +1,220 @@
+"""advisor.integrations.lightning: a real Lightning Trainer on the CPU (one 2-step fit)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from advisor.apply import AdvisorWarning
+from advisor.config import save_config
+from advisor.knobs import GlobalFlags, Settings
+from tests.conftest import cpu_config
+
+pl = pytest.importorskip("lightning.pytorch")
+from advisor.integrations.lightning import AdvisorCallback  # noqa: E402
+
+TUNED = Settings(
+    memory_format="channels_last", amp="bf16", cudnn_benchmark=True, layers={"net.0": "unfold_gemm"}
+)
+
+
+class Net(pl.LightningModule):
+    """A small conv classifier that records, at each training step, what the step ran with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, 4),
+        )
+        self.steps: list[dict[str, Any]] = []
+        self.optimized: set[int] = set()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        out = self(x)
+        self.steps.append(
+            {
+                "x_channels_last": x.is_contiguous(memory_format=torch.channels_last),
+                "autocast": torch.is_autocast_enabled("cpu"),
+                "out_dtype": out.dtype,
+                "benchmark": torch.backends.cudnn.benchmark,
+            }
+        )
+        return F.cross_entropy(out.float(), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        self.optimized = {id(p) for p in self.parameters()}
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(callbacks: list[Any], **kw: Any) -> Any:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kw,
+    )
+
+
+def _loader() -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    )
+    return torch.utils.data.DataLoader(data, batch_size=4)
+
+
+@pytest.fixture(autouse=True)
+def _global_state_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Trainer(benchmark=..., deterministic=...) set process-wide state: put it back."""
+    flags = GlobalFlags.read()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # deterministic=True sets it
+    yield
+    GlobalFlags.write(flags)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One 2-step fit with a config file: channels_last, bf16, benchmark, one swapped layer."""
+    tmp = tmp_path_factory.mktemp("lightning")
+    path = save_config(cpu_config(TUNED), tmp / "tuned.json")
+    flags_before = GlobalFlags.read()
+    model = Net()
+    callback = AdvisorCallback(str(path))
+    trainer = _trainer([callback])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, _loader())
+    trainer.save_checkpoint(tmp / "tuned.ckpt")
+    return {
+        "model": model,
+        "trainer": trainer,
+        "ckpt": tmp / "tuned.ckpt",
+        "flags_before": flags_before,
+        "flags_after": GlobalFlags.read(),
+        "advisor_warnings": [str(w.message) for w in caught if w.category is AdvisorWarning],
+    }
+
+
+def test_fit_runs_every_step_as_the_config_says(fitted: dict[str, Any]) -> None:
+    model, trainer = fitted["model"], fitted["trainer"]
+    assert trainer.global_step == 2 and len(model.steps) == 2
+    assert trainer.precision == "bf16-mixed"  # Lightning's own AMP plugin runs the config's bf16
+    for step in model.steps:
+        assert step["autocast"] and step["out_dtype"] == torch.bfloat16
+        assert step["x_channels_last"]  # converted in place at on_train_batch_start
+        assert step["benchmark"] is True
+    conv0, conv1 = model.net[0], model.net[2]
+    assert conv0.weight.is_contiguous(memory_format=torch.channels_last)
+    assert getattr(type(conv0), "_advisor_impl", None) == "unfold_gemm"
+    assert getattr(type(conv1), "_advisor_impl", "native") == "native"
+    # setup() ran before configure_optimizers: the optimizer holds the swapped model's parameters
+    assert model.optimized == {id(p) for p in model.parameters()}
+    assert fitted["advisor_warnings"] == []
+
+
+def test_teardown_puts_the_global_flags_back(fitted: dict[str, Any]) -> None:
+    assert fitted["flags_after"] == fitted["flags_before"]
+
+
+def test_tuned_checkpoint_loads_into_the_untuned_model(fitted: dict[str, Any]) -> None:
+    tuned = fitted["model"]
+    state = torch.load(fitted["ckpt"], weights_only=True)["state_dict"]
+    plain = Net()
+    assert set(state) == set(plain.state_dict())
+    with torch.no_grad():
+        for param in plain.parameters():
+            param.zero_()  # so only the loaded state can make the outputs agree
+    plain.load_state_dict(state)  # strict: the same keys, no advisor-specific ones
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.allclose(plain(x), tuned(x), rtol=1e-4, atol=1e-5)  # the trained weights
+
+
+def _setup(settings: Settings, **trainer_kw: Any) -> tuple[Any, list[str]]:
+    """AdvisorCallback.setup on a real Trainer (no fit): the trainer and the AdvisorWarnings."""
+    callback = AdvisorCallback(cpu_config(settings))
+    trainer = _trainer([callback], **trainer_kw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        callback.setup(trainer, Net(), "fit")
+        callback.setup(trainer, Net(), "validate")  # a conflict is one warning, not one per stage
+    return trainer, [str(w.message) for w in caught if w.category is AdvisorWarning]
+
+
+def test_an_explicit_trainer_precision_wins_with_one_warning_naming_both() -> None:
+    trainer, said = _setup(Settings(amp="fp16"), precision="bf16-mixed")
+    assert trainer.precision == "bf16-mixed"
+    assert len(said) == 1
+    assert "amp='fp16'" in said[0] and "Trainer(precision='bf16-mixed')" in said[0]
+
+
+def test_a_config_at_the_default_leaves_the_trainer_alone() -> None:
+    trainer, said = _setup(Settings(), precision="bf16-mixed", benchmark=True)
+    assert trainer.precision == "bf16-mixed"
+    assert torch.backends.cudnn.benchmark is True  # Trainer(benchmark=True) stays
+    assert said == []
+
+
+def test_deterministic_trainer_keeps_benchmark_off_with_one_warning() -> None:
+    _, said = _setup(Settings(cudnn_benchmark=True), deterministic=True)
+    assert torch.backends.cudnn.benchmark is False
+    assert len(said) == 1 and "cudnn_benchmark=True" in said[0] and "deterministic" in said[0]
+
+
+def test_the_same_choice_in_trainer_and_config_is_silent() -> None:
+    trainer, said = _setup(
+        Settings(amp="bf16", cudnn_benchmark=True), precision="bf16-mixed", benchmark=True
+    )
+    assert trainer.precision == "bf16-mixed" and torch.backends.cudnn.benchmark is True
+    assert said == []
+
+
+def test_fp16_is_not_run_by_lightning_on_a_cpu_and_says_so() -> None:
+    trainer, said = _setup(Settings(amp="fp16"))
+    assert trainer.precision == "32-true"
+    assert len(said) == 1 and "fp16" in said[0] and "CPU" in said[0]
+
+
+def test_a_bad_config_path_fails_when_the_callback_is_made(tmp_path: Path) -> None:
+    from advisor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="config file not found"):
+        AdvisorCallback(tmp_path / "missing.json")
+
+
+def test_the_readme_lightning_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    example = readme.split("**PyTorch Lightning**", 1)[1].split("```python\n", 1)[1]
+    example = example.split("```", 1)[0]
+    save_config(
+        cpu_config(Settings(memory_format="channels_last", amp="bf16")), tmp_path / "tuned.json"
+    )
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(example, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    assert scope["trainer"].global_step == 2
+    assert scope["trainer"].precision == "bf16-mixed"
