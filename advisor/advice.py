@@ -211,6 +211,16 @@ def rejected_faster(results: list[TrialResult], chosen: TrialResult) -> list[str
     return out
 
 
+def precision_verdicts(results: list[TrialResult]) -> list[str]:
+    """How each reduced precision was judged on this model, once each (advisor.precision_check)."""
+    seen: dict[str, str] = {}
+    for r in results:
+        check = r.precision_check
+        if check is not None:
+            seen.setdefault(check.own_path.label(), check.summary)
+    return list(seen.values())
+
+
 def build_advice(
     outcome: SearchOutcome,
     workload_info: WorkloadInfo,
@@ -255,6 +265,7 @@ def build_advice(
         min_gain=min_gain,
         benchmark_note=benchmark_note(outcome.results, chosen),
         rejected_faster=rejected_faster(outcome.results, chosen),
+        precisions=precision_verdicts(outcome.results),
         trials=len(outcome.results),
         rejected=sum(r.status == "rejected" for r in outcome.results),
         failed=sum(r.status == "failed" for r in outcome.results),

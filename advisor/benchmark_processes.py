@@ -25,6 +25,7 @@ from advisor.evaluators import Evaluator, InProcessEvaluator
 from advisor.global_state import global_state, restore_global_state
 from advisor.isolate import IsolatedEvaluator, RetimeFailed
 from advisor.knobs import Settings, precision_of
+from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
 from advisor.retime import RetimeSession, retime_policy, retimed_results, rounds
 from advisor.space import SearchSpace
@@ -110,6 +111,9 @@ class _Unmeasurable:
     def use(self, workload: Workload) -> None:
         pass
 
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -128,6 +132,7 @@ class BenchmarkSplit:
         self.off = off
         self._make_on = make_on
         self._on: Evaluator | None = None
+        self._known: list[PrecisionCheck] = []
         self.workload, self.space = workload, space
 
     def _for(self, benchmark: bool) -> Evaluator:
@@ -135,6 +140,7 @@ class BenchmarkSplit:
             return self.off
         if self._on is None:
             self._on = self._make_on(self.workload)
+            self._on.know(self._known)
         return self._on
 
     def __call__(
@@ -180,6 +186,12 @@ class BenchmarkSplit:
         self.off.use(workload)
         if self._on is not None:
             self._on.use(workload)
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        self._known += checks
+        self.off.know(checks)
+        if self._on is not None:
+            self._on.know(checks)
 
     def close(self) -> None:
         try:

@@ -57,6 +57,11 @@ class Result(BaseModel):
         description="candidates faster than the recommendation that the numeric gate rejected: "
         "each with its error and the --tolerance setting that would accept it",
     )
+    precisions: list[str] = Field(
+        default_factory=list,
+        description="how each reduced precision was judged on this model (bf16: trains like fp32 "
+        "...), by a short training run (train) or the outputs' information (infer)",
+    )
     trials: int
     rejected: int
     failed: int

@@ -9,6 +9,7 @@ import torch
 
 from advisor.candidate import Mode
 from advisor.knobs import Settings
+from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
 from advisor.runner import Gate, evaluate
 from advisor.space import SearchSpace
@@ -34,6 +35,10 @@ class Evaluator(Protocol):
 
     def use(self, workload: Workload) -> None: ...
 
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        """Precision verdicts measured elsewhere: not measured again (advisor.precision_check)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -46,6 +51,7 @@ class InProcessEvaluator:
         self._gate: Gate | None = None
         self._home: Workload = workload  # the first workload: its references are kept
         self._home_gate: Gate | None = None
+        self._known: list[PrecisionCheck] = []
 
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
@@ -57,6 +63,7 @@ class InProcessEvaluator:
         try:
             if self._gate is None:
                 self._gate = Gate(self.workload, self.device, self.mode, self.space)
+                self._gate.know(self._known)
             result = evaluate(
                 self.workload,
                 settings,
@@ -93,6 +100,12 @@ class InProcessEvaluator:
         self.workload = workload
         self._gate = self._home_gate if workload is self._home else None
 
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        self._known += checks
+        for gate in (self._gate, self._home_gate):
+            if gate is not None:
+                gate.know(checks)
+
     def close(self) -> None:
         self._gate = self._home_gate = None
 
@@ -119,6 +132,9 @@ class Lent:
 
     def use(self, workload: Workload) -> None:
         self._evaluator.use(workload)
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        self._evaluator.know(checks)
 
     def close(self) -> None:
         self._evaluator.use(self._home)

@@ -26,26 +26,23 @@ NaN or Inf never passes.
 
 from __future__ import annotations
 
-import copy
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
-from advisor import impls
-from advisor.candidate import Candidate, Captured, ConvInput, Mode, to_layout
-from advisor.check import global_rel_error, max_rel_error, rel_error
-from advisor.device_ops import autocast_type, cuda_ops, placement
+from advisor.candidate import Candidate, Captured, ConvInput, Mode
+from advisor.check import global_rel_error, max_rel_error
 from advisor.knobs import Settings, precision_of
+from advisor.layer_check import LayerCheck, LayerVerdict
+from advisor.precision_check import check_precision
+from advisor.precision_verdict import PrecisionCheck
 from advisor.space import SearchSpace
 from advisor.workload import Workload
 
 REFERENCE = Settings(tf32="off")  # fp32 everywhere, native kernels, contiguous
-_CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate (CPU RAM)
-_CACHE_SHARE = 0.025  # on a GPU: this share of its memory, up to 2 GiB (a float64 conv on a
-_CACHE_MAX = 2 * 2**30  # large layer costs each candidate a second otherwise)
 
 
 @dataclass(frozen=True)
@@ -73,8 +70,8 @@ class Bound:
 
     The limit is the larger of the space's tolerance and `factor` x the yardstick: the model's
     fp32 noise floor, or for TF32/fp16/bf16 what PyTorch's own path at that precision differs.
-    For those, the precision itself must be acceptable first: PyTorch's own path (`own`) within
-    the space's tolerance.
+    For those, the precision itself must be acceptable first: `check`, what it does to training
+    on this model (advisor/precision_check.py), or PyTorch's default on the device.
     """
 
     what: str  # "error" or "gradient error"
@@ -84,9 +81,7 @@ class Bound:
     yardstick: float
     factor: float
     own: float | None = None  # PyTorch's own path's error (None for the fp32 class)
-    # The own path is PyTorch's default on this device (TF32 convs on CUDA): the user runs it
-    # already, so it is accepted whatever it differs; candidates must be as close as it is.
-    default_path: bool = False
+    check: PrecisionCheck | None = None  # how the precision was judged (None: fp32 class)
 
     @property
     def value(self) -> float:
@@ -96,31 +91,31 @@ class Bound:
     def basis(self) -> str:
         if self.factor * self.yardstick <= self.space_value:
             return f"the space's {self.precision} tolerance"
-        if self.default_path:
-            return (
-                f"{self.factor:g} x PyTorch's default path on this device ({self.precision}: "
-                f"{self.yardstick:.1e} on this model, accepted as what PyTorch does anyway)"
-            )
         if self.own is None:
             return f"{self.factor:g} x this model's fp32 noise floor {self.yardstick:.1e}"
         return f"{self.factor:g} x PyTorch's own {self.precision} path on this model ({self.yardstick:.1e})"
 
     def judge(self, error: float) -> tuple[str, str] | None:
-        """None when `error` passes; else (reason, the `key=value` setting that would accept it)."""
-        p = self.precision
-        if self.own is not None and self.own > self.space_value and not self.default_path:
-            need = max(self.own, error if error > self.factor * self.yardstick else 0.0)
-            return (
-                f"PyTorch's own {p} path itself differs by {self.own:.2e} ({self.what}) on this "
-                f"model, over the {p} tolerance {self.space_value:.1e}: {p} is not accepted here",
-                f"{self.space_key}={round_up(need)}",
-            )
+        """None when `error` passes; else (reason, the `key=value` setting that would accept it,
+        or "" when none would)."""
+        p, check = self.precision, self.check
+        if check is not None and not check.accepted:
+            return f"{check.summary}: {p} is not accepted here", _accepting(check)
         if error > self.value:
             return (
                 f"{self.what} {error:.2e} over the {p} tolerance {self.value:.1e} ({self.basis})",
                 f"{self.space_key}={round_up(error)}",
             )
         return None
+
+
+def _accepting(check: PrecisionCheck) -> str:
+    """The precision_check setting that would have accepted a rejected precision."""
+    if not math.isfinite(check.gap):
+        return ""  # Inf or NaN: nothing accepts it
+    if check.mode == "infer":
+        return f"precision_check.signal_tolerance={round_up(check.gap)}"
+    return f"precision_check.band_factor={round_up(check.gap / max(check.band, 1e-12))}"
 
 
 @dataclass(frozen=True)
@@ -142,20 +137,6 @@ class Tolerance:
         if verdict is None and self.grad is not None and errors.grad is not None:
             verdict = self.grad.judge(errors.grad)
         return verdict
-
-
-@dataclass(frozen=True)
-class LayerVerdict:
-    """The worst conv layer of a candidate, checked alone against float64."""
-
-    error: float
-    tolerance: float
-    layer: str
-    what: str  # output, input gradient or weight gradient
-
-    @property
-    def ok(self) -> bool:
-        return self.error <= self.tolerance
 
 
 class Gate:
@@ -190,12 +171,8 @@ class Gate:
         ]
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
-        self._layer_refs: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
-        self._layer_ref_bytes = 0
-        self._cache_bytes = _CACHE_BYTES
-        if device.type == "cuda":
-            total = cuda_ops().properties(cuda_ops().index_of(device)).total_memory
-            self._cache_bytes = min(_CACHE_MAX, int(_CACHE_SHARE * total))
+        self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
+        self.layers = LayerCheck(self)
 
     # ---- references ----------------------------------------------------------------------------
 
@@ -262,15 +239,50 @@ class Gate:
         the space's tolerance (fp32) or within the yardstick's bound passes without it."""
         precision = self.precision(settings)
         own = self._yardstick(settings)
-        default = self.own_path(settings) == Settings()
+        check = self.precision_check(settings)
         zero = Errors(0.0, None if self.mode == "infer" else 0.0)
-        tol = self._tolerance(precision, own, zero, default)
+        tol = self._tolerance(precision, own, zero, check)
         if errors is None or tol.judge(errors) is not None:
-            tol = self._tolerance(precision, own, self.noise(), default)
+            tol = self._tolerance(precision, own, self.noise(), check)
         return tol
 
+    # ---- whether a precision is acceptable on this model ---------------------------------------
+
+    def know(self, checks: Iterable[PrecisionCheck]) -> None:
+        """Verdicts measured elsewhere (another process, an earlier run of the study): not
+        measured again here."""
+        for check in checks:
+            if check.mode == self.mode:
+                self._checks.setdefault(check.own_path.model_dump_json(), check)
+
+    @property
+    def checks(self) -> list[PrecisionCheck]:
+        return list(self._checks.values())
+
+    def precision_check(self, settings: Settings) -> PrecisionCheck | None:
+        """How the candidate's precision is judged on this model: None for the fp32 class; PyTorch's
+        default on the device (TF32 convs on CUDA) is accepted as what the user runs anyway; any
+        other is measured once (`advisor.precision_check`) and kept."""
+        precision = self.precision(settings)
+        if precision == "fp32":
+            return None
+        own = self.own_path(settings)
+        key = own.model_dump_json()
+        if key not in self._checks:
+            if own == Settings():
+                self._checks[key] = PrecisionCheck(
+                    precision=precision, own_path=own, mode=self.mode, accepted=True, gap=0.0,
+                    band=0.0, summary=f"{precision}: PyTorch's default on this device, accepted "
+                    "as what PyTorch does anyway",
+                )  # fmt: skip
+            else:
+                self._checks[key] = check_precision(self.workload, own, precision, self.device,
+                                                    self.mode, self.space.precision_check,
+                                                    self.seed)  # fmt: skip
+        return self._checks[key]
+
     def _tolerance(
-        self, precision: str, own: Errors | None, noise: Errors, default: bool = False
+        self, precision: str, own: Errors | None, noise: Errors, check: PrecisionCheck | None
     ) -> Tolerance:
         g = self.space.gate
         bounds = []
@@ -288,107 +300,14 @@ class Gate:
                     max(floor or 0.0, own_err or 0.0),
                     g.noise_factor if own is None else g.yardstick_factor,
                     None if own is None else (own_err or 0.0),
-                    own is not None and default,
+                    check,
                 )
             )
         return Tolerance(precision, bounds[0], bounds[1] if self.mode == "train" else None)
 
-    # ---- each conv layer alone -----------------------------------------------------------------
-
     def check_layers(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
-        """The worst conv layer of `cand` run alone against float64 (None: the model has none):
-        a failing layer before any passing one, else the largest error.
-
-        At PyTorch's default precision on this device (TF32 convs on CUDA) a layer may differ as
-        much as `yardstick_factor` x PyTorch's own kernel for it at that precision: the user runs
-        that kernel already (a large-K conv's TF32 error can exceed the space's tolerance)."""
-        settings = cand.tuned.settings
-        tol = self.space.layer_tolerances.for_precision(self.precision(settings))
-        default = self.precision(settings) != "fp32" and self.own_path(settings) == Settings()
-        verdicts: list[LayerVerdict] = []
-        for c in convs:
-            errors = self._layer_errors(cand, c, c.module)
-            limit = dict.fromkeys(errors, tol)
-            if default and any(err > tol for err in errors.values()):
-                native = impls.swap(copy.deepcopy(c.module), "native")
-                own = self._layer_errors(cand, c, native)
-                factor = self.space.gate.yardstick_factor
-                limit = {what: max(tol, factor * own[what]) for what in errors}
-            verdicts += [LayerVerdict(err, limit[w], c.name, w) for w, err in errors.items()]
-        failing = [v for v in verdicts if not v.ok]
-        return max(failing or verdicts, key=lambda v: v.error, default=None)
-
-    def _layer_errors(self, cand: Candidate, c: ConvInput, module: nn.Module) -> dict[str, float]:
-        train = self.mode == "train"
-        need_x = train and c.requires_grad
-        # Drawn where the layer runs, from the same seed for every candidate: on a GPU a CPU
-        # draw (and its copy) of a large layer's input and output gradient cost seconds per
-        # candidate (gpu_audit #12).
-        where = placement(self.device)
-        gen = torch.Generator(device=where).manual_seed(self.seed + 17)
-        x = torch.randn(c.shape, generator=gen, dtype=torch.float32, device=where).to(c.dtype)
-        xd = to_layout(x, c.layout).requires_grad_(need_x)
-        params = {
-            n: p for n, p in module.named_parameters(recurse=False) if train and p.requires_grad
-        }
-        with torch.set_grad_enabled(train), cand.tuned.autocast():
-            out = module(xd)
-        got = {"output": out.detach()}
-        g = None
-        if train:
-            g = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where)
-            g = g.to(out.dtype)
-            wrt = [xd] if need_x else []
-            grads = torch.autograd.grad(out, [*wrt, *params.values()], g)
-            if need_x:
-                got["input gradient"] = grads[0]
-            for n, gr in zip(params, grads[len(wrt) :], strict=True):
-                got[f"param.{n}"] = gr
-        ref = self._layer_reference(c, x, g, need_x, list(params))
-        errors = {
-            "output": rel_error(got["output"], ref["output"]),
-        }
-        if "input gradient" in got:
-            errors["input gradient"] = rel_error(got["input gradient"], ref["input gradient"])
-        pgot = {k: v for k, v in got.items() if k.startswith("param.")}
-        if pgot:
-            pref = {k: ref[k] for k in pgot}
-            errors["weight gradient"] = global_rel_error(pgot, pref)
-        return errors
-
-    def _layer_reference(
-        self,
-        c: ConvInput,
-        x: torch.Tensor,
-        g: torch.Tensor | None,
-        need_x: bool,
-        params: list[str],
-    ) -> dict[str, torch.Tensor]:
-        """The layer in float64 with native kernels on the same values (cached, within a budget:
-        candidates in one precision share it)."""
-        key = (c.name, c.shape, x.dtype, None if g is None else g.dtype, need_x, tuple(params))
-        hit = self._layer_refs.get(key)
-        if hit is not None:
-            return hit
-        ref_mod = impls.swap(copy.deepcopy(c.module), "native").to(torch.float64)
-        x64 = x.to(placement(self.device), torch.float64).requires_grad_(need_x)
-        autocast_off = torch.autocast(autocast_type(self.device), enabled=False)
-        with autocast_off, torch.set_grad_enabled(g is not None):
-            out = ref_mod(x64)
-        ref = {"output": out.detach()}
-        if g is not None:
-            named = dict(ref_mod.named_parameters(recurse=False))
-            wrt = ([x64] if need_x else []) + [named[n] for n in params]
-            grads = torch.autograd.grad(out, wrt, g.to(out.device, torch.float64))
-            if need_x:
-                ref["input gradient"] = grads[0]
-            for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
-                ref[f"param.{n}"] = gr
-        size = sum(t.numel() * t.element_size() for t in ref.values())
-        if self._layer_ref_bytes + size <= self._cache_bytes:
-            self._layer_refs[key] = ref
-            self._layer_ref_bytes += size
-        return ref
+        """The worst conv layer of `cand` run alone against float64 (`advisor.layer_check`)."""
+        return self.layers.check(cand, convs)
 
 
 def round_up(x: float) -> str:

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from advisor.candidate import Mode
+from advisor.gate import Gate
 from advisor.knobs import Settings, precision_of
+from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Race
@@ -89,6 +91,7 @@ class IsolatedEvaluator:
     ) -> None:
         self.info, self.device, self.mode, self.space = info, device, mode, space
         self.cudnn_benchmark = cudnn_benchmark  # the value of every candidate it is given
+        self._known: dict[str, str] = {}  # precision verdicts: own path's JSON -> check's JSON
         self.timeout_s = timeout_s
         self.startup_timeout_s = max(startup_timeout_s, timeout_s)
         self._ctx = mp.get_context("spawn")
@@ -226,20 +229,31 @@ class IsolatedEvaluator:
             return self._failed(settings, why)
         assert self._conn is not None
         race_ms = race.limit_ms if race is not None else None
+        known = list(self._known.values())
         try:
-            self._conn.send(("evaluate", settings.model_dump_json(), race_ms, time_left_s))
+            self._conn.send(("evaluate", settings.model_dump_json(), race_ms, time_left_s, known))
         except (BrokenPipeError, OSError):
             return self._crashed(settings)
-        msg = self._receive(self.timeout_s)
+        # A precision not judged yet on this model is judged in this trial (a short training
+        # run: advisor.precision_check): it gets a second trial limit.
+        own = Gate.own_path(settings).model_dump_json()
+        judged = precision_of(settings, self.device) == "fp32" or own in self._known
+        limit = self.timeout_s * (1 if judged else 2)
+        msg = self._receive(limit)
         if msg == "timeout":
             self._kill()
-            return self._failed(settings, f"timed out after {self.timeout_s:g} s (killed)")
+            return self._failed(settings, f"timed out after {limit:g} s (killed)")
         if not (isinstance(msg, tuple) and msg[0] == "result"):
             return self._crashed(settings)
         result = classify(TrialResult.model_validate_json(msg[1]))
         if poisoned(result):
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         return result
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        """Precision verdicts sent along with every later candidate (not measured again)."""
+        for check in checks:
+            self._known.setdefault(check.own_path.model_dump_json(), check.model_dump_json())
 
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on, in the same worker when it is alive. The

@@ -79,6 +79,8 @@ class ProgressReporter:
             self.console.print(f"[bold]Why:[/bold] {r.why}")
             if r.benchmark_note:
                 self.console.print(f"[bold]cudnn.benchmark:[/bold] {r.benchmark_note}")
+            for line in r.precisions:
+                self.console.print(f"[bold]Precision:[/bold] {line}")
             for w in r.warnings:
                 self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}: timings may be noisy")
             for note in r.notes:

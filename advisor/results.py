@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from advisor.knobs import Settings
+from advisor.precision_verdict import PrecisionCheck
 from advisor.stats import Measurement
 
 __all__ = ["Status", "TrialResult"]
@@ -35,6 +36,7 @@ class TrialResult(BaseModel):
     layer_tolerance: float | None = None
     layer_detail: str | None = None  # which layer and tensor that was
     rejected_by: str | None = None  # the space setting that would accept it, as key=value
+    precision_check: PrecisionCheck | None = None  # how its precision was judged on the model
     peak_memory_mb: float | None = None  # steady state: warm-up and samples
     first_call_peak_mb: float | None = None  # the first call's (autotuning, benchmark search)
     per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape

@@ -233,6 +233,7 @@ def evaluate(
         layer_tolerance=layer.tolerance if layer is not None else None,
         layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
         rejected_by=rejected_by,
+        precision_check=tol.out.check,
         peak_memory_mb=peak,
         first_call_peak_mb=memory.first_call_mb,
     )

@@ -27,6 +27,7 @@ from pydantic import (
 from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
+from advisor.precision_verdict import PrecisionCheckSettings
 from advisor.timing import TimingPolicy
 
 SPACE_SCHEMA_VERSION: Literal[1] = 1
@@ -119,6 +120,11 @@ class SearchSpace(BaseModel):
         description="each conv layer alone against float64: output, input and weight gradients",
     )
     gate: GateSettings = GateSettings()
+    precision_check: PrecisionCheckSettings = Field(
+        PrecisionCheckSettings(),
+        description="whether a reduced precision trains like fp32 on the model "
+        "(advisor/precision_check.py)",
+    )
     timing: TimingSettings = TimingSettings()
     min_gain: float = Field(
         0.02, ge=0, description="a change must be faster by this fraction (and significantly)"
@@ -250,7 +256,7 @@ def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchS
     return space
 
 
-_GATE_SECTIONS = ("tolerances", "grad_tolerances", "layer_tolerances", "gate")
+_GATE_SECTIONS = ("tolerances", "grad_tolerances", "layer_tolerances", "gate", "precision_check")
 
 
 def with_tolerances(space: SearchSpace, overrides: dict[str, float]) -> SearchSpace:

@@ -22,6 +22,7 @@ from advisor.device_ops import cuda_ops
 from advisor.errors import first_line
 from advisor.global_state import global_state, restore_global_state
 from advisor.knobs import Settings
+from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Race
@@ -152,9 +153,10 @@ def worker_main(
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
         else:
-            _, settings_json, race_ms, time_left_s = msg
+            _, settings_json, race_ms, time_left_s, known = msg
             race = Race(race_ms) if race_ms is not None else None
             settings = Settings.model_validate_json(settings_json)
+            gate.know(PrecisionCheck.model_validate_json(j) for j in known)
             try:
                 result = evaluate(workload, settings, dev, mode, space, gate, race=race,
                                   time_left_s=time_left_s)  # fmt: skip

@@ -101,4 +101,4 @@ def test_per_layer_check_inputs_are_drawn_alike_for_every_candidate() -> None:
         finally:
             cand.close()
     assert all(v is not None and v.ok for v in verdicts)
-    assert len(gate._layer_refs) == 3  # one reference per conv layer, reused
+    assert len(gate.layers._layer_refs) == 3  # one reference per conv layer, reused

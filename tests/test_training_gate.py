@@ -175,11 +175,11 @@ def test_a_rejected_candidate_names_the_setting_that_accepts_it(
     strict = tmp_path / "strict.yaml"
     strict.write_text(Path(fast_space).read_text().replace("name: fast_cpu", "name: strict"))
     with strict.open("a") as f:
-        f.write("tolerances: {bf16: 1.0e-6}\n")
+        f.write("layer_tolerances: {bf16: 1.0e-6}\n")
     kw = dict(layer="Conv2d(3, 16, 3, padding=1)", input_shape="1,3,32,32", device="cpu")
     advice = advisor.advise(**kw, space=str(strict))
     bf16 = next(r for r in advice.results if r.settings.label() == "amp=bf16")
-    assert bf16.status == "rejected" and bf16.rejected_by.startswith("tolerances.bf16=")
+    assert bf16.status == "rejected" and bf16.rejected_by.startswith("layer_tolerances.bf16=")
     key, value = bf16.rejected_by.split("=")
     again = advisor.advise(**kw, space=str(strict), tolerances={key: float(value)})
     assert next(r for r in again.results if r.settings.label() == "amp=bf16").status == "ok"

@@ -47,6 +47,7 @@ class Summary:
     trials: int
     rejected: int
     failed: int
+    precisions: list[str] = field(default_factory=list)  # how each precision was judged
 
 
 @dataclass
@@ -249,12 +250,14 @@ def _summary_from_config(cfg: Config) -> Summary | None:
         trials=r.trials,
         rejected=r.rejected,
         failed=r.failed,
+        precisions=list(r.precisions),
     )
 
 
 def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summary | None:
     """What the search would have recommended from these trials (same pick rule as `advise`,
     with the search space's `min_gain`)."""
+    from advisor.advice import precision_verdicts
     from advisor.pick import pick_final, speedup_over
 
     base = _baseline_of(results)
@@ -279,6 +282,7 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
         trials=len(results),
         rejected=sum(r.status == "rejected" for r in results),
         failed=sum(r.status == "failed" for r in results),
+        precisions=precision_verdicts(results),
     )
 
 

@@ -18,6 +18,7 @@ from advisor.evaluators import Evaluator, new_evaluator
 from advisor.knobs import Settings
 from advisor.ownership import owner_id
 from advisor.pick import pareto_front
+from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
 from advisor.search.options import (
     CandidateFailed,
@@ -144,6 +145,12 @@ def _run(
             if leader is not None and leader.measurement is not None:
                 race = Race(space.race_limit_ms(leader.measurement.ci_high_ms))
         raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
+        if raw.precision_check is not None and raw.precision_check.own_path != Settings():
+            # Judged once per precision per model: kept with the study for every later
+            # candidate, process and run of it.
+            study.set_user_attr(_check_key(raw.precision_check),
+                                raw.precision_check.model_dump(mode="json"))  # fmt: skip
+            evaluator.know([raw.precision_check])
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
         mine["evaluated"] += 1
@@ -173,6 +180,7 @@ def _run(
             )
 
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
+    evaluator.know(stored_checks(study))
     try:
         _loop(plan, space, device, objective, on_trial, deadline, shared)
     finally:
@@ -404,3 +412,19 @@ def _outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcom
     return SearchOutcome(
         results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
     )
+
+
+_CHECK_PREFIX = "precision_check:"
+
+
+def _check_key(check: PrecisionCheck) -> str:
+    return _CHECK_PREFIX + check.own_path.label()
+
+
+def stored_checks(study: optuna.Study) -> list[PrecisionCheck]:
+    """The precision verdicts this study has measured (by any process or earlier run)."""
+    return [
+        PrecisionCheck.model_validate(value)
+        for key, value in study.user_attrs.items()
+        if key.startswith(_CHECK_PREFIX)
+    ]

@@ -1,0 +1,320 @@
+"""Whether a reduced precision (bf16, fp16 with its GradScaler, TF32, oneDNN's bf16 fp32 convs)
+is acceptable for this model: decided by what it does to training (or, in infer mode, to the
+outputs' information), measured once per precision per model.
+
+One step's rounding is the wrong yardstick for "does my model still train": on real networks
+PyTorch's own bf16 path differs from fp32 after one step by far more than any fixed tolerance
+(ResNet-18's first-step gradients by 0.37), yet it trains; rounding noise in a gradient is small
+next to the noise between two mini-batches, which SGD lives with. So, in train mode:
+
+- a task the model can learn at the scale of its own outputs: fixed synthetic batches drawn like
+  the example inputs, and as targets the outputs of a *teacher*, the same model with every
+  parameter moved by `teacher_noise` x its RMS (computed once, in fp32);
+- `steps` optimiser steps (Adam, `lr`) from the same initial weights, batches in turn; the loss
+  is the relative squared error to the teacher, summed over outputs;
+- runs: the fp32 reference; fp32 with the inputs moved by `jitter` (relative): the model's own
+  run-to-run sensitivity; fp32 on other batches of the same kind (and their teacher targets):
+  the mini-batch noise SGD lives with; and the precision through PyTorch's own path (autocast,
+  the GradScaler for fp16, the TF32 or oneDNN flags);
+- the gap of a run is the largest difference of its loss from the reference's at any step,
+  relative to the reference's starting loss; the **band** is the largest gap of the fp32 runs.
+  The precision is accepted when its losses stay finite and its gap is within `band_factor` x
+  the band: it trains like fp32 does with other inputs.
+
+In infer mode, the precision's output error relative to how much the outputs vary across the
+batch (the information they carry) must be within `signal_tolerance`, outputs finite; for a
+classifier-shaped output the top-1 agreement with fp32 is reported.
+
+Error modes, said plainly: a model that barely learns in `steps` steps at `lr` makes every gap
+small (a precision that would drift later is not caught); the band from a single other draw can
+be small or large by chance (`batch_runs`, `jitter_runs` add draws). The per-layer check against
+float64 (advisor/gate.py) still catches a wrong kernel at any precision.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from advisor.apply import apply_settings
+from advisor.candidate import Mode, flatten_tensors, perturbed
+from advisor.canonical_dropout import canonical_dropout
+from advisor.device_ops import placement
+from advisor.knobs import Settings
+from advisor.precision_verdict import PrecisionCheck, PrecisionCheckSettings
+from advisor.workload import Workload
+
+__all__ = ["PrecisionCheck", "PrecisionCheckSettings", "check_precision"]
+
+REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
+
+
+def _batches(workload: Workload, n: int, first_seed: int) -> list[tuple[tuple, dict]]:
+    """`n` fixed batches drawn like the example inputs (on the CPU)."""
+    cpu = torch.device("cpu")
+    return [workload.make_call(cpu, first_seed + b) for b in range(n)]
+
+
+def _teacher(workload: Workload, noise: float, seed: int) -> torch.nn.Module:
+    """The model with each floating parameter moved by `noise` x its RMS: a function the model
+    can learn, with outputs at its own scale."""
+    model = workload.make_model()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                rms = p.detach().float().pow(2).mean().sqrt().clamp_min(1e-3)
+                p.add_(noise * rms * torch.randn(p.shape, generator=gen).to(p.dtype))
+    return model
+
+
+def _call(
+    tuned: Any, args: tuple, kwargs: dict, jitter: float, seed: int, grads: tuple[bool, ...] = ()
+) -> list[torch.Tensor]:
+    """The model on one batch (moved by `jitter`), dropout masks from `seed`; inputs that need a
+    gradient inside the network (`grads`: a layer's input is an activation) get one."""
+    inputs = (*args, *kwargs.values())
+    if jitter:
+        inputs = perturbed(inputs, jitter, seed)
+    prepared = tuned.inputs(*inputs)
+    for x, grad in zip(prepared, grads, strict=False):
+        if grad and torch.is_tensor(x) and x.is_floating_point():
+            x.requires_grad_(True)
+    pos, kw = prepared[: len(args)], dict(zip(kwargs, prepared[len(args) :], strict=True))
+    with canonical_dropout(seed), tuned.autocast():
+        return flatten_tensors(tuned.model(*pos, **kw))
+
+
+def _targets(
+    workload: Workload,
+    batches: list,
+    device: torch.device,
+    mode: Mode,
+    cfg: PrecisionCheckSettings,
+    seed: int = 0,
+) -> list[list[torch.Tensor]]:
+    teacher = _teacher(workload, cfg.teacher_noise, seed=4242 + seed)
+    teacher.train(mode == "train")
+    tuned = apply_settings(REFERENCE, teacher, device, training=False, warn=False)
+    try:
+        with torch.no_grad():
+            return [[o.detach().float() for o in _call(tuned, a, k, 0.0, 0)] for a, k in batches]
+    finally:
+        tuned.restore()
+
+
+def _loss(outs: list[torch.Tensor], targets: list[torch.Tensor]) -> torch.Tensor:
+    """Relative squared error to the targets, summed over outputs (about 1 at the start)."""
+    total = torch.zeros((), device=targets[0].device)
+    for o, t in zip(outs, targets, strict=True):
+        spread = (t - t.mean()).pow(2).sum().clamp_min(1e-12)
+        total = total + (o.float() - t).pow(2).sum() / spread
+    return total
+
+
+def _train(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    batches: list,
+    targets: list[list[torch.Tensor]],
+    cfg: PrecisionCheckSettings,
+    jitter: float = 0.0,
+) -> list[float]:
+    """The training loss at each step, then on every batch after the last step."""
+    model = workload.make_model()
+    model.train()
+    tuned = apply_settings(settings, model, device, training=True, warn=False)
+    try:
+        params = [p for p in tuned.model.parameters() if p.requires_grad]
+        opt = torch.optim.Adam(params, lr=cfg.lr)
+        scaler = tuned.scaler
+        if scaler is not None:
+            _settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
+        losses = []
+        for step in range(cfg.steps):
+            args, kwargs = batches[step % len(batches)]
+            target = [t.to(placement(device)) for t in targets[step % len(batches)]]
+            loss = _loss(_call(tuned, args, kwargs, jitter, step, workload.input_grad), target)
+            losses.append(float(loss.detach()))
+            if not math.isfinite(losses[-1]):
+                return losses  # diverged: nothing after it means anything
+            opt.zero_grad(set_to_none=True)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+        with torch.no_grad():
+            final = [
+                float(
+                    _loss(
+                        _call(tuned, a, k, jitter, 10_000 + i), [x.to(placement(device)) for x in t]
+                    )
+                )
+                for i, ((a, k), t) in enumerate(zip(batches, targets, strict=True))
+            ]
+        losses.append(sum(final) / len(final))
+        return losses
+    finally:
+        tuned.restore()
+
+
+def _settle_scale(
+    tuned: Any,
+    scaler: Any,
+    params: list[Any],
+    batch: tuple,
+    target: list,
+    device: Any,
+    workload: Workload,
+) -> None:
+    """Back a fresh GradScaler off to the scale a long run settles at before the check's steps:
+    it starts at 2**16 and skips the steps that overflow, halving each time, which in thousands of
+    steps costs nothing but in a short check would show as lag, not as what fp16 does."""
+    args, kwargs = batch
+    for _ in range(24):
+        outs = _call(tuned, args, kwargs, 0.0, 0, workload.input_grad)
+        loss = _loss(outs, [t.to(placement(device)) for t in target])
+        scaler.scale(loss).backward()
+        finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
+        for p in params:
+            p.grad = None
+        if finite:
+            return
+        scaler.update(float(scaler.get_scale()) / 2)
+
+
+def _epochs(losses: list[float], batches: int) -> list[float]:
+    """The mean loss over each pass through the batches (then the final loss): a loss per step
+    swings with its batch, which is not what a precision changes."""
+    steps, final = losses[:-1], losses[-1:]
+    return [sum(steps[i : i + batches]) / len(steps[i : i + batches])
+            for i in range(0, len(steps), batches)] + final  # fmt: skip
+
+
+def _gap(run: list[float], ref: list[float], batches: int) -> float:
+    """The largest difference between two runs' epoch losses, over the reference's first."""
+    if len(run) != len(ref) or not all(math.isfinite(x) for x in run):
+        return math.inf
+    a, b = _epochs(run, batches), _epochs(ref, batches)
+    return max(abs(x - y) for x, y in zip(a, b, strict=True)) / max(abs(b[0]), 1e-12)
+
+
+def check_precision(
+    workload: Workload,
+    own_path: Settings,
+    precision: str,
+    device: torch.device,
+    mode: Mode,
+    cfg: PrecisionCheckSettings,
+    seed: int = 0,
+) -> PrecisionCheck:
+    """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc)."""
+    start = time.perf_counter()
+    if mode == "infer":
+        return _check_outputs(workload, own_path, precision, device, cfg, seed, start)
+    batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
+    targets = _targets(workload, batches, device, mode, cfg, seed)
+    runs = {"fp32": _train(workload, REFERENCE, device, batches, targets, cfg)}
+    for j in range(cfg.jitter_runs):
+        jitter = cfg.jitter * (1 + j)
+        runs[f"fp32 jittered {j + 1}"] = _train(
+            workload, REFERENCE, device, batches, targets, cfg, jitter
+        )
+    for k in range(cfg.batch_runs):
+        other = _batches(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
+        runs[f"fp32 other batches {k + 1}"] = _train(
+            workload,
+            REFERENCE,
+            device,
+            other,
+            _targets(workload, other, device, mode, cfg, seed),
+            cfg,
+        )
+    runs[precision] = _train(workload, own_path, device, batches, targets, cfg)
+    ref = runs["fp32"]
+    others = [r for name, r in runs.items() if name not in ("fp32", precision)]
+    band = max((_gap(r, ref, cfg.batches) for r in others), default=0.0)
+    gap = _gap(runs[precision], ref, cfg.batches)
+    accepted = math.isfinite(gap) and gap <= cfg.band_factor * band
+    trained = f"{ref[0]:.3g} -> {ref[-1]:.3g} in fp32"
+    if accepted:
+        summary = (
+            f"{precision}: trains like fp32 on this model ({cfg.steps} steps, loss {trained}; "
+            f"its largest loss gap {gap:.1%} of the start, within {cfg.band_factor:g} x the fp32 "
+            f"band {band:.1%})"
+        )
+    elif not math.isfinite(gap):
+        summary = (
+            f"{precision}: does not train on this model: its loss became Inf or NaN within "
+            f"{cfg.steps} steps (fp32: {trained})"
+        )
+    else:
+        summary = (
+            f"{precision}: does not train like fp32 on this model ({cfg.steps} steps, loss "
+            f"{trained}, {runs[precision][-1]:.3g} in {precision}; its largest loss gap "
+            f"{gap:.1%} of the start, over {cfg.band_factor:g} x the fp32 band {band:.1%})"
+        )
+    return PrecisionCheck(precision=precision, own_path=own_path, mode="train", accepted=accepted,
+                          summary=summary, gap=gap, band=band, losses=runs,
+                          seconds=time.perf_counter() - start)  # fmt: skip
+
+
+def _outputs(
+    workload: Workload, settings: Settings, device: torch.device, batches: list
+) -> list[list[torch.Tensor]]:
+    model = workload.make_model()
+    model.eval()
+    tuned = apply_settings(settings, model, device, training=False, warn=False)
+    try:
+        with torch.no_grad():
+            return [[o.detach().float().cpu() for o in _call(tuned, a, k, 0.0, 0)]
+                    for a, k in batches]  # fmt: skip
+    finally:
+        tuned.restore()
+
+
+def _check_outputs(
+    workload: Workload,
+    own_path: Settings,
+    precision: str,
+    device: torch.device,
+    cfg: PrecisionCheckSettings,
+    seed: int,
+    start: float,
+) -> PrecisionCheck:
+    """Infer mode: the precision's output error relative to the outputs' spread across the batch
+    (the information they carry), and top-1 agreement where the output looks like logits."""
+    batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
+    ref = _outputs(workload, REFERENCE, device, batches)
+    got = _outputs(workload, own_path, device, batches)
+    worst, agree, total = 0.0, 0, 0
+    for outs_r, outs_p in zip(ref, got, strict=True):
+        for r, p in zip(outs_r, outs_p, strict=True):
+            if not torch.isfinite(p).all():
+                worst = math.inf
+                continue
+            spread = (
+                (r - r.mean(dim=0, keepdim=True)).norm() if r.dim() and r.shape[0] > 1 else r.norm()
+            )
+            worst = max(worst, float((p - r).norm() / spread.clamp_min(1e-12)))
+            if r.dim() == 2 and r.shape[1] > 1:
+                agree += int((p.argmax(1) == r.argmax(1)).sum())
+                total += r.shape[0]
+    top1 = agree / total if total else None
+    accepted = math.isfinite(worst) and worst <= cfg.signal_tolerance
+    extra = f"; top-1 agreement {top1:.0%}" if top1 is not None else ""
+    verdict = "keeps" if accepted else "does not keep"
+    summary = (
+        f"{precision}: {verdict} the outputs' information on this model (error {worst:.1e} of "
+        f"their spread across the batch, limit {cfg.signal_tolerance:g}{extra})"
+    )
+    return PrecisionCheck(precision=precision, own_path=own_path, mode="infer", accepted=accepted,
+                          summary=summary, gap=worst, band=cfg.signal_tolerance,
+                          top1_agreement=top1, seconds=time.perf_counter() - start)  # fmt: skip

@@ -1,0 +1,49 @@
+"""What the precision check (advisor/precision_check.py) is told and what it finds: plain
+pydantic models, stored with trial results and in search spaces."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.knobs import Settings
+
+__all__ = ["PrecisionCheck", "PrecisionCheckSettings"]
+
+
+class PrecisionCheckSettings(BaseModel):
+    """How a precision is judged on the model (search-space section `precision_check`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    steps: int = Field(32, ge=2, description="optimiser steps of each training run")
+    batches: int = Field(4, ge=1, description="fixed synthetic batches, used in turn")
+    lr: float = Field(1e-3, gt=0, description="Adam's learning rate")
+    teacher_noise: float = Field(
+        0.5, gt=0, description="the teacher's parameters: the model's moved by this x their RMS"
+    )
+    jitter: float = Field(1e-5, gt=0, description="fp32 run with inputs moved by this (relative)")
+    jitter_runs: int = Field(1, ge=0, description="fp32 runs with jittered inputs")
+    batch_runs: int = Field(1, ge=0, description="fp32 runs on other batches of the same kind")
+    band_factor: float = Field(
+        1.5, gt=0, description="accept when the precision's gap is within this x the fp32 band"
+    )
+    signal_tolerance: float = Field(
+        0.1, gt=0, description="infer: output error over the outputs' spread across the batch"
+    )
+
+
+class PrecisionCheck(BaseModel):
+    """How one precision was judged on this model, and the numbers behind the verdict."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    precision: str
+    own_path: Settings  # PyTorch's own path at that precision, as run
+    mode: Literal["train", "infer"]
+    accepted: bool
+    summary: str  # one line for the result, the config and the report
+    gap: float  # train: largest loss gap / starting loss; infer: error over the signal
+    band: float  # train: the fp32 runs' largest gap; infer: the signal tolerance
+    losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
+    top1_agreement: float | None = None
+    seconds: float = 0.0

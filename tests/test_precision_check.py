@@ -1,0 +1,99 @@
+"""Whether a half precision is acceptable is decided by what it does to training (advisor/
+precision_check.py): a healthy model trains like fp32 in bf16 and fp16; two negative controls do
+not (a signal below bf16's resolution; fp16 activations past 65504). Each over 5 input draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+from advisor import gate as gate_module
+from advisor.knobs import Settings
+from advisor.precision_check import check_precision
+from advisor.precision_verdict import PrecisionCheckSettings
+from advisor.workload_args import make_workload
+from tests.conftest import DATA
+
+CPU = torch.device("cpu")
+# Fewer steps than the spaces (32 on 4 batches) keep the suite quick; the rule is the same.
+CFG = PrecisionCheckSettings(steps=12, batches=2)
+DRAWS = range(5)
+
+
+def _verdicts(model: str, amp: str, mode: str = "train") -> list:  # noqa: ANN202
+    workload = make_workload(model_file=str(DATA / model))
+    return [check_precision(workload, Settings(amp=amp), amp, CPU, mode, CFG, seed=draw)  # type: ignore[arg-type]
+            for draw in DRAWS]  # fmt: skip
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_a_healthy_model_trains_like_fp32(amp: str) -> None:
+    checks = _verdicts("tiny_cnn.py", amp)
+    assert all(c.accepted for c in checks), [c.summary for c in checks]
+    assert all("trains like fp32" in c.summary for c in checks)
+    for c in checks:
+        ref = c.losses["fp32"]
+        assert ref[-1] < 0.8 * ref[0]  # the task is learnt: the check has something to compare
+
+
+def test_a_signal_below_bf16s_resolution_is_rejected() -> None:
+    checks = _verdicts("below_bf16.py", "bf16")
+    assert not any(c.accepted for c in checks), [c.summary for c in checks]
+    assert all("does not train like fp32" in c.summary for c in checks)
+    assert all(c.gap > 5 * c.band for c in checks)  # far outside the band, not a close call
+
+
+def test_fp16_activations_past_its_range_are_rejected() -> None:
+    checks = _verdicts("fp16_overflow.py", "fp16")
+    assert not any(c.accepted for c in checks), [c.summary for c in checks]
+    assert all("Inf or NaN" in c.summary for c in checks)
+    # The same model in bf16 (fp32's range) trains like fp32: the rule rejects the overflow,
+    # not the model.
+    assert all(c.accepted for c in _verdicts("fp16_overflow.py", "bf16"))
+
+
+def test_in_infer_mode_the_outputs_information_decides() -> None:
+    assert all(c.accepted for c in _verdicts("tiny_cnn.py", "bf16", "infer"))
+    assert not any(c.accepted for c in _verdicts("below_bf16.py", "bf16", "infer"))
+    assert not any(c.accepted for c in _verdicts("fp16_overflow.py", "fp16", "infer"))
+
+
+@pytest.mark.slow
+def test_advise_judges_each_precision_once_and_says_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = gate_module.check_precision
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the real check, counted
+        calls.append(str(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gate_module, "check_precision", counted)
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "name: s\ndevice: cpu\nknobs: {memory_format: [contiguous, channels_last], "
+        "amp: ['off', bf16]}\nper_layer: false\nrace: false\n"
+        "precision_check: {steps: 12, batches: 2}\n"
+        "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 3, max_samples: 3, max_time_s: 0.1}\n"
+    )
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    kw = dict(mode="train", device="cpu", space=str(space), storage=storage)
+    good = advisor.advise(model_file=str(DATA / "tiny_cnn.py"), **kw)
+    assert calls == ["bf16"]  # two bf16 candidates, one check
+    bf16 = good.trials[good.trials["label"].str.contains("amp=bf16")]
+    assert set(bf16["status"]) == {"ok"}
+    (line,) = good.config.result.precisions
+    assert line.startswith("bf16: trains like fp32 on this model (12 steps")
+    again = advisor.advise(model_file=str(DATA / "tiny_cnn.py"), **{**kw, "fresh": False})
+    assert calls == ["bf16"] and again.config.result.precisions == [line]  # stored with the study
+
+    bad = advisor.advise(model_file=str(DATA / "below_bf16.py"), **kw)
+    rows = bad.trials[bad.trials["label"].str.contains("amp=bf16")]
+    assert set(rows["status"]) == {"rejected"}
+    assert all("does not train like fp32" in r for r in rows["reason"])
+    assert all(a.startswith("precision_check.band_factor=") for a in rows["accepted_with"])
+    assert "amp" not in bad.settings.changes()
