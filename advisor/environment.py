@@ -128,6 +128,13 @@ def _cpu_name() -> str:
 _CPU_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8", "avx512_vnni")
 
 
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU computes bf16 products in hardware (AVX-512 BF16 or AMX): where bf16
+    autocast and oneDNN's bf16 fp32 convs can be fast, not emulated."""
+    have = set((_cpuinfo_field("flags") or "").split())
+    return bool(have & {"avx512_bf16", "amx_bf16"})
+
+
 def _cpu_capability() -> str:
     """The vector ISA PyTorch dispatches to (AVX2, AVX512, ...) and the low-precision features."""
     isa = torch.backends.cpu.get_cpu_capability()

@@ -214,7 +214,9 @@ class Gate:
     def own_path(settings: Settings) -> Settings:
         """PyTorch's own path at the candidate's precision: its autocast or TF32 flags, native
         kernels, contiguous."""
-        return Settings(amp=settings.amp, tf32=settings.tf32 if settings.amp == "off" else "conv")
+        if settings.amp != "off":
+            return Settings(amp=settings.amp)
+        return Settings(tf32=settings.tf32, cpu_fp32=settings.cpu_fp32)
 
     def _yardstick(self, settings: Settings) -> Errors | None:
         """How far PyTorch's own path at the candidate's precision is from the fp32 reference."""
@@ -276,9 +278,9 @@ class Gate:
                     "as what PyTorch does anyway",
                 )  # fmt: skip
             else:
-                self._checks[key] = check_precision(self.workload, own, precision, self.device,
-                                                    self.mode, self.space.precision_check,
-                                                    self.seed)  # fmt: skip
+                self._checks[key] = check_precision(self.workload, own, _path_name(own, precision),
+                                                    self.device, self.mode,
+                                                    self.space.precision_check, self.seed)  # fmt: skip
         return self._checks[key]
 
     def _tolerance(
@@ -308,6 +310,15 @@ class Gate:
     def check_layers(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
         """The worst conv layer of `cand` run alone against float64 (`advisor.layer_check`)."""
         return self.layers.check(cand, convs)
+
+
+def _path_name(own: Settings, precision: str) -> str:
+    """What a precision verdict calls PyTorch's own path at that precision."""
+    if own.cpu_fp32 == "bf16":
+        return "bf16 fp32 convs (oneDNN)"
+    if own.tf32 == "on" and own.amp == "off":
+        return "tf32 convs and matmuls"
+    return precision
 
 
 def round_up(x: float) -> str:

@@ -20,6 +20,7 @@ from advisor.device_ops import cuda_ops
 MemoryFormat = Literal["contiguous", "channels_last"]
 Tf32 = Literal["off", "conv", "on"]
 Amp = Literal["off", "fp16", "bf16"]
+CpuFp32 = Literal["ieee", "bf16"]
 
 
 class Settings(BaseModel):
@@ -40,6 +41,13 @@ class Settings(BaseModel):
         ),
     )
     amp: Amp = Field("off", description="autocast dtype for the step; fp16 adds a GradScaler.")
+    cpu_fp32: CpuFp32 = Field(
+        "ieee",
+        description=(
+            "fp32 convs on a CPU: ieee (PyTorch's default) or bf16 (oneDNN computes them with "
+            "bf16 products and fp32 sums: the CPU's TF32; CPUs with bf16 units only)."
+        ),
+    )
     cudnn_benchmark: bool = Field(False, description="torch.backends.cudnn.benchmark")
     conv_impl: str = Field("native", description="implementation for conv layers not in `layers`")
     layers: dict[str, str] = Field(
@@ -81,7 +89,14 @@ class Settings(BaseModel):
         return ", ".join(parts) or "default"
 
 
-KNOB_NAMES: tuple[str, ...] = ("memory_format", "tf32", "amp", "cudnn_benchmark", "conv_impl")
+KNOB_NAMES: tuple[str, ...] = (
+    "memory_format",
+    "tf32",
+    "amp",
+    "cpu_fp32",
+    "cudnn_benchmark",
+    "conv_impl",
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,8 @@ class Knob:
     def why_not(self, device: torch.device) -> str | None:
         if self.cuda_only and device.type != "cuda":
             return "CUDA only: no effect on CPU"
+        if self.name == "cpu_fp32":
+            return cpu_fp32_why_not(device)
         return None
 
 
@@ -112,10 +129,30 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob("tf32", ("off", "conv", "on"), True, "TensorFloat-32 math on Ampere and later GPUs"),
         Knob("amp", ("off", "fp16", "bf16"), False, "autocast to half precision for the step"),
+        Knob(
+            "cpu_fp32",
+            ("ieee", "bf16"),
+            False,
+            "oneDNN computes fp32 convs with bf16 units (fp32 sums): the CPU's TF32",
+        ),
         Knob("cudnn_benchmark", (False, True), True, "let cuDNN time its algorithms per shape"),
         Knob("conv_impl", ("native",), False, "which implementation computes conv layers"),
     )
 }
+
+
+def cpu_fp32_why_not(device: torch.device) -> str | None:
+    """Where oneDNN's bf16 fp32 convs cannot run: on a GPU, on a torch without the setting, and
+    on a CPU without bf16 units (oneDNN then ignores the setting: nothing to measure)."""
+    from advisor.environment import cpu_has_bf16_units
+
+    if device.type != "cpu":
+        return "CPU only"
+    if not precision_flags.has_mkldnn_conv_precision():
+        return "this torch has no torch.backends.mkldnn.conv.fp32_precision"
+    if not cpu_has_bf16_units():
+        return "this CPU has no bf16 units (avx512_bf16 or amx_bf16): oneDNN would ignore it"
+    return None
 
 
 _HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -146,6 +183,8 @@ def precision_of(
         return _HALF[dtype]
     if device.type == "cuda" and settings.tf32 != "off":
         return "tf32"
+    if device.type == "cpu" and settings.cpu_fp32 == "bf16":
+        return "bf16"  # bf16 products: the bf16 class of tolerances
     return "fp32"
 
 
@@ -189,6 +228,8 @@ class GlobalFlags:
             precision_flags.restore_raw(state["tf32_raw"])
         elif state["tf32"] is not None:
             precision_flags.write_tf32(state["tf32"]["conv"], state["tf32"]["matmul"])
+        if "mkldnn_conv" in state:
+            precision_flags.write_mkldnn_conv(state["mkldnn_conv"])
         torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
 
     @staticmethod
@@ -197,7 +238,10 @@ class GlobalFlags:
         tf32 = None
         if device is None or device.type == "cuda":
             tf32 = {"conv": settings.tf32 in ("conv", "on"), "matmul": settings.tf32 == "on"}
-        return {"tf32": tf32, "cudnn_benchmark": settings.cudnn_benchmark}
+        state: dict[str, Any] = {"tf32": tf32, "cudnn_benchmark": settings.cudnn_benchmark}
+        if device is not None and device.type == "cpu" and cpu_fp32_why_not(device) is None:
+            state["mkldnn_conv"] = settings.cpu_fp32
+        return state
 
     def apply(self, settings: Settings, device: torch.device | None = None) -> None:
         if self._saved is None:

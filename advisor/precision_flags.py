@@ -23,7 +23,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["conv_tf32", "matmul_tf32", "read_raw", "restore_raw", "write_tf32"]
+__all__ = [
+    "conv_tf32",
+    "has_mkldnn_conv_precision",
+    "matmul_tf32",
+    "read_raw",
+    "restore_raw",
+    "write_mkldnn_conv",
+    "write_tf32",
+]
 
 # The new API's objects that hold a value, parents before children.
 _NODES = (
@@ -150,3 +158,17 @@ def _implied_matmul_precision(values: dict[str, str]) -> str:
     if "tf32" in (_effective(values, "cuda.matmul"), _effective(values, "mkldnn.matmul")):
         return "high"
     return "highest"
+
+
+def has_mkldnn_conv_precision() -> bool:
+    """Whether this torch lets oneDNN compute fp32 convs in bf16 (`mkldnn.conv.fp32_precision`)."""
+    return "mkldnn.conv" in _new_values()
+
+
+def write_mkldnn_conv(value: str) -> None:
+    """oneDNN's fp32 conv precision: "bf16" (bf16 products, fp32 sums) or "ieee". The legacy
+    getters do not read it (they check CUDA and oneDNN *matmul* values), so the new API is the
+    only one there is."""
+    node = _node("mkldnn.conv")
+    if node is not None and node.fp32_precision != value:
+        node.fp32_precision = value
