@@ -3,8 +3,11 @@
 For each model and each input seed, the gate (`advisor.gate.Gate`, as `advisor advise` builds it
 from a space) judges: exact-fp32 channels_last, bf16 autocast, bf16 + channels_last, and two conv
 implementations that are wrong on purpose (weights off by 1e-3 relative; one kernel tap dropped,
-from tests/plugins/faulty_impls.py). A verdict that changes with the seed is the lottery this gate
-exists to remove. Timing is minimal: only the verdicts matter here.
+from tests/plugins/faulty_impls.py); the bf16 column's training check (advisor/precision_check.py:
+its largest loss gap against the fp32 band) is shown beside. Then the two negative controls of
+that check (tests/data/below_bf16.py in bf16, tests/data/fp16_overflow.py in fp16), which must be
+rejected on every draw. A verdict that changes with the seed is the lottery this gate exists to
+remove. Timing is minimal: only the verdicts matter here.
 
     python benchmarks/gate_verdicts.py [models...] [--seeds 5] [--space cpu] [--out FILE]
 """
@@ -29,6 +32,11 @@ from advisor.timing import TimingPolicy  # noqa: E402
 from advisor.workload import model_workload  # noqa: E402
 
 MODELS = ["relu_bn_block", "resnet18", "mobilenet_v3_small", "monai_unet3d"]
+# Negative controls of the training check: (model file, the precision it must reject).
+CONTROLS = {
+    "below_bf16": (ROOT / "tests" / "data" / "below_bf16.py", Settings(amp="bf16")),
+    "fp16_overflow": (ROOT / "tests" / "data" / "fp16_overflow.py", Settings(amp="fp16")),
+}
 CANDIDATES = {
     "channels_last": Settings(memory_format="channels_last"),
     "bf16": Settings(amp="bf16"),
@@ -39,12 +47,21 @@ CANDIDATES = {
 QUICK = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=3, max_samples=3, max_time_s=0.0)
 
 
+def _check(r) -> str:  # noqa: ANN001 - a TrialResult
+    """The training (or output) check that judged the result's precision: gap vs band."""
+    c = r.precision_check
+    if c is None:
+        return "-"
+    verdict = "accepted" if c.accepted else "**rejected**"
+    return f"{verdict}: gap {c.gap:.1%} vs band {c.band:.1%}, {c.seconds:.0f} s"
+
+
 def _cell(r) -> str:  # noqa: ANN001 - a TrialResult
     if r.status == "ok":
         grad = f", grad {r.grad_error:.1e} <= {r.grad_tolerance:.1e}" if r.grad_error else ""
         return f"ok (out {r.rel_error:.1e}{grad})"
     if r.status == "rejected":
-        by = (r.rejected_by or "").split("=")[0]
+        by = (r.rejected_by or "").split("=")[0] or "its training check (Inf or NaN)"
         return f"**rejected** by {by}"
     return f"failed: {r.reason}"
 
@@ -56,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--space", default="cpu")
     p.add_argument("--mode", default="train", choices=["train", "infer"])
     p.add_argument("--out", help="also write the markdown here")
+    p.add_argument("--no-controls", dest="controls", action="store_false",
+                   help="leave out the training check's negative controls")  # fmt: skip
     args = p.parse_args(argv)
     from tests.plugins import faulty_impls  # registers test_scaled and test_tap
 
@@ -77,17 +96,27 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - e.g. monai not installed
             lines += [f"## {name}", "", f"skipped: {e}", ""]
             continue
-        lines += [f"## {name}", "", "| seed | " + " | ".join(CANDIDATES) + " |"]
-        lines.append("|---" * (len(CANDIDATES) + 1) + "|")
+        lines += [f"## {name}", "", "| seed | " + " | ".join(CANDIDATES) + " | bf16 check |"]
+        lines.append("|---" * (len(CANDIDATES) + 2) + "|")
         for seed in range(args.seeds):
             t0 = time.perf_counter()
             gate = Gate(w, cpu, args.mode, space, seed=seed)
-            cells = [
-                _cell(evaluate(w, s, cpu, args.mode, space, gate, policy=QUICK))
-                for s in CANDIDATES.values()
-            ]
+            results = {k: evaluate(w, s, cpu, args.mode, space, gate, policy=QUICK)
+                       for k, s in CANDIDATES.items()}  # fmt: skip
+            cells = [_cell(r) for r in results.values()] + [_check(results["bf16"])]
             lines.append(f"| {seed} | " + " | ".join(cells) + " |")
             print(f"{name} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        lines.append("")
+    if args.controls:
+        lines += ["## Negative controls of the training check", "",
+                  "| model | precision | seed | verdict | check |", "|---|---|---|---|---|"]  # fmt: skip
+        for name, (path, settings) in CONTROLS.items():
+            w = model_workload(str(path))
+            for seed in range(args.seeds):
+                gate = Gate(w, cpu, args.mode, space, seed=seed)
+                r = evaluate(w, settings, cpu, args.mode, space, gate, policy=QUICK)
+                lines.append(f"| {name} | {settings.amp} | {seed} | {_cell(r)} | {_check(r)} |")
+                print(f"{name} seed {seed}: {r.status}", file=sys.stderr)
         lines.append("")
     text = "\n".join(lines)
     print(text)
