@@ -102,3 +102,35 @@ def test_per_layer_check_inputs_are_drawn_alike_for_every_candidate() -> None:
             cand.close()
     assert all(v is not None and v.ok for v in verdicts)
     assert len(gate.layers._layer_refs) == 3  # one reference per conv layer, reused
+
+
+@pytest.mark.usefixtures("cuda_standin")
+def test_per_layer_check_inputs_are_drawn_where_the_layer_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A CPU generator's draw (and its copy) of a large layer's input and output gradient cost
+    # seconds per candidate on a GPU (#12): drawn with a generator on the layer's device now,
+    # and the float64 references get a GPU-sized cache.
+    from advisor import layer_check
+    from advisor.device_ops import cuda_ops, placement
+
+    devices: list[object] = []
+    real = torch.Generator
+
+    def recording(device: object = "cpu") -> torch.Generator:
+        devices.append(torch.device(device))
+        return real(device=device)
+
+    workload = make_workload(layer="Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8")
+    gate = Gate(workload, CUDA, "train", _space())
+    cand = Candidate(workload, Settings(), CUDA, "train")
+    try:
+        convs = cand.capture(record_convs=True).convs
+        monkeypatch.setattr(layer_check.torch, "Generator", recording)
+        verdict = gate.check_layers(cand, convs)
+    finally:
+        cand.close()
+    assert verdict is not None and verdict.ok
+    assert devices == [placement(CUDA)]
+    total = cuda_ops().properties(0).total_memory
+    assert gate.layers._cache_bytes == min(2 * 2**30, int(0.025 * total))
