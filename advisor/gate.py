@@ -93,6 +93,11 @@ class Bound:
             return f"the space's {self.precision} tolerance"
         if self.own is None:
             return f"{self.factor:g} x this model's fp32 noise floor {self.yardstick:.1e}"
+        if self.check is not None and self.check.own_path == Settings():
+            return (
+                f"{self.factor:g} x PyTorch's default path on this device ({self.precision}: "
+                f"{self.yardstick:.1e} on this model, accepted as what PyTorch does anyway)"
+            )
         return f"{self.factor:g} x PyTorch's own {self.precision} path on this model ({self.yardstick:.1e})"
 
     def judge(self, error: float) -> tuple[str, str] | None:

@@ -102,6 +102,8 @@ def failure_kind(status: str, reason: str) -> str:
         return "stopped early: slower" if "slower" in r else "stopped: time budget"
     if "nan or inf" in r:
         return "NaN/Inf in results"
+    if "does not train" in r or "does not keep the outputs" in r:
+        return "precision not accepted"
     if "tolerance" in r or r.startswith("error "):
         return "error too high"
     if "--max-memory" in r:

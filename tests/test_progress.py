@@ -49,7 +49,7 @@ def test_summary_tables_show_baseline_singles_and_rejections(advice: Advice) -> 
     assert "memory_format=channels_last" in text and "amp=bf16" in text
     assert "vs default [95% CI]" in text
     assert "Rejected or failed candidates" in text and "error too high" in text
-    assert "over the bf16 tolerance" in text  # the reason, verbatim
+    assert "over the bf16 layer tolerance" in text  # the reason, verbatim
 
 
 @pytest.mark.parametrize(

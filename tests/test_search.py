@@ -53,12 +53,12 @@ def test_advise_live_model_api(fast_space: str) -> None:
 
 
 def test_gate_rejects_inaccurate_candidate(tmp_path) -> None:
-    # bf16 is truly inaccurate at the 1e-3 level: with a 1e-6 bf16 tolerance it must be rejected,
-    # with its error recorded, and never recommended.
+    # bf16 is truly inaccurate at the 1e-3 level: with a 1e-6 bf16 layer tolerance it must be
+    # rejected, with its error recorded, and never recommended.
     space = tmp_path / "strict.yaml"
     space.write_text(
         "name: strict\nknobs:\n  amp: ['off', bf16]\n"
-        "tolerances: {bf16: 1.0e-6}\n"
+        "layer_tolerances: {bf16: 1.0e-6}\n"
         "timing: {min_samples: 3, max_time_s: 0.1, warmup_s: 0}\nper_layer: false\nrace: false\n"
     )
     advice = advisor.advise(
@@ -66,7 +66,7 @@ def test_gate_rejects_inaccurate_candidate(tmp_path) -> None:
     )
     df = advice.trials.set_index("label")
     assert df.loc["amp=bf16", "status"] == "rejected"
-    assert df.loc["amp=bf16", "rel_error"] > 1e-4
+    assert df.loc["amp=bf16", "layer_error"] > 1e-4
     assert "tolerance" in df.loc["amp=bf16", "reason"]
     assert advice.settings.amp == "off"
 

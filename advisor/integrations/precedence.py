@@ -113,6 +113,7 @@ def apply_over_user(
         config.model_copy(update={"settings": effective}), model, device=device, training=False
     )
     # apply wrote every flag; put back those the config does not decide (restore() still returns
-    # to `before` as a whole).
+    # to `before` as a whole). TF32's exact state travels with it ("tf32_raw").
+    kept |= {"tf32_raw"} if "tf32" in kept else set()
     GlobalFlags.write({k: before[k] if k in kept else v for k, v in GlobalFlags.read().items()})
     return tuned
