@@ -33,6 +33,36 @@ class Timing(BaseModel):
     samples: int
 
 
+class FinalCheck(BaseModel):
+    """The recommendation re-timed against PyTorch's default where the user runs it: in a fresh
+    process built as `advisor.apply` builds it (or, where the workload cannot be rebuilt there
+    or the run was in-process, in this process on fresh copies), interleaved, paired by round."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    where: Literal["fresh process", "this process"]
+    speedup: float = Field(
+        description="the recommendation over the default: median per-round ratio"
+    )
+    speedup_ci: tuple[float, float]
+    rounds: int
+    held: bool = Field(description="the interval lies above 1.0x (and at one thread, when busy)")
+    one_thread: tuple[float, float, float] | None = Field(
+        None,
+        description="on a busy CPU, the same at one torch thread (speedup, low, high): a win "
+        "that only shows while threads wait on each other is not kept",
+    )
+    first_call_s: float | None = Field(
+        None, description="the recommendation's first call there (a compile from warm caches)"
+    )
+    other_load: float | None = Field(
+        None, description="other processes' share of the CPU during the check"
+    )
+
+    @property
+    def place(self) -> str:
+        return "in a fresh process" if self.where == "fresh process" else "in this process"
+
+
 class Result(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     baseline: Timing
@@ -64,6 +94,16 @@ class Result(BaseModel):
     tuning_s: float
     notes: list[str] = Field(
         default_factory=list, description="what the time budget left out, what was reused"
+    )
+    compile_note: str | None = Field(
+        None, description="what torch.compile costs and saves here, and when it pays"
+    )
+    steps: int | None = Field(None, description="the training steps the run was tuned for")
+    other_load: float | None = Field(
+        None, description="other processes' share of the machine's CPU time during tuning"
+    )
+    final_check: FinalCheck | None = Field(
+        None, description="the recommendation re-timed where the user runs it"
     )
 
 

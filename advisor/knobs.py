@@ -20,6 +20,9 @@ from advisor.device_ops import cuda_ops
 MemoryFormat = Literal["contiguous", "channels_last"]
 Tf32 = Literal["off", "conv", "on"]
 Amp = Literal["off", "fp16", "bf16"]
+CompileMode = Literal[
+    "off", "default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"
+]
 
 
 class Settings(BaseModel):
@@ -44,6 +47,16 @@ class Settings(BaseModel):
     layers: dict[str, str] = Field(
         default_factory=dict, description="per-layer implementation: module name -> impl name"
     )
+    compile: CompileMode = Field(
+        "off",
+        description="torch.compile's mode for the model, applied after the other settings "
+        "(off: eager)",
+    )
+    compile_dynamic: bool | None = Field(
+        None,
+        description="torch.compile's `dynamic`: None is PyTorch's default (static, dynamic after "
+        "a new shape); shape sets measure False (a graph per shape) against True (one graph)",
+    )
 
     @field_validator("memory_format", mode="before")
     @classmethod
@@ -64,6 +77,14 @@ class Settings(BaseModel):
         implementation ran under."""
         return self.model_copy(update={"conv_impl": "native", "layers": {}})
 
+    @property
+    def compiled(self) -> bool:
+        return self.compile != "off"
+
+    def eager(self) -> Settings:
+        """These settings without torch.compile: the eager model a compiled one is made from."""
+        return self.model_copy(update={"compile": "off", "compile_dynamic": None})
+
     def label(self) -> str:
         """Short human label, e.g. 'channels_last+bf16' or 'default'."""
         parts = []
@@ -80,7 +101,14 @@ class Settings(BaseModel):
         return ", ".join(parts) or "default"
 
 
-KNOB_NAMES: tuple[str, ...] = ("memory_format", "tf32", "amp", "cudnn_benchmark", "conv_impl")
+KNOB_NAMES: tuple[str, ...] = (
+    "memory_format",
+    "tf32",
+    "amp",
+    "cudnn_benchmark",
+    "conv_impl",
+    "compile",
+)
 
 
 @dataclass(frozen=True)
@@ -113,8 +141,27 @@ KNOBS: dict[str, Knob] = {
         Knob("amp", ("off", "fp16", "bf16"), False, "autocast to half precision for the step"),
         Knob("cudnn_benchmark", (False, True), True, "let cuDNN time its algorithms per shape"),
         Knob("conv_impl", ("native",), False, "which implementation computes conv layers"),
+        Knob(
+            "compile",
+            ("off", "default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"),
+            False,
+            "torch.compile the model (Inductor) in this mode, after the other settings",
+        ),
     )
 }
+
+# torch.compile's modes that mean something on each device: CUDA graphs are CUDA's alone, and on
+# a CPU "max-autotune-no-cudagraphs" is "max-autotune".
+_CUDA_GRAPH_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
+
+
+def compile_why_not(mode: str, device: torch.device) -> str | None:
+    """Where a torch.compile mode cannot run or means nothing more than another one."""
+    if device.type != "cuda" and mode in _CUDA_GRAPH_MODES:
+        if mode == "reduce-overhead":
+            return "CUDA graphs: CUDA only"
+        return "the same as max-autotune on a CPU (no CUDA graphs there)"
+    return None
 
 
 _HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
