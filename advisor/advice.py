@@ -146,6 +146,8 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         iqr_ms=m.iqr_ms if m else math.nan,
         samples=len(m.samples_ms) if m else 0,
         first_call_ms=m.first_call_ms if m else math.nan,
+        compile_cold_s=r.compile_cold_s if r.compile_cold_s is not None else math.nan,
+        compile_warm_s=r.compile_warm_s if r.compile_warm_s is not None else math.nan,
         speedup=baseline.median_ms / m.median_ms if m else math.nan,
         rel_error=r.rel_error if r.rel_error is not None else math.nan,
         grad_error=r.grad_error if r.grad_error is not None else math.nan,
@@ -166,17 +168,6 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
 def _first_calls(r: TrialResult) -> list[float]:
     ms = r.per_shape or ([r.measurement] if r.measurement else [])
     return [m.first_call_ms or 0.0 for m in ms]
-
-
-def _check_text(check: FinalCheck) -> str:
-    lo, hi = check.speedup_ci
-    text = (
-        f"{check.speedup:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed over {check.rounds} rounds"
-    )
-    if check.one_thread is not None:
-        one, lo1, hi1 = check.one_thread
-        text += f"; at one thread {one:.2f}x [{lo1:.2f}, {hi1:.2f}]"
-    return text
 
 
 def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
@@ -260,12 +251,12 @@ def build_advice(
             f"({final_error}): keeping PyTorch's default"
         )
     elif final is not None and not final.held:
-        keep = f"{{label}} did not hold in the final check {final.place} ({_check_text(final)}): keeping PyTorch's default"
+        keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}): keeping PyTorch's default"
     if keep is not None and pick.chosen is not outcome.baseline:
         pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
     elif final is not None and final.held:
         pick = Pick(pick.chosen, pick.fastest, f"{pick.why}; it held in the final check "
-                    f"{final.place} ({_check_text(final)})")  # fmt: skip
+                    f"{final.place} ({final.figures()})")  # fmt: skip
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)

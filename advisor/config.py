@@ -62,6 +62,24 @@ class FinalCheck(BaseModel):
     def place(self) -> str:
         return "in a fresh process" if self.where == "fresh process" else "in this process"
 
+    def figures(self) -> str:
+        """The speedup with its interval and rounds (and at one thread), for a sentence."""
+        lo, hi = self.speedup_ci
+        text = f"{self.speedup:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed over {self.rounds} rounds"
+        if self.one_thread is not None:
+            one, lo1, hi1 = self.one_thread
+            text += f"; at one thread {one:.2f}x [{lo1:.2f}, {hi1:.2f}]"
+        return text
+
+    def summary(self) -> str:
+        """The check in one line."""
+        load = f"; other processes used {self.other_load:.0%} of the CPU meanwhile"
+        return (
+            f"{self.place}, interleaved with the default: {self.figures()}"
+            f"{load if self.other_load is not None else ''}: "
+            + ("it held" if self.held else "it did not hold, the default is kept")
+        )
+
 
 class Result(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -24,6 +24,8 @@ def describe_config(path: str) -> str:
         f"  amp             {s.amp}",
         f"  cudnn_benchmark {s.cudnn_benchmark}",
         f"  conv_impl       {s.conv_impl}",
+        f"  compile         {s.compile}"
+        + (f" (dynamic={s.compile_dynamic})" if s.compile_dynamic is not None else ""),
     ]
     for name, impl in s.layers.items():
         lines.append(f"    {name}: {impl}")
@@ -39,6 +41,8 @@ def describe_config(path: str) -> str:
             f"  error     {r.rel_error:.1e} ({r.precision}, tolerance {r.tolerance:.0e})",
             f"  why       {r.why}",
             *([f"  cudnn.benchmark: {r.benchmark_note}"] if r.benchmark_note else []),
+            *([f"  torch.compile: {r.compile_note}"] if r.compile_note else []),
+            *([f"  final check: {r.final_check.summary()}"] if r.final_check else []),
             *[f"  warning   {w}" for w in r.warnings],
             f"  trials    {r.trials} ({r.rejected} rejected, {r.failed} failed) in {r.tuning_s:.0f} s",
         ]

@@ -19,7 +19,6 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from advisor.advice import Advice
-    from advisor.config import FinalCheck
     from advisor.results import TrialResult
     from advisor.search import Progress as SearchProgress
 
@@ -83,28 +82,13 @@ class ProgressReporter:
             if r.compile_note:
                 self.console.print(f"[bold]torch.compile:[/bold] {r.compile_note}")
             if r.final_check is not None:
-                self.console.print(f"[bold]Final check:[/bold] {final_check_text(r.final_check)}")
+                self.console.print(f"[bold]Final check:[/bold] {r.final_check.summary()}")
             for w in r.warnings:
                 self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}")
             for note in r.notes:
                 self.console.print(f"[bold]Note:[/bold] {note}")
         if out is not None:
             self.console.print(f"Wrote {out} (apply with advisor.apply({str(out)!r}, model))")
-
-
-def final_check_text(c: FinalCheck) -> str:
-    """The final check in one line."""
-    lo, hi = c.speedup_ci
-    text = (
-        f"{c.place}, the recommendation ran {c.speedup:.2f}x [{lo:.2f}, {hi:.2f}] the "
-        f"default's speed over {c.rounds} interleaved rounds"
-    )
-    if c.one_thread is not None:
-        one, lo1, hi1 = c.one_thread
-        text += f"; at one torch thread {one:.2f}x [{lo1:.2f}, {hi1:.2f}]"
-    if c.other_load is not None:
-        text += f"; other processes used {c.other_load:.0%} of the CPU meanwhile"
-    return text + (": it held" if c.held else ": it did not hold, the default is kept")
 
 
 def _ms(m: float | None) -> str:
