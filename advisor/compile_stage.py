@@ -33,7 +33,7 @@ from advisor.knobs import Settings
 from advisor.pick import pick_final
 from advisor.results import TrialResult
 from advisor.search import Progress, SearchOutcome
-from advisor.space import SearchSpace, compile_modes
+from advisor.space import Dropped, SearchSpace, compile_modes
 from advisor.storage import LayerStore, open_storage
 
 __all__ = ["FIRST_COMPILE_S", "compile_candidates", "run_compile_stage"]
@@ -45,11 +45,20 @@ FIRST_COMPILE_S = 20.0
 
 
 def compile_candidates(
-    outcome: SearchOutcome, space: SearchSpace, device: torch.device, shape_set: bool
+    outcome: SearchOutcome,
+    space: SearchSpace,
+    device: torch.device,
+    shape_set: bool,
+    layer: bool = False,
 ) -> list[Settings]:
     """The compiled candidates to measure, in order (see the module's docstring); the modes the
-    device leaves out are added to the outcome's `dropped`."""
+    device leaves out are added to the outcome's `dropped`, and all of them for a single `layer`
+    (compiled alone, a conv is the same ATen call: compile is a whole-model setting)."""
     modes, dropped = compile_modes(space, device)
+    if layer:
+        why = "a whole-model setting: a single conv layer compiles to the same ATen call"
+        dropped += [Dropped(f"compile={m}", why) for m in modes]
+        modes = []
     outcome.dropped += [d for d in dropped if d not in outcome.dropped]
     if not modes:
         return []

@@ -244,7 +244,8 @@ def run_advise(
         finally:
             restore_global_state(saved)  # what the user's code set at import is not the caller's
         per_layer = not workload.is_layer and sp.per_layer
-        plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer, compiles)
+        plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
+                           compiles and not workload.is_layer)  # fmt: skip
         options = SearchOptions(
             mode=mode,  # type: ignore[arg-type]
             trials=trials,
@@ -277,7 +278,7 @@ def run_advise(
         check, check_error = None, None
         if retime_error is None and unsettled is None:
             check, check_error = _final_check(workload, outcome, dev, sp, options, steps, plan,
-                                              share)  # fmt: skip
+                                              share, notes)  # fmt: skip
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
     share = usage.others_share()
     warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
@@ -322,6 +323,8 @@ def _stages(
                 deadline=plan.compile or plan.retime, evaluator=evaluator,
             )  # fmt: skip
             retimed = again or retimed
+    if workload.is_layer:
+        compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
     if plan.compile is not None and retime_error is None:
         options.deadline = plan.compile
         todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
@@ -344,12 +347,22 @@ def _final_check(
     steps: int | None,
     plan: BudgetPlan,
     share: float | None,
+    notes: list[str],
 ) -> tuple[FinalCheck | None, str | None]:
     """The recommendation re-timed against the default where the user runs it (a fresh
     process for a recreatable workload in an isolated run; else this process): the check, or
     why it could not be made. Nothing to check when the default is the pick."""
     pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
     if pick.chosen.settings == outcome.baseline.settings:
+        return None, None
+    if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
+        # One process cannot time it against the default: cuDNN's plan cache ignores the flag
+        # (advisor/benchmark_processes.py), so the re-time compared them a process each.
+        notes.append(
+            "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
+            "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
+            "them in a process each"
+        )
         return None, None
     if options.progress is not None:
         options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))

@@ -3,19 +3,24 @@
 For each model and mode:
 
 1. **advise**: `python -m advisor advise MODEL --mode M --device D --storage memory --out cfg.json`
-   in a subprocess, with its defaults otherwise (the device's built-in space, every candidate in
-   an isolated worker process), timed end to end: the wall time a user waits, Python's start-up
-   and imports included.
+   in a subprocess, with its defaults otherwise (the device's built-in space, with torch.compile
+   among its candidates, every candidate in an isolated worker process, the pick's final check
+   in a fresh process), timed end to end: the wall time a user waits, Python's start-up and
+   imports included.
 2. **re-time** in fresh processes (benchmarks/fresh_retime.py): PyTorch untouched ("plain": the
    model in a bare loop, its own process); then, in one more process and interleaved (rounds
    A B C D, D C B A, ...), PyTorch's default through `advisor.apply`, the advisor's pick,
    "everything on" (CPU: channels_last + bf16 autocast; CUDA: channels_last + fp16 autocast + TF32
-   + cudnn.benchmark) and `torch.compile` (the untouched model; mode default on a CPU,
-   max-autotune on CUDA; empty Inductor/Triton caches, so its compile time is a cold one, timed
-   apart: first call, and with max-autotune the next two, kept out of the samples). Each
+   + cudnn.benchmark) and `torch.compile` by hand, the rival's baseline (the untouched model;
+   mode default on a CPU, max-autotune on CUDA; empty Inductor/Triton caches and timed before
+   the pick, so its compile time is a cold one, timed apart: first call, and with max-autotune
+   the next two, kept out of the samples; a pick that compiles is compiled by `advisor.apply`,
+   its first call recorded as `first_call_s`). Each
    variant's outputs (and gradients in train mode) are compared with the untuned fp32 model.
 3. a row: the advise wall time, the pick, the speedups with 95% intervals (from both medians'
-   CIs, `advisor.stats.speedup`), the pick's numeric error.
+   CIs, `advisor.stats.speedup`), the pick's numeric error, the pick against torch.compile; a
+   note where other processes used over 10% of the CPU during the row (`advisor.machine_load`)
+   or the advisor's final check kept the default.
 
 Models: on a CPU the pure-PyTorch ones in benchmarks/models/ (resnet18, mobilenet_v3_small,
 monai_unet3d, relu_bn_block) and the bundled advisor/examples/*.py; on CUDA also torchvision's
@@ -25,22 +30,23 @@ torchvision or timm do not import). `--model-file` adds any model file.
     python benchmarks/zoo.py --device cpu --out benchmarks/results/zoo_cpu.md
     python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_cuda.md
     python benchmarks/zoo.py --quick --model-file tests/data/tiny_cnn.py --modes infer \
-        --variants plain everything_on --out /tmp/zoo.md          # a smoke run, ~30 s
+        --variants plain everything_on --out /tmp/zoo.md          # a smoke run, ~1 min
     python benchmarks/zoo.py --merge a.json b.json --out benchmarks/results/zoo_cuda.md
 
 The markdown goes to --out and the raw numbers (samples included) beside it, .json; both are
 rewritten after every row, so a run cut short keeps what it measured. `--merge` renders one
 report from several runs' JSON files (a zoo split across 10-minute device calls).
 
-Time: a full CPU run (6 models x 2 modes on a 2-thread CPU) takes about 45 minutes to 1.5
-hours, by estimate (not measured: the development machine is shared): per model and mode, advise
-1-5 min (resnet18 and the MONAI UNet in train mode the longest: the per-layer stage times each
-conv group alone; the examples took 15-20 s in benchmarks/results/model_retime_cpu.md), the
+Time: a full CPU run (6 models x 2 modes on a 2-thread CPU) takes about 1.5 to 3 hours, by
+estimate (not measured: the development machine is shared): per model and mode, advise 1-8 min
+(resnet18 and the MONAI UNet in train mode the longest: the per-layer stage times each conv
+group alone; the compile stage adds one to two cold compiles of 7 s-2 min each, within the
+600 s budget; the examples took 15-20 s without it in benchmarks/results/model_retime_cpu.md), the
 re-time ~30 s (3 s of interleaved sampling per variant, plus set-up and the error checks), and
 torch.compile's cold compile 10 s-2 min (CPU Inductor compiles C++; train mode compiles the
 backward too: 19 s for a two-conv model here). `--variants` without compile saves 5-20 minutes;
-`--quick` takes ~30 s per model and mode (batch size 1, short timing, a 4-candidate search
-without the per-layer stage).
+`--quick` takes about a minute per model and mode (batch size 1, short timing, a 4-candidate
+search without the per-layer stage, then one compiled candidate within a 60 s budget).
 """
 
 from __future__ import annotations
@@ -213,6 +219,7 @@ def advise(model: ZooModel, mode: str, args: argparse.Namespace, work: Path) -> 
             failed=res.failed,
             tuning_s=res.tuning_s,
             compile_note=res.compile_note,
+            notes=res.notes,
             other_load=res.other_load,
             final_check=res.final_check.model_dump(mode="json") if res.final_check else None,
         )

@@ -6,6 +6,7 @@ that built the model four times or more)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,18 @@ def test_the_advice_follows_the_final_check() -> None:
         failed.settings == Settings()
         and "could not be made (it crashed)" in failed.config.result.why
     )
+
+
+@pytest.mark.slow
+def test_the_fresh_check_on_cuda_makes_the_device_current_and_times_with_events(
+    cuda_standin: Path,
+) -> None:
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    pair = [_r(Settings(), 1.0), _r(CL, 1.0)]
+    check = final_check(workload, torch.device("cuda"), "infer", POLICY, *pair, fresh=True,
+                        busy=True, timeout_s=120)  # fmt: skip
+    assert check.where == "fresh process" and check.rounds == 9
+    assert check.one_thread is None  # threads do not decide a GPU's time
+    log = [json.loads(line) for line in cuda_standin.read_text().splitlines()]
+    child = {e["pid"] for e in log if e["call"] == "set_device"}
+    assert len(child) == 1 and child <= {e["pid"] for e in log if e["call"] == "event"}
