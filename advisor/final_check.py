@@ -3,11 +3,12 @@
 The search and the re-times measure in a long-lived worker, on a machine whose load can change.
 A busy CPU does not slow candidates alike: with every core taken, each parallel region of a
 step waits for a preempted thread, so a step with more regions (a contiguous conv's layout
-reorders) loses most. On a 2-core CPU where other processes took 80-94% of the CPU, ResNet-18
-inference ran channels_last 1.53-1.81x faster than the default at 2 torch threads (steps of
-1.2-4 s instead of ~30 ms) and 0.93-1.03x at one thread: a win of waiting, not of arithmetic,
-gone once the load changes (benchmarks/results: issue 20's 1.56x estimate that ran at 0.80x in a
-fresh process).
+reorders) loses most. On a shared 2-core CPU, ResNet-18 inference ran channels_last 0.94-1.81x
+the default's speed at 2 torch threads (intervals as narrow as [1.53-1.59]) and 0.93-1.04x at
+one thread (benchmarks/results/contention_cpu.md): a win of waiting, not of arithmetic, gone
+once the load changes. That, not the worker process, made issue 20's 1.56x estimate run at
+0.80x in a fresh process: the same re-time in a fresh process gave the worker's 1.57x when the
+load matched, and 1.02-1.18x when it did not.
 
 So before a change is recommended, it is re-timed against PyTorch's default once more, after
 everything else, where the user runs it: in a fresh process that loads the model file (or layer

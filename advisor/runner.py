@@ -33,7 +33,14 @@ from advisor.knobs import Settings
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
-from advisor.timing import TimingPolicy, l2_flusher, measure, synchronize, warm_device
+from advisor.timing import (
+    TimingPolicy,
+    device_guard,
+    l2_flusher,
+    measure,
+    synchronize,
+    warm_device,
+)
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
@@ -152,15 +159,21 @@ def evaluate(
     twin's, checked there); a recompile on every call fails it.
     """
     if settings.compiled:
-        start_inductor()  # not the candidate's cost: once per process
+        now = clock or time.perf_counter
+        start = now()
+        try:
+            start_inductor()  # not the candidate's cost: once per process
+        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
+            return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
+                           gate.precision(settings))  # fmt: skip
         cold = cold_cache()
         with recompile_guard(len(gate.cases)):
             with inductor_caches(cold):
                 result = _evaluate(workload, settings, device, mode, space, gate, policy,
                                    clock, race, time_left_s)  # fmt: skip
-            if result.status in ("ok", "rejected"):
-                result = _with_warm_compile(result, workload, device, mode, gate, cold, clock,
-                                            time_left_s)  # fmt: skip
+            left = None if time_left_s is None else time_left_s - (now() - start)
+            if result.status in ("ok", "rejected") and (left is None or left > 0):
+                result = _with_warm_compile(result, workload, device, mode, gate, cold, now)
         keep_artifacts(cold)
         return result
     return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
@@ -294,17 +307,13 @@ def _with_warm_compile(
     mode: Mode,
     gate: Gate,
     cache: Path,
-    clock: Callable[[], float] | None,
-    time_left_s: float | None,
+    now: Callable[[], float],
 ) -> TrialResult:
     """`result` with its warm compile cost: every shape's first call again, in a fresh compiler
     state with `cache` filled by its cold compile (a training run started again on this
-    machine). Left out when the budget is spent or it fails (the cold figure stands)."""
-    now = clock or time.perf_counter
-    if time_left_s is not None and time_left_s <= 0:
-        return result
+    machine). Left out when it fails (the cold figure stands)."""
     total = 0.0
-    with inductor_caches(cache):
+    with inductor_caches(cache), device_guard(device):
         for case in range(len(gate.cases)):
             cand = Candidate(workload, result.settings, device, mode, gate.seed, case=case)
             try:
