@@ -129,15 +129,22 @@ def inductor_caches(folder: str | Path) -> Iterator[None]:
         with helper(str(folder)):
             yield
         return
-    saved = os.environ.get(CACHE_ENV)  # pragma: no cover - another torch version
-    os.environ[CACHE_ENV] = str(folder)
+    with _environ(CACHE_ENV, str(folder)):  # pragma: no cover - another torch version
+        yield
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """The environment variable `name` set to `value` within, put back after."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop(CACHE_ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[CACHE_ENV] = saved
+            os.environ[name] = saved
 
 
 SHARED_ENV = "ADVISOR_COMPILE_CACHE"  # a run's folder, shared with its workers and final check
@@ -164,15 +171,10 @@ def shared_measurement_cache() -> Iterator[None]:
     """Within it, processes started from this one (workers, the final check) share one folder
     of compile caches with it; removed after."""
     folder = tempfile.mkdtemp(prefix="advisor-inductor-")
-    saved = os.environ.get(SHARED_ENV)
-    os.environ[SHARED_ENV] = folder
     try:
-        yield
+        with _environ(SHARED_ENV, folder):
+            yield
     finally:
-        if saved is None:
-            os.environ.pop(SHARED_ENV, None)
-        else:
-            os.environ[SHARED_ENV] = saved
         shutil.rmtree(folder, ignore_errors=True)
 
 
