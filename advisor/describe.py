@@ -9,7 +9,7 @@ import torch
 from advisor import impls
 from advisor.config import load_config
 from advisor.environment import current_environment, resolve_device, triton_interpreter_enabled
-from advisor.knobs import KNOBS, amp_why_not
+from advisor.knobs import KNOBS, amp_why_not, compile_why_not
 
 
 def describe_config(path: str) -> str:
@@ -94,6 +94,7 @@ def env_dict(device: str = "auto") -> dict[str, Any]:
         values = {}
         for v in knob.values:
             reason = why or (amp_why_not(v, dev) if name == "amp" else None)
+            reason = reason or (compile_why_not(v, dev) if name == "compile" else None)
             values[str(v)] = reason or "applies"
         knobs[name] = values
     probe = torch.nn.Conv2d(8, 8, 3)

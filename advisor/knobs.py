@@ -159,8 +159,8 @@ def compile_why_not(mode: str, device: torch.device) -> str | None:
     """Where a torch.compile mode cannot run or means nothing more than another one."""
     if device.type != "cuda" and mode in _CUDA_GRAPH_MODES:
         if mode == "reduce-overhead":
-            return "CUDA graphs: CUDA only"
-        return "the same as max-autotune on a CPU (no CUDA graphs there)"
+            return "CUDA graphs are CUDA only"
+        return "max-autotune on a CPU: no CUDA graphs there"
     return None
 
 
