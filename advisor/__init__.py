@@ -55,6 +55,7 @@ def advise(
     tolerances: dict[str, float] | None = None,
     budget_s: float | None = None,
     accept_noisy: bool = False,
+    steps: int | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> Advice:
     """Search the settings for a model (with example inputs), a layer spec, or a model file.
@@ -65,7 +66,10 @@ def advise(
     space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`. `budget_s` bounds the
     whole run (default: the space's budget.time_s): the best answer so far, and what was not
     measured. When PyTorch's default itself moved by more than 2x between its trial and the
-    re-time (a busy machine), the default is kept unless `accept_noisy=True`.
+    re-time (a busy machine), the default is kept unless `accept_noisy=True`. `steps`: the
+    training steps expected; a torch.compile candidate is recommended only if its compile pays
+    within them. A change is recommended only if it holds in a final check against the default
+    where the user runs it (a fresh process with `isolate=True` for a model file or layer spec).
     Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
     `storage` is 'memory' (default for the API), None for the embedded default study file, or a
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
@@ -109,6 +113,7 @@ def advise(
         tolerances=tolerances,
         budget_s=budget_s,
         accept_noisy=accept_noisy,
+        steps=steps,
         progress=progress,
     )
 

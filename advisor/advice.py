@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor import __version__
-from advisor.config import Config, Result, Timing, atomic_write_all, output_paths
+from advisor.compile_bill import compile_note
+from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
 from advisor.per_layer import LayerChoice
-from advisor.pick import Pick, pick_final, speedup_over
+from advisor.pick import Pick, pick_for_steps, speedup_over
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.stats import Measurement
@@ -145,6 +146,8 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         iqr_ms=m.iqr_ms if m else math.nan,
         samples=len(m.samples_ms) if m else 0,
         first_call_ms=m.first_call_ms if m else math.nan,
+        compile_cold_s=r.compile_cold_s if r.compile_cold_s is not None else math.nan,
+        compile_warm_s=r.compile_warm_s if r.compile_warm_s is not None else math.nan,
         speedup=baseline.median_ms / m.median_ms if m else math.nan,
         rel_error=r.rel_error if r.rel_error is not None else math.nan,
         grad_error=r.grad_error if r.grad_error is not None else math.nan,
@@ -232,11 +235,18 @@ def build_advice(
     retime_error: str | None = None,
     notes: list[str] | None = None,
     unsettled: str | None = None,
+    *,
+    steps: int | None = None,
+    final: FinalCheck | None = None,
+    final_error: str | None = None,
+    other_load: float | None = None,
 ) -> Advice:
     """The recommendation from the outcome. PyTorch's default stays when the finalists' re-time
-    failed (`retime_error`: never a pick not re-timed against the default) or when the machine
-    changed under the measurements (`unsettled`, unless the caller accepted that)."""
-    pick = pick_final(outcome.results, outcome.baseline, min_gain)
+    failed (`retime_error`: never a pick not re-timed against the default), when the machine
+    changed under the measurements (`unsettled`, unless the caller accepted that), or when the
+    final check where the user runs it did not confirm the change (`final`, `final_error`).
+    With `steps`, a compiled candidate competes only if its compile pays within them."""
+    pick, eager = pick_for_steps(outcome.results, outcome.baseline, min_gain, steps)
     keep = None
     if retime_error is not None:
         keep = (
@@ -245,8 +255,18 @@ def build_advice(
         )
     elif unsettled is not None:
         keep = f"{unsettled}: keeping PyTorch's default rather than {{label}} (--accept-noisy to override)"
+    elif final_error is not None:
+        keep = (
+            f"the final check of {{label}} against the default could not be made "
+            f"({final_error}): keeping PyTorch's default"
+        )
+    elif final is not None and not final.held:
+        keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}): keeping PyTorch's default"
     if keep is not None and pick.chosen is not outcome.baseline:
         pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
+    elif final is not None and final.held:
+        pick = Pick(pick.chosen, pick.fastest, f"{pick.why}; it held in the final check "
+                    f"{final.place} ({final.figures()})")  # fmt: skip
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)
@@ -272,6 +292,10 @@ def build_advice(
         stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
         notes=notes or [],
+        compile_note=compile_note(outcome.results, chosen, eager, steps),
+        steps=steps,
+        other_load=other_load,
+        final_check=final,
     )
     config = Config(
         advisor_version=__version__,

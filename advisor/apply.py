@@ -18,6 +18,7 @@ from torch import nn
 
 from advisor import impls
 from advisor.allocator import settle_cpu_allocator
+from advisor.compiled import compile_model
 from advisor.config import Config, load_config
 from advisor.device_ops import autocast_type, cuda_ops, placement
 from advisor.environment import current_environment, resolve_device
@@ -34,6 +35,9 @@ class AdvisorWarning(UserWarning):
 class Tuned:
     """A model with settings applied. Use `with tuned.autocast():` around each step.
 
+    `model` is what to call: the compiled model when the settings compile (`torch.compile`),
+    else `module`, the model itself with its layout and conv swaps (its `state_dict` keys are the
+    model's own: save checkpoints from it; a compiled model's carry an `_orig_mod.` prefix).
     `scaler` is a GradScaler when fp16 autocast is chosen for training, else None.
     `restore()` puts PyTorch's global flags back as they were before.
     """
@@ -46,8 +50,10 @@ class Tuned:
         flags: GlobalFlags,
         layer_impls: dict[str, str],
         scaler: Any | None,
+        module: nn.Module | None = None,
     ) -> None:
         self.model = model
+        self.module = module if module is not None else model
         self.settings = settings
         self.device = device
         self.layer_impls = layer_impls  # what each conv layer actually runs with
@@ -179,7 +185,8 @@ def apply_settings(
     training: bool = True,
     warn: bool = True,
 ) -> Tuned:
-    """Apply `settings` to `model` (in place) and to PyTorch's global flags."""
+    """Apply `settings` to `model` (in place) and to PyTorch's global flags; with `compile`,
+    the returned `Tuned.model` is the model compiled last, after flags, layout and swaps."""
     dev = resolve_device(device)
     # Decide every layer before anything changes: a config that cannot be applied as written is
     # applied as far as it can be (with warnings), never half-way.
@@ -199,7 +206,7 @@ def apply_settings(
         # A GradScaler keeps fp16 gradients of fp32 weights finite; it cannot unscale the
         # gradients of weights that are fp16 themselves.
         scaler = torch.amp.GradScaler(autocast_type(dev))
-    return Tuned(model, settings, dev, flags, used, scaler)
+    return Tuned(compile_model(model, settings), settings, dev, flags, used, scaler, model)
 
 
 def _all_fp16(model: nn.Module) -> bool:
@@ -239,8 +246,9 @@ def apply(
 ) -> Tuned:
     """Apply a tuned config at training start: `tuned = advisor.apply("tuned.json", model)`.
 
-    Sets the global flags, converts the model's memory format, swaps conv layers, and returns a
-    `Tuned` with `.model`, `.autocast()` and `.scaler`. Warns (does not fail) when the config was
+    Sets the global flags, converts the model's memory format, swaps conv layers, compiles it
+    when the config says so, and returns a `Tuned` with `.model` (compiled or not), `.module`
+    (the model itself), `.autocast()` and `.scaler`. Warns (does not fail) when the config was
     tuned on another machine or library versions.
     """
     cfg = config if isinstance(config, Config) else load_config(config)

@@ -13,6 +13,7 @@ inputs (advisor.model_file's convention), each prepared alike.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Captured:
     outputs: list[torch.Tensor]
     grads: dict[str, torch.Tensor]  # parameter gradients by name, input gradients as "input.i"
     convs: list[ConvInput] = field(default_factory=list)
+    dropouts: int = 0  # dropout masks drawn (by `canonical_dropout`) in the captured step
 
 
 def layout_of(x: torch.Tensor) -> str:
@@ -98,6 +100,11 @@ def perturbed(inputs: tuple[Any, ...], rel: float, seed: int) -> tuple[Any, ...]
             x = (x.double() * (1 + rel * z)).to(x.dtype)
         out.append(x)
     return tuple(out)
+
+
+def _calls(mode: Any) -> int:
+    """Dropout masks a `canonical_dropout` drew (0 without one)."""
+    return int(getattr(mode, "calls", 0))
 
 
 class Candidate:
@@ -155,7 +162,7 @@ class Candidate:
         self.kwargs: dict[str, Any] = dict(zip(kwargs, prepared[len(args) :], strict=True))
         self._grad_outputs: list[torch.Tensor] | None = None
         self._opt: torch.optim.Optimizer | None = None
-        self._params = [p for p in self.tuned.model.parameters() if p.requires_grad]
+        self._params = [p for p in self.tuned.module.parameters() if p.requires_grad]
         # A layer on a GPU is timed with its calls queued ahead: its step must not sync.
         self._sync_free = workload.is_layer and device.type == "cuda"
         if mode == "train" and self._params:
@@ -194,7 +201,7 @@ class Candidate:
         return named + [(f"input.{k}", x) for k, x in self.kwargs.items()]
 
     def _zero_grad(self) -> None:
-        self.tuned.model.zero_grad(set_to_none=True)
+        self.tuned.module.zero_grad(set_to_none=True)
         for _, x in self._named_inputs():
             if torch.is_tensor(x) and x.requires_grad:
                 x.grad = None
@@ -236,35 +243,43 @@ class Candidate:
 
     # ---- what the gate compares --------------------------------------------------------------
 
-    def capture(self, record_convs: bool = False) -> Captured:
+    def capture(self, record_convs: bool = False, canonical: bool = True) -> Captured:
         """One step's outputs and gradients (unscaled), with dropout masks that depend only on the
         seed (`advisor.canonical_dropout`: not on dtype or layout). With an fp16
         GradScaler, a step whose gradients overflow is skipped and the scale backed off, as in
         training, until one is finite (or MAX_BACKOFFS is reached). `record_convs` also records
-        what each conv layer received."""
+        what each conv layer received. `canonical=False` runs the step as timed, without the
+        dropout mode: for a compiled model on a workload that draws no dropout mask (Dynamo
+        traces an active mode and compiles the model again for it; see advisor/compiled.py)."""
         convs: list[ConvInput] = []
         hooks = self._record_convs(convs) if record_convs else []
         try:
             if self.mode == "infer":
                 torch.manual_seed(self.seed)
-                with torch.no_grad(), canonical_dropout(self.seed):
+                with torch.no_grad(), self._dropout_mode(canonical) as mode:
                     outs = self._forward()
-                return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], {}, convs)
+                return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], {}, convs,
+                                _calls(mode))  # fmt: skip
             for _ in range(MAX_BACKOFFS):
                 convs.clear()
                 torch.manual_seed(self.seed)
                 self._zero_grad()
-                with canonical_dropout(self.seed):  # the same units dropped in every candidate
+                # the same units dropped in every candidate
+                with self._dropout_mode(canonical) as mode:
                     outs = self._forward()
                 loss = self._loss(outs)
                 scaler = self.tuned.scaler
                 grads = self._backward_for_capture(loss, scaler)
                 if scaler is None or all(bool(torch.isfinite(g).all()) for g in grads.values()):
                     break
-            return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], grads, convs)
+            return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], grads, convs,
+                            _calls(mode))  # fmt: skip
         finally:
             for h in hooks:
                 h.remove()
+
+    def _dropout_mode(self, canonical: bool) -> contextlib.AbstractContextManager[Any]:
+        return canonical_dropout(self.seed) if canonical else contextlib.nullcontext()
 
     def _backward_for_capture(self, loss: torch.Tensor, scaler: Any) -> dict[str, torch.Tensor]:
         scale = 1.0
@@ -279,7 +294,7 @@ class Candidate:
         param_scale = scale if scaler is not None and self._opt is None else 1.0
         grads = {
             n: p.grad.detach().to(acc_dtype(p.grad)) / param_scale
-            for n, p in self.tuned.model.named_parameters()
+            for n, p in self.tuned.module.named_parameters()
             if p.grad is not None
         }
         for name, x in self._named_inputs():
@@ -301,7 +316,7 @@ class Candidate:
             return record
 
         return [
-            m.register_forward_pre_hook(hook(name)) for name, m in conv_modules(self.tuned.model)
+            m.register_forward_pre_hook(hook(name)) for name, m in conv_modules(self.tuned.module)
         ]
 
     def close(self) -> None:

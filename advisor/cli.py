@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         "it runs out the best answer so far is written, with what was not measured",
     )
     p.add_argument(
+        "--steps",
+        type=int,
+        help="the training (or inference) steps you expect to run: a torch.compile candidate "
+        "is recommended only if its compile pays for itself within them",
+    )
+    p.add_argument(
         "--fresh", action="store_true", help="discard a stored study of the same name first"
     )
     p.add_argument("--quiet", action="store_true", help="no progress or table on stderr")
@@ -99,6 +105,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             tolerances=tolerance_overrides(args),
             budget_s=duration_s(args.budget),
             accept_noisy=args.accept_noisy,
+            steps=args.steps,
             progress=reporter.update,
         )
     try:

@@ -33,6 +33,54 @@ class Timing(BaseModel):
     samples: int
 
 
+class FinalCheck(BaseModel):
+    """The recommendation re-timed against PyTorch's default where the user runs it: in a fresh
+    process built as `advisor.apply` builds it (or, where the workload cannot be rebuilt there
+    or the run was in-process, in this process on fresh copies), interleaved, paired by round."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    where: Literal["fresh process", "this process"]
+    speedup: float = Field(
+        description="the recommendation over the default: median per-round ratio"
+    )
+    speedup_ci: tuple[float, float]
+    rounds: int
+    held: bool = Field(description="the interval lies above 1.0x (and at one thread, when busy)")
+    one_thread: tuple[float, float, float] | None = Field(
+        None,
+        description="on a busy CPU, the same at one torch thread (speedup, low, high): a win "
+        "that only shows while threads wait on each other is not kept",
+    )
+    first_call_s: float | None = Field(
+        None, description="the recommendation's first call there (a compile from warm caches)"
+    )
+    other_load: float | None = Field(
+        None, description="other processes' share of the CPU during the check"
+    )
+
+    @property
+    def place(self) -> str:
+        return "in a fresh process" if self.where == "fresh process" else "in this process"
+
+    def figures(self) -> str:
+        """The speedup with its interval and rounds (and at one thread), for a sentence."""
+        lo, hi = self.speedup_ci
+        text = f"{self.speedup:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed over {self.rounds} rounds"
+        if self.one_thread is not None:
+            one, lo1, hi1 = self.one_thread
+            text += f"; at one thread {one:.2f}x [{lo1:.2f}, {hi1:.2f}]"
+        return text
+
+    def summary(self) -> str:
+        """The check in one line."""
+        load = f"; other processes used {self.other_load:.0%} of the CPU meanwhile"
+        return (
+            f"{self.place}, interleaved with the default: {self.figures()}"
+            f"{load if self.other_load is not None else ''}: "
+            + ("it held" if self.held else "it did not hold, the default is kept")
+        )
+
+
 class Result(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     baseline: Timing
@@ -69,6 +117,16 @@ class Result(BaseModel):
     tuning_s: float
     notes: list[str] = Field(
         default_factory=list, description="what the time budget left out, what was reused"
+    )
+    compile_note: str | None = Field(
+        None, description="what torch.compile costs and saves here, and when it pays"
+    )
+    steps: int | None = Field(None, description="the training steps the run was tuned for")
+    other_load: float | None = Field(
+        None, description="other processes' share of the machine's CPU time during tuning"
+    )
+    final_check: FinalCheck | None = Field(
+        None, description="the recommendation re-timed where the user runs it"
     )
 
 

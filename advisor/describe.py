@@ -9,7 +9,7 @@ import torch
 from advisor import impls
 from advisor.config import load_config
 from advisor.environment import current_environment, resolve_device, triton_interpreter_enabled
-from advisor.knobs import KNOBS, amp_why_not
+from advisor.knobs import KNOBS, amp_why_not, compile_why_not
 
 
 def describe_config(path: str) -> str:
@@ -24,6 +24,8 @@ def describe_config(path: str) -> str:
         f"  amp             {s.amp}",
         f"  cudnn_benchmark {s.cudnn_benchmark}",
         f"  conv_impl       {s.conv_impl}",
+        f"  compile         {s.compile}"
+        + (f" (dynamic={s.compile_dynamic})" if s.compile_dynamic is not None else ""),
     ]
     for name, impl in s.layers.items():
         lines.append(f"    {name}: {impl}")
@@ -39,6 +41,8 @@ def describe_config(path: str) -> str:
             f"  error     {r.rel_error:.1e} ({r.precision}, tolerance {r.tolerance:.0e})",
             f"  why       {r.why}",
             *([f"  cudnn.benchmark: {r.benchmark_note}"] if r.benchmark_note else []),
+            *([f"  torch.compile: {r.compile_note}"] if r.compile_note else []),
+            *([f"  final check: {r.final_check.summary()}"] if r.final_check else []),
             *[f"  warning   {w}" for w in r.warnings],
             f"  trials    {r.trials} ({r.rejected} rejected, {r.failed} failed) in {r.tuning_s:.0f} s",
         ]
@@ -90,6 +94,7 @@ def env_dict(device: str = "auto") -> dict[str, Any]:
         values = {}
         for v in knob.values:
             reason = why or (amp_why_not(v, dev) if name == "amp" else None)
+            reason = reason or (compile_why_not(v, dev) if name == "compile" else None)
             values[str(v)] = reason or "applies"
         knobs[name] = values
     probe = torch.nn.Conv2d(8, 8, 3)

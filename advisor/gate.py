@@ -174,6 +174,9 @@ class Gate:
             self._capture(REFERENCE, case, torch.float32)
             for case in range(len(workload.shape_cases))
         ]
+        # Whether the step draws dropout masks: a compiled candidate is captured under the
+        # canonical masks only then (Dynamo compiles the model once more for an active mode).
+        self.dropout = any(c.dropouts for c in self.cases)
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict

@@ -21,6 +21,9 @@ MemoryFormat = Literal["contiguous", "channels_last"]
 Tf32 = Literal["off", "conv", "on"]
 Amp = Literal["off", "fp16", "bf16"]
 CpuFp32 = Literal["ieee", "bf16"]
+CompileMode = Literal[
+    "off", "default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"
+]
 
 
 class Settings(BaseModel):
@@ -53,6 +56,16 @@ class Settings(BaseModel):
     layers: dict[str, str] = Field(
         default_factory=dict, description="per-layer implementation: module name -> impl name"
     )
+    compile: CompileMode = Field(
+        "off",
+        description="torch.compile's mode for the model, applied after the other settings "
+        "(off: eager)",
+    )
+    compile_dynamic: bool | None = Field(
+        None,
+        description="torch.compile's `dynamic`: None is PyTorch's default (static, dynamic after "
+        "a new shape); shape sets measure False (a graph per shape) against True (one graph)",
+    )
 
     @field_validator("memory_format", mode="before")
     @classmethod
@@ -72,6 +85,14 @@ class Settings(BaseModel):
         """These settings with every conv layer on `native`: what a per-layer measurement of an
         implementation ran under."""
         return self.model_copy(update={"conv_impl": "native", "layers": {}})
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile != "off"
+
+    def eager(self) -> Settings:
+        """These settings without torch.compile: the eager model a compiled one is made from."""
+        return self.model_copy(update={"compile": "off", "compile_dynamic": None})
 
     def label(self) -> str:
         """Short human label, e.g. 'channels_last+bf16' or 'default'."""
@@ -96,6 +117,7 @@ KNOB_NAMES: tuple[str, ...] = (
     "cpu_fp32",
     "cudnn_benchmark",
     "conv_impl",
+    "compile",
 )
 
 
@@ -137,8 +159,27 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob("cudnn_benchmark", (False, True), True, "let cuDNN time its algorithms per shape"),
         Knob("conv_impl", ("native",), False, "which implementation computes conv layers"),
+        Knob(
+            "compile",
+            ("off", "default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"),
+            False,
+            "torch.compile the model (Inductor) in this mode, after the other settings",
+        ),
     )
 }
+
+# torch.compile's modes that mean something on each device: CUDA graphs are CUDA's alone, and on
+# a CPU "max-autotune-no-cudagraphs" is "max-autotune".
+_CUDA_GRAPH_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
+
+
+def compile_why_not(mode: str, device: torch.device) -> str | None:
+    """Where a torch.compile mode cannot run or means nothing more than another one."""
+    if device.type != "cuda" and mode in _CUDA_GRAPH_MODES:
+        if mode == "reduce-overhead":
+            return "CUDA graphs are CUDA only"
+        return "max-autotune on a CPU: no CUDA graphs there"
+    return None
 
 
 def cpu_fp32_why_not(device: torch.device) -> str | None:

@@ -130,3 +130,30 @@ def pareto_front(results: list[TrialResult]) -> list[TrialResult]:
         return ta <= tb and ma <= mb and (ta < tb or ma < mb)
 
     return [r for r in ok if not any(dominates(o, r) for o in ok if o is not r)]
+
+
+def pick_for_steps(
+    results: Sequence[TrialResult],
+    baseline: TrialResult,
+    min_gain: float = 0.02,
+    steps: int | None = None,
+) -> tuple[Pick, TrialResult]:
+    """The recommendation, with torch.compile's one-off cost counted: given the training
+    `steps` expected, a compiled candidate competes only if its cold compile pays within them
+    against the eager pick (`compile_bill.paying`). Returns the pick and the eager pick (the
+    alternative a compile is billed against)."""
+    from advisor.compile_bill import paying
+
+    eager = pick_final([r for r in results if not r.settings.compiled], baseline, min_gain)
+    kept, costly = paying(results, eager.chosen, steps)
+    pick = pick_final(kept, baseline, min_gain)
+    faster = [(r, b) for r, b in costly if r.median_ms < pick.chosen.median_ms]
+    if faster:
+        r, b = min(faster, key=lambda rb: rb[0].median_ms)
+        why = (
+            f"{pick.why}; {r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but its "
+            f"compile ({b.overhead_s:.1f} s with empty caches) pays only after about "
+            f"{b.steps:,.0f} steps, more than the {steps:,} steps it was tuned for"
+        )
+        pick = Pick(pick.chosen, pick.fastest, why)
+    return pick, eager.chosen

@@ -29,7 +29,7 @@ from advisor.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
 from advisor.streams import fd_stdout_to_stderr
 from advisor.worker_process import die_with_parent, main_hidden, worker_main
 
-__all__ = ["ProbeChild", "hand_over", "probe_model"]
+__all__ = ["ProbeChild", "hand_over", "probe_model", "receive"]
 
 
 @dataclass
@@ -82,9 +82,9 @@ def probe_model(
     child.close()
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
-        msg = _receive(parent, proc, startup_timeout_s)
+        msg = receive(parent, proc, startup_timeout_s)
         if msg == ("started",):
-            msg = _receive(parent, proc, timeout_s)
+            msg = receive(parent, proc, timeout_s)
         if msg == ("ok",):
             if not keep:
                 return None
@@ -113,7 +113,7 @@ def probe_model(
             parent.close()
 
 
-def _receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
+def receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
     """The child's next message, 'timeout', or 'dead' when it exited without one."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

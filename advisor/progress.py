@@ -81,8 +81,12 @@ class ProgressReporter:
                 self.console.print(f"[bold]cudnn.benchmark:[/bold] {r.benchmark_note}")
             for line in r.precisions:
                 self.console.print(f"[bold]Precision:[/bold] {line}")
+            if r.compile_note:
+                self.console.print(f"[bold]torch.compile:[/bold] {r.compile_note}")
+            if r.final_check is not None:
+                self.console.print(f"[bold]Final check:[/bold] {r.final_check.summary()}")
             for w in r.warnings:
-                self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}: timings may be noisy")
+                self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}")
             for note in r.notes:
                 self.console.print(f"[bold]Note:[/bold] {note}")
         if out is not None:

@@ -40,6 +40,10 @@ class TrialResult(BaseModel):
     peak_memory_mb: float | None = None  # steady state: warm-up and samples
     first_call_peak_mb: float | None = None  # the first call's (autotuning, benchmark search)
     per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
+    # torch.compile's cost, kept out of the samples: the first call of every shape with empty
+    # compile caches (cold), and again in a fresh compiler state with the caches filled (warm)
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
 
     @property

@@ -6,16 +6,26 @@ training loop does under `advisor.apply` (see `advisor.candidate`); the gate is 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from advisor.allocator import release_free_heap, settle_cpu_allocator
 from advisor.candidate import Candidate, Captured, Mode, flatten_tensors
+from advisor.compiled import (
+    cold_cache,
+    inductor_caches,
+    keep_artifacts,
+    recompile_guard,
+    recompile_reason,
+    start_inductor,
+)
 from advisor.device_ops import cuda_ops
 from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
@@ -23,7 +33,14 @@ from advisor.knobs import Settings
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
-from advisor.timing import TimingPolicy, l2_flusher, measure, warm_device
+from advisor.timing import (
+    TimingPolicy,
+    device_guard,
+    l2_flusher,
+    measure,
+    synchronize,
+    warm_device,
+)
 from advisor.workload import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
@@ -135,7 +152,48 @@ def evaluate(
     "stopped"); `time_left_s` cuts sampling when the run's time budget is spent. It counts from
     before the model is built: the first call (compilation, autotuning) is inside it, and a raced
     candidate whose first call runs past it stops there, unmeasured and not gated.
+
+    A compiled candidate (`settings.compile`) compiles with empty caches: each shape's first call
+    is its cold compile, then the first calls of a second compile in a fresh compiler state with
+    the caches filled are its warm one (`compile_cold_s` / `compile_warm_s`, never in the
+    samples). Its numerics are checked at model level only (the per-layer check runs conv
+    modules alone: it cannot see inside a compiled graph, and the eager modules are its eager
+    twin's, checked there); a recompile on every call fails it.
     """
+    if settings.compiled:
+        now = clock or time.perf_counter
+        start = now()
+        try:
+            start_inductor()  # not the candidate's cost: once per process
+        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
+            return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
+                           gate.precision(settings))  # fmt: skip
+        cold = cold_cache()
+        with recompile_guard(len(gate.cases)):
+            with inductor_caches(cold):
+                result = _evaluate(workload, settings, device, mode, space, gate, policy,
+                                   clock, race, time_left_s)  # fmt: skip
+            left = None if time_left_s is None else time_left_s - (now() - start)
+            if result.status in ("ok", "rejected") and (left is None or left > 0):
+                result = _with_warm_compile(result, workload, device, mode, gate, cold, now)
+        keep_artifacts(cold)
+        return result
+    return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
+                     time_left_s)  # fmt: skip
+
+
+def _evaluate(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    gate: Gate,
+    policy: TimingPolicy | None,
+    clock: Callable[[], float] | None,
+    race: Race | None,
+    time_left_s: float | None,
+) -> TrialResult:
     now = clock or time.perf_counter
     deadline = None if time_left_s is None else now() + time_left_s
     precision = gate.precision(settings)
@@ -176,7 +234,12 @@ def evaluate(
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
-                got = cand.capture(record_convs=True)
+                # A compiled model: the step as timed, under the canonical dropout masks only
+                # where the reference drew some; no per-layer record (`evaluate`).
+                compiled = settings.compiled
+                got = cand.capture(
+                    record_convs=not compiled, canonical=gate.dropout or not compiled
+                )
                 errors = compare(got, ref, mode)
                 err = max(err, errors.out)
                 if grad_err is not None:
@@ -189,7 +252,7 @@ def evaluate(
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
-            failure = first_line(e)
+            failure = recompile_reason(e, len(gate.cases)) or first_line(e)
         if cand is not None:
             # After a sticky CUDA error (an illegal memory access) closing raises it again: the
             # first failure is the reason, and the closing one tells a failure closing found.
@@ -236,4 +299,39 @@ def evaluate(
         precision_check=tol.out.check,
         peak_memory_mb=peak,
         first_call_peak_mb=memory.first_call_mb,
+        compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
     )
+
+
+def _first_calls_s(per_shape: list[Measurement]) -> float:
+    return sum(m.first_call_ms or 0.0 for m in per_shape) / 1e3
+
+
+def _with_warm_compile(
+    result: TrialResult,
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    gate: Gate,
+    cache: Path,
+    now: Callable[[], float],
+) -> TrialResult:
+    """`result` with its warm compile cost: every shape's first call again, in a fresh compiler
+    state with `cache` filled by its cold compile (a training run started again on this
+    machine). Left out when it fails (the cold figure stands)."""
+    total = 0.0
+    with inductor_caches(cache), device_guard(device):
+        for case in range(len(gate.cases)):
+            cand = Candidate(workload, result.settings, device, mode, gate.seed, case=case)
+            try:
+                synchronize(device)
+                t0 = now()
+                cand.step()
+                synchronize(device)
+                total += now() - t0
+            except Exception:  # noqa: BLE001 - the cold measurement stands
+                return result
+            finally:
+                with contextlib.suppress(Exception):
+                    cand.close()
+    return result.model_copy(update={"compile_warm_s": total})

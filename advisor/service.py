@@ -1,39 +1,45 @@
-"""The advise pipeline, top to bottom: workload -> space -> search -> per-layer stage -> Advice.
+"""The advise pipeline, top to bottom: workload -> space -> search -> per-layer stage -> compile
+stage -> final re-time -> final check where the user runs it -> Advice.
 
 Shared by `advisor.advise()` and the CLI so both do exactly the same thing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from advisor.advice import Advice, build_advice
+from advisor.budget import BudgetPlan, budget_notes, budget_plan
+from advisor.compile_stage import compile_candidates, run_compile_stage
+from advisor.compiled import shared_measurement_cache
+from advisor.config import FinalCheck
 from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
 from advisor.evaluators import Evaluator, Lent
+from advisor.final_check import CheckFailed, check_policy, final_check
 from advisor.global_state import global_state, restore_global_state
+from advisor.machine_load import BUSY_SHARE, CpuUsage, busy_warning
 from advisor.ownership import owner_id
 from advisor.per_layer import (
     LayerChoice,
     choose_layer_impls,
     layers_map,
 )
-from advisor.pick import pick_final
+from advisor.pick import pick_final, pick_for_steps
 from advisor.probe import hand_over, probe_model
 from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
-from advisor.space import SearchSpace, load_space, with_tolerances
+from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.storage import LayerStore, RetimeRecord, open_storage
-from advisor.timing import machine_load_warning
 from advisor.workload import (
     Workload,
 )
@@ -127,18 +133,19 @@ def retime_finalists(
     device: torch.device,
     space: SearchSpace,
     options: SearchOptions,
-    only_with: TrialResult | None = None,
+    only_with: Sequence[TrialResult] | None = None,
     deadline: float | None = None,
     evaluator: Evaluator | None = None,
 ) -> tuple[int, str | None]:
     """Re-time the finalists interleaved and put the fresh measurements in the outcome.
 
-    With `only_with`, re-time only if that candidate is among the finalists. Returns how many were
-    re-timed (0 when skipped: fewer than two finalists) and, when the re-time failed, why.
+    With `only_with`, re-time only if one of those candidates is among the finalists. Returns
+    how many were re-timed (0 when skipped: fewer than two finalists) and, when the re-time
+    failed, why.
     """
     top = space.retime_top
     fin = finalists(outcome.results, outcome.baseline, top, space.min_gain) if top else []
-    if len(fin) < 2 or (only_with is not None and all(r is not only_with for r in fin)):
+    if len(fin) < 2 or (only_with is not None and not any(r is w for r in fin for w in only_with)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     record, key = _retime_record(options, outcome.study_name, fin)
@@ -205,85 +212,175 @@ def run_advise(
     tolerances: dict[str, float] | None = None,
     budget_s: float | None = None,
     accept_noisy: bool = False,
+    steps: int | None = None,
     **workload_args: Any,
 ) -> Advice:
     start = time.perf_counter()
+    usage = CpuUsage()  # other processes' share of the CPU over the whole run
     if mode not in ("infer", "train"):
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
     if budget_s is not None and not budget_s > 0:
         raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
+    if steps is not None and steps < 1:
+        raise AdvisorError(f"--steps must be a positive number of training steps, got {steps}")
     dev = resolve_device(device)
     sp = with_tolerances(load_space(space, dev), tolerances or {})
-    probed = None
-    if isolate and workload_args.get("model_file") is not None:
-        # The user's code runs here only after it ran once, isolated, under the trial limit;
-        # the child that ran it goes on as the run's worker.
-        probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
-    saved = global_state()
-    try:
-        workload = make_workload(**workload_args)
-    except BaseException:
-        if probed is not None:
-            probed.close()
-        raise
-    finally:
-        restore_global_state(saved)  # what the user's code set at import is not the caller's
-    per_layer = not workload.is_layer and sp.per_layer
-    plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer)
-    options = SearchOptions(
-        mode=mode,  # type: ignore[arg-type]
-        trials=trials,
-        storage=storage,
-        study_name=study_name,
-        isolate=isolate,
-        trial_timeout_s=trial_timeout_s,
-        max_memory_mb=max_memory_mb,
-        objectives=objectives,
-        progress=progress,
-        fresh=fresh,
-        deadline=plan.search,
-    )
-    busy = [w for w in (machine_load_warning(dev),) if w]
-    # One evaluator (one worker process when isolated) for the whole model's trials, its
-    # per-layer combination and the re-times: each worker start costs an interpreter, torch's
-    # import and the model's set-up (about 4 s on a 2-core CPU).
-    evaluator = make_evaluator(workload, dev, sp, options)
-    hand_over(probed, evaluator)
-    try:
-        outcome = search(workload, dev, sp, options, evaluator=evaluator)
-        busy += [w for w in (machine_load_warning(dev),) if w and w not in busy]
-        # The global finalists are re-timed together first, so the per-layer stage works under
-        # the settings that will be recommended; a per-layer combination that reaches the
-        # finalists is then re-timed with them, interleaved, before it can be picked.
-        trial_baseline = outcome.baseline
-        retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                 deadline=plan.layers, evaluator=evaluator)  # fmt: skip
-        choices: list[LayerChoice] = []
-        stats: dict[str, int] = {}
-        if per_layer and retime_error is None:
-            options.deadline = plan.layers
-            choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
-                                                evaluator=evaluator)  # fmt: skip
-            if combined is not None:
-                again, retime_error = retime_finalists(
-                    workload, outcome, dev, sp, options, only_with=combined, deadline=plan.end,
-                    evaluator=evaluator,
-                )  # fmt: skip
-                retimed = again or retimed
-    finally:
-        evaluator.close()
-    notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
+    compiles = bool(compile_modes(sp, dev)[0])
+    # Compiled candidates' caches are shared by the run's processes: a re-time or the final
+    # check compiles warm from what a trial compiled cold.
+    with shared_measurement_cache() if compiles else contextlib.nullcontext():
+        probed = None
+        if isolate and workload_args.get("model_file") is not None:
+            # The user's code runs here only after it ran once, isolated, under the trial
+            # limit; the child that ran it goes on as the run's worker.
+            probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
+        saved = global_state()
+        try:
+            workload = make_workload(**workload_args)
+        except BaseException:
+            if probed is not None:
+                probed.close()
+            raise
+        finally:
+            restore_global_state(saved)  # what the user's code set at import is not the caller's
+        per_layer = not workload.is_layer and sp.per_layer
+        plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
+                           compiles and not workload.is_layer)  # fmt: skip
+        options = SearchOptions(
+            mode=mode,  # type: ignore[arg-type]
+            trials=trials,
+            storage=storage,
+            study_name=study_name,
+            isolate=isolate,
+            trial_timeout_s=trial_timeout_s,
+            max_memory_mb=max_memory_mb,
+            objectives=objectives,
+            progress=progress,
+            fresh=fresh,
+            deadline=plan.search,
+        )
+        # One evaluator (one worker process when isolated) for the whole model's trials, its
+        # per-layer combination, its compiled candidates and the re-times: each worker start
+        # costs an interpreter, torch's import and the model's set-up (about 4 s on 2 cores).
+        evaluator = make_evaluator(workload, dev, sp, options)
+        hand_over(probed, evaluator)
+        try:
+            outcome = search(workload, dev, sp, options, evaluator=evaluator)
+            trial_baseline = outcome.baseline
+            retimed, retime_error, choices, stats = _stages(workload, outcome, dev, sp, options,
+                                                            plan, per_layer, evaluator)  # fmt: skip
+        finally:
+            evaluator.close()
+        notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
+        moved = machine_moved(trial_baseline, outcome.baseline)
+        unsettled = None if accept_noisy else moved
+        share = usage.others_share()
+        check, check_error = None, None
+        if retime_error is None and unsettled is None:
+            check, check_error = _final_check(workload, outcome, dev, sp, options, steps, plan,
+                                              share, notes)  # fmt: skip
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
-    moved = machine_moved(trial_baseline, outcome.baseline)
-    if moved is not None:
-        busy.insert(0, moved)  # first among the result's warnings (the summary prints them)
+    share = usage.others_share()
+    warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
     advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed,
-                          retime_error=retime_error, notes=notes,
-                          unsettled=None if accept_noisy else moved)  # fmt: skip
-    if busy and advice.config.result is not None:
-        result = advice.config.result.model_copy(update={"warnings": busy[:2]})
+                          retime_error=retime_error, notes=notes, unsettled=unsettled,
+                          steps=steps, final=check, final_error=check_error,
+                          other_load=share)  # fmt: skip
+    if warnings and advice.config.result is not None:
+        result = advice.config.result.model_copy(update={"warnings": warnings})
         advice.config = advice.config.model_copy(update={"result": result})
     return advice
+
+
+def _stages(
+    workload: Workload,
+    outcome: SearchOutcome,
+    dev: torch.device,
+    sp: SearchSpace,
+    options: SearchOptions,
+    plan: BudgetPlan,
+    per_layer: bool,
+    evaluator: Evaluator,
+) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
+    """After the search: the first re-time, the per-layer stage, the compile stage and the
+    re-times they call for. Returns how many were re-timed last, why a re-time failed, the
+    per-layer choices and the per-layer stage's counts."""
+    # The global finalists are re-timed together first, so the per-layer and compile stages
+    # work from the settings that would be recommended; a candidate of theirs that reaches the
+    # finalists is then re-timed with them, interleaved, before it can be picked.
+    first = plan.layers if per_layer else (plan.compile or plan.layers)
+    retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                             deadline=first, evaluator=evaluator)  # fmt: skip
+    choices: list[LayerChoice] = []
+    stats: dict[str, int] = {}
+    if per_layer and retime_error is None:
+        options.deadline = plan.layers
+        choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
+                                            evaluator=evaluator)  # fmt: skip
+        if combined is not None:
+            again, retime_error = retime_finalists(
+                workload, outcome, dev, sp, options, only_with=[combined],
+                deadline=plan.compile or plan.retime, evaluator=evaluator,
+            )  # fmt: skip
+            retimed = again or retimed
+    if workload.is_layer:
+        compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
+    if plan.compile is not None and retime_error is None:
+        options.deadline = plan.compile
+        todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
+        compiled = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
+                                     options.progress)  # fmt: skip
+        if compiled:
+            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                   only_with=compiled, deadline=plan.retime,
+                                                   evaluator=evaluator)  # fmt: skip
+            retimed = again or retimed
+    return retimed, retime_error, choices, stats
+
+
+def _final_check(
+    workload: Workload,
+    outcome: SearchOutcome,
+    dev: torch.device,
+    sp: SearchSpace,
+    options: SearchOptions,
+    steps: int | None,
+    plan: BudgetPlan,
+    share: float | None,
+    notes: list[str],
+) -> tuple[FinalCheck | None, str | None]:
+    """The recommendation re-timed against the default where the user runs it (a fresh
+    process for a recreatable workload in an isolated run; else this process): the check, or
+    why it could not be made. Nothing to check when the default is the pick."""
+    pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
+    if pick.chosen.settings == outcome.baseline.settings:
+        return None, None
+    if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
+        # One process cannot time it against the default: cuDNN's plan cache ignores the flag
+        # (advisor/benchmark_processes.py), so the re-time compared them a process each.
+        notes.append(
+            "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
+            "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
+            "them in a process each"
+        )
+        return None, None
+    if options.progress is not None:
+        options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))
+    left = max(0.0, plan.end - time.perf_counter())
+    try:
+        check = final_check(
+            workload, dev, options.mode, check_policy(sp.timing.policy(), left),
+            outcome.baseline, pick.chosen,
+            fresh=options.isolate and workload.info.recreatable,
+            busy=share is not None and share > BUSY_SHARE,
+            timeout_s=options.trial_timeout_s,
+        )  # fmt: skip
+    except CheckFailed as e:
+        log.warning("final check failed: %s", e)
+        return None, str(e)
+    if options.progress is not None:
+        options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
+    return check, None
 
 
 def machine_moved(trial: TrialResult, retimed: TrialResult, factor: float = 2.0) -> str | None:
@@ -301,56 +398,3 @@ def machine_moved(trial: TrialResult, retimed: TrialResult, factor: float = 2.0)
         f"the machine was not steady: PyTorch's default measured {before:.3f} ms in its trial "
         f"and {after:.3f} ms when re-timed ({max(before / after, after / before):.1f}x apart)"
     )
-
-
-@dataclass(frozen=True)
-class BudgetPlan:
-    """When each stage must stop starting work (`time.perf_counter()` values)."""
-
-    search: float  # the global knobs
-    layers: float  # the first re-time and the per-layer stage
-    end: float  # the final re-time: the run ends about here
-
-
-def budget_plan(start: float, budget_s: float, space: SearchSpace, per_layer: bool) -> BudgetPlan:
-    """Split a run's time budget: the final interleaved re-time keeps what it needs (a trial's
-    time cap per finalist, up to a quarter of the budget); with a per-layer stage, the global
-    search keeps half of the rest and the layers the other half (a search that finishes early
-    leaves its time to the layers)."""
-    n = space.retime_top + 2  # the finalists, the default and a per-layer combination
-    reserve = min(0.25 * budget_s, 1.5 * n * space.timing.max_time_s)
-    end = start + budget_s
-    layers = end - reserve
-    search = start + (layers - start) * (0.5 if per_layer else 1.0)
-    return BudgetPlan(search, layers, end)
-
-
-def budget_notes(
-    outcome: SearchOutcome, stats: dict[str, int], budget_s: float, start: float
-) -> list[str]:
-    """What the time budget left out, said plainly; and what was reused from earlier runs."""
-    notes = []
-    if outcome.not_measured:
-        shown = ", ".join(outcome.not_measured[:5])
-        more = f" and {len(outcome.not_measured) - 5} more" if len(outcome.not_measured) > 5 else ""
-        notes.append(
-            f"the {budget_s:g} s budget ran out before {len(outcome.not_measured)} "
-            f"candidate(s) were measured: {shown}{more}"
-        )
-    if stats.get("unmeasured"):
-        notes.append(
-            f"the {budget_s:g} s budget ran out before {stats['unmeasured']} layer group(s) were "
-            "measured: they keep PyTorch's native convolution"
-        )
-    if stats.get("combination"):
-        notes.append(
-            f"the {budget_s:g} s budget ran out before the per-layer choices ({stats['combination']} "
-            "layer(s)) could be measured on the whole model: not applied"
-        )
-    if stats.get("reused"):
-        shared = stats.get("shared", 0)
-        notes.append(
-            f"{stats['reused']} layer measurement(s) reused instead of measured again"
-            + (f" ({shared} from other studies in this storage)" if shared else "")
-        )
-    return notes

@@ -26,7 +26,7 @@ from pydantic import (
 
 from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
-from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not
+from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
 from advisor.precision_verdict import PrecisionCheckSettings
 from advisor.timing import TimingPolicy
 
@@ -187,7 +187,7 @@ def _knob_value(name: str, value: Any, where: str = "knob") -> Any:
 
     YAML 1.1 reads bare off/on as booleans: they are taken back for the string-valued knobs (tf32,
     amp), so `{amp: off}` in a skip rule matches amp="off" instead of nothing."""
-    if name in ("tf32", "amp") and isinstance(value, bool):
+    if name in ("tf32", "amp", "compile") and isinstance(value, bool):
         value = "on" if value else "off"
     if name == "conv_impl":
         if value not in conv_impls.names():
@@ -315,6 +315,8 @@ def candidates(
                 else:
                     kept.append(v)
             values = kept or ["off"]
+        if name == "compile":
+            values = ["off"]  # compiled candidates come after the eager ones: `compile_modes`
         if name == "conv_impl" and impls is not None:
             for v in values:
                 if v not in impls:
@@ -331,3 +333,19 @@ def candidates(
     if default in out:
         out.remove(default)
     return [default, *out], dropped
+
+
+def compile_modes(space: SearchSpace, device: torch.device) -> tuple[list[str], list[Dropped]]:
+    """The torch.compile modes the space lists that mean something on `device` (in the space's
+    order, "off" left out), and those left out, why. They are tried after the eager search, on
+    the best eager settings (`advisor.compile_stage`), not crossed with every eager candidate."""
+    modes, dropped = [], []
+    for mode in space.knobs.get("compile", []):
+        if mode == "off":
+            continue
+        why = compile_why_not(mode, device)
+        if why:
+            dropped.append(Dropped(f"compile={mode}", why))
+        else:
+            modes.append(mode)
+    return modes, dropped

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,28 +39,6 @@ def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]
     if device.type == "cuda":
         return cuda_ops().guard(device)
     return contextlib.nullcontext()
-
-
-def machine_load_warning(device: torch.device, load: float | None = None) -> str | None:
-    """A warning when other work competes for the CPU: with every core busy, a step's threads
-    wait on the scheduler and times can grow many-fold, so comparisons become unreliable.
-
-    The load average counts the advisor's own threads too (its torch threads on a CPU, the
-    launching thread on a GPU): on a 2-core machine its 2 torch threads alone read as load 2. So
-    it warns only when the load is beyond those by more than half the cores."""
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            return None
-    cores = os.cpu_count() or 1
-    own = torch.get_num_threads() if device.type == "cpu" else 1
-    if load > own + 0.5 * cores:
-        return (
-            f"the machine was busy while tuning (load average {load:.1f} on {cores} cores, "
-            f"beyond the advisor's own {own} thread(s)): timings may be noisy"
-        )
-    return None
 
 
 @dataclass(frozen=True)
@@ -231,17 +208,21 @@ def warm_up(
     before: Sequence[Callable[[], None]],
     runs: int,
     clock: Clock,
+    first_ms: list[float] | None = None,
 ) -> list[float]:
     """Run each step `runs` times (at least once), `before[i]` first; the host's time per call
-    of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls)."""
+    of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms` receives
+    each step's first call (host time: a compile, lazy initialisation)."""
     launch_ms = []
     for step, prep in zip(steps, before, strict=True):
         t = 0.0
-        for _ in range(max(1, runs)):
+        for run in range(max(1, runs)):
             prep()
             t0 = clock()
             step()
             t += clock() - t0
+            if run == 0 and first_ms is not None:
+                first_ms.append((clock() - t0) * 1e3)
         launch_ms.append(t * 1e3 / max(1, runs))
     return launch_ms
 

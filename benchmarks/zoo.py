@@ -3,19 +3,24 @@
 For each model and mode:
 
 1. **advise**: `python -m advisor advise MODEL --mode M --device D --storage memory --out cfg.json`
-   in a subprocess, with its defaults otherwise (the device's built-in space, every candidate in
-   an isolated worker process), timed end to end: the wall time a user waits, Python's start-up
-   and imports included.
+   in a subprocess, with its defaults otherwise (the device's built-in space, with torch.compile
+   among its candidates, every candidate in an isolated worker process, the pick's final check
+   in a fresh process), timed end to end: the wall time a user waits, Python's start-up and
+   imports included.
 2. **re-time** in fresh processes (benchmarks/fresh_retime.py): PyTorch untouched ("plain": the
    model in a bare loop, its own process); then, in one more process and interleaved (rounds
    A B C D, D C B A, ...), PyTorch's default through `advisor.apply`, the advisor's pick,
    "everything on" (CPU: channels_last + bf16 autocast; CUDA: channels_last + fp16 autocast + TF32
-   + cudnn.benchmark) and `torch.compile` (the untouched model; mode default on a CPU,
-   max-autotune on CUDA; empty Inductor/Triton caches, so its compile time is a cold one, timed
-   apart: first call, and with max-autotune the next two, kept out of the samples). Each
+   + cudnn.benchmark) and `torch.compile` by hand, the rival's baseline (the untouched model;
+   mode default on a CPU, max-autotune on CUDA; empty Inductor/Triton caches and timed before
+   the pick, so its compile time is a cold one, timed apart: first call, and with max-autotune
+   the next two, kept out of the samples; a pick that compiles is compiled by `advisor.apply`,
+   its first call recorded as `first_call_s`). Each
    variant's outputs (and gradients in train mode) are compared with the untuned fp32 model.
 3. a row: the advise wall time, the pick, the speedups with 95% intervals (from both medians'
-   CIs, `advisor.stats.speedup`), the pick's numeric error.
+   CIs, `advisor.stats.speedup`), the pick's numeric error, the pick against torch.compile; a
+   note where other processes used over 10% of the CPU during the row (`advisor.machine_load`)
+   or the advisor's final check kept the default.
 
 Models: on a CPU the pure-PyTorch ones in benchmarks/models/ (resnet18, mobilenet_v3_small,
 monai_unet3d, relu_bn_block) and the bundled advisor/examples/*.py; on CUDA also torchvision's
@@ -25,22 +30,23 @@ torchvision or timm do not import). `--model-file` adds any model file.
     python benchmarks/zoo.py --device cpu --out benchmarks/results/zoo_cpu.md
     python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_cuda.md
     python benchmarks/zoo.py --quick --model-file tests/data/tiny_cnn.py --modes infer \
-        --variants plain everything_on --out /tmp/zoo.md          # a smoke run, ~30 s
+        --variants plain everything_on --out /tmp/zoo.md          # a smoke run, ~1 min
     python benchmarks/zoo.py --merge a.json b.json --out benchmarks/results/zoo_cuda.md
 
 The markdown goes to --out and the raw numbers (samples included) beside it, .json; both are
 rewritten after every row, so a run cut short keeps what it measured. `--merge` renders one
 report from several runs' JSON files (a zoo split across 10-minute device calls).
 
-Time: a full CPU run (6 models x 2 modes on a 2-thread CPU) takes about 45 minutes to 1.5
-hours, by estimate (not measured: the development machine is shared): per model and mode, advise
-1-5 min (resnet18 and the MONAI UNet in train mode the longest: the per-layer stage times each
-conv group alone; the examples took 15-20 s in benchmarks/results/model_retime_cpu.md), the
+Time: a full CPU run (6 models x 2 modes on a 2-thread CPU) takes about 1.5 to 3 hours, by
+estimate (not measured: the development machine is shared): per model and mode, advise 1-8 min
+(resnet18 and the MONAI UNet in train mode the longest: the per-layer stage times each conv
+group alone; the compile stage adds one to two cold compiles of 7 s-2 min each, within the
+600 s budget; the examples took 15-20 s without it in benchmarks/results/model_retime_cpu.md), the
 re-time ~30 s (3 s of interleaved sampling per variant, plus set-up and the error checks), and
 torch.compile's cold compile 10 s-2 min (CPU Inductor compiles C++; train mode compiles the
 backward too: 19 s for a two-conv model here). `--variants` without compile saves 5-20 minutes;
-`--quick` takes ~30 s per model and mode (batch size 1, short timing, a 4-candidate search
-without the per-layer stage).
+`--quick` takes about a minute per model and mode (batch size 1, short timing, a 4-candidate
+search without the per-layer stage, then one compiled candidate within a 60 s budget).
 """
 
 from __future__ import annotations
@@ -50,7 +56,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import resource
 import shlex
 import subprocess
 import sys
@@ -68,6 +73,8 @@ ROOT = HERE.parent
 sys.path[:0] = [p for p in (str(HERE), str(ROOT)) if p not in sys.path]
 
 from fresh_retime import compile_variant, everything_on, retime_variants  # noqa: E402
+
+from advisor.machine_load import BUSY_SHARE, CpuUsage  # noqa: E402
 
 MODES = ("infer", "train")
 # What is re-timed. default and the pick always are: every ratio is against one of them.
@@ -161,7 +168,8 @@ def write_space(device: str, path: Path) -> str:
     base = "cuda" if device.startswith("cuda") else "cpu"
     data = yaml.safe_load((resources.files("search_spaces") / f"{base}.yaml").read_text())
     data["name"] = f"{base}-zoo-quick"
-    data["budget"].update(trials=4, time_s=20)
+    # 60 s: the eager candidates first, then one cold compile of the model (compile_stage)
+    data["budget"].update(trials=4, time_s=60)
     data["timing"].update(warmup_runs=1, warmup_s=0.0, min_samples=3, max_time_s=0.05)
     data["per_layer"] = False
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -210,6 +218,10 @@ def advise(model: ZooModel, mode: str, args: argparse.Namespace, work: Path) -> 
             rejected=res.rejected,
             failed=res.failed,
             tuning_s=res.tuning_s,
+            compile_note=res.compile_note,
+            notes=res.notes,
+            other_load=res.other_load,
+            final_check=res.final_check.model_dump(mode="json") if res.final_check else None,
         )
     return out
 
@@ -218,7 +230,7 @@ def run_row(
     model: ZooModel, mode: str, args: argparse.Namespace, work: Path, cache_root: Path
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model.name, "file": _shown_path(model.path), "mode": mode}
-    usage = _CpuUsage()
+    usage = CpuUsage()  # other processes' share of the CPU during the row
     print(f"{model.name} ({mode}): advise ...", flush=True)
     adv = advise(model, mode, args, work)
     row["advise"] = adv
@@ -255,45 +267,6 @@ def run_row(
     row["other_cpu_share"] = usage.others_share()
     print("  " + _summary(row), flush=True)
     return row
-
-
-class _CpuUsage:
-    """How much of the machine's CPU time other processes used while a row ran: all CPU time
-    the kernel counted (/proc/stat) minus what this benchmark's own subprocesses used. (A load
-    average counts the benchmark itself: its 2 torch threads alone read as a busy 2-CPU machine.)
-    Only subprocesses that have ended are counted as ours: read it after the row's runs end."""
-
-    def __init__(self) -> None:
-        self._start = (time.monotonic(), _busy_cpu_s(), _children_cpu_s())
-
-    def others_share(self) -> float | None:
-        wall0, busy0, ours0 = self._start
-        busy = _busy_cpu_s()
-        if busy is None or busy0 is None:
-            return None
-        wall = time.monotonic() - wall0
-        others = (busy - busy0) - (_children_cpu_s() - ours0)
-        return max(0.0, others) / (wall * (os.cpu_count() or 1))
-
-
-def _busy_cpu_s() -> float | None:
-    """CPU seconds all processors spent not idle since boot (Linux), or None elsewhere."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    # user nice system idle iowait irq softirq steal: busy = all but idle, iowait and steal
-    # (steal is another virtual machine's, not a process here)
-    busy = sum(fields[:7]) - fields[3] - (fields[4] if len(fields) > 4 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _children_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-BUSY_SHARE = 0.1  # other processes' share of all CPU time above which a row is marked noisy
 
 
 def _shown_path(path: Path) -> str:
@@ -338,6 +311,7 @@ def ratios(row: dict[str, Any]) -> dict[str, list[float] | None]:
         "pick_vs_default": speedup_of(ok.get("default"), ok.get("pick")),
         "everything_on_vs_default": speedup_of(ok.get("default"), ok.get("everything_on")),
         "compile_vs_default": speedup_of(ok.get("default"), ok.get("compile")),
+        "pick_vs_compile": speedup_of(ok.get("compile"), ok.get("pick")),
     }
 
 
@@ -353,7 +327,7 @@ def _ms(v: dict[str, Any] | None) -> str:
 HEADER = (
     "| model | mode | advise s | pick | default ms | pick ms | pick vs plain | pick vs default "
     "| advise's own estimate | everything on vs default | compile vs default | compile s "
-    "| pick error (out / grad) |"
+    "| pick error (out / grad) | pick vs compile |"
 )
 COLUMNS = [c.strip() for c in HEADER.strip("|").split("|")]
 
@@ -398,18 +372,19 @@ def render(data: dict[str, Any]) -> str:
         "untuned fp32 model.",
         "",
         HEADER,
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     notes = []
     for row in data["rows"]:
         head = f"| {row['model']} | {row['mode']} |"
         if row.get("skipped"):
-            lines.append(f"{head} - | skipped: {row['skipped']} | | | | | | | | | |")
+            lines.append(f"{head} - | skipped: {row['skipped']} | | | | | | | | | | |")
             continue
         adv = row.get("advise", {})
         wall = f"{adv['wall_s']:.1f}" if "wall_s" in adv else "-"
         if "error" in adv:
-            lines.append(f"{head} {wall} | advise failed: {adv['error']} | | | | | | | | | |")
+            lines.append(f"{head} {wall} | advise failed: {adv['error']} | | | | | | | | | | |")
             continue
         claimed = "-"
         if adv.get("claimed_speedup") is not None:
@@ -421,6 +396,13 @@ def render(data: dict[str, Any]) -> str:
         for name, v in t.items():
             if "error" in v:
                 notes.append(f"- {row['model']} {row['mode']}: {name} failed: {v['error']}")
+        check = adv.get("final_check")
+        if check and not check.get("held"):
+            lo, hi = check["speedup_ci"]
+            notes.append(
+                f"- {row['model']} {row['mode']}: the advisor's final check ({check['where']}) "
+                f"found {check['speedup']:.2f}x [{lo:.2f}-{hi:.2f}]: it kept PyTorch's default"
+            )
         others = row.get("other_cpu_share")
         if others is not None and others > BUSY_SHARE:
             notes.append(
@@ -449,7 +431,7 @@ def render(data: dict[str, Any]) -> str:
             f"{head} {wall} | {label} | {_ms(t.get('default'))} | {_ms(pick)} "
             f"| {_x(r['pick_vs_plain'])} | {_x(r['pick_vs_default'])} | {claimed} "
             f"| {_x(r['everything_on_vs_default'])} | {_x(r['compile_vs_default'])} | {compile_s} "
-            f"| {err} |"
+            f"| {err} | {_x(r['pick_vs_compile'])} |"
         )
     if notes:
         lines += ["", "Notes:", "", *notes]

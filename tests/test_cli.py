@@ -126,6 +126,10 @@ BAD_INPUTS = [
         ],
         "unknown search space",
     ),
+    (
+        ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--steps", "0"],
+        "--steps must be a positive",
+    ),  # fmt: skip
     (["advise"], "nothing to tune"),
     (["show", "no_such.json"], "not found"),
 ]

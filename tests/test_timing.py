@@ -1,12 +1,11 @@
 import contextlib
 import math
-import os
 
 import pytest
 import torch
 
 from advisor.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
-from advisor.timing import TimingPolicy, machine_load_warning, measure, reps_for
+from advisor.timing import TimingPolicy, measure, reps_for
 
 CPU = torch.device("cpu")
 
@@ -172,12 +171,3 @@ def test_measure_runs_under_the_device_guard(monkeypatch: pytest.MonkeyPatch) ->
     measure(lambda: None, CPU, TimingPolicy(min_samples=3, max_samples=3))
     assert entered == ["cpu"]
     assert isinstance(real(CPU), contextlib.nullcontext)
-
-
-def test_the_load_warning_does_not_count_the_advisors_own_threads() -> None:
-    cpu = torch.device("cpu")
-    cores, own = os.cpu_count() or 1, torch.get_num_threads()
-    assert machine_load_warning(cpu, load=float(own)) is None  # the advisor alone
-    warning = machine_load_warning(cpu, load=own + 0.6 * cores)
-    assert warning is not None and f"advisor's own {own} thread" in warning
-    assert machine_load_warning(torch.device("cuda"), load=1.0) is None

@@ -6,10 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -52,7 +50,7 @@ def test_quick_cpu_run_on_a_tiny_model(tmp_path: Path) -> None:
     assert row[3].startswith("`")  # the pick
     for cell in (row[6], row[7], row[9]):  # pick vs plain / default, everything on vs default
         assert cell.endswith("]") and "x [" in cell
-    assert row[10] == "-" and row[11] == "-"  # compile not run
+    assert row[10] == "-" and row[11] == "-" and row[13] == "-"  # the rival compile not run
 
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["environment"]["device_type"] == "cpu"
@@ -63,6 +61,8 @@ def test_quick_cpu_run_on_a_tiny_model(tmp_path: Path) -> None:
         and "--storage memory" in adv["command"]
     )
     assert 1.0 < adv["wall_s"] < 150 and adv["label"] and adv["trials"] >= 1
+    # the advisor's own torch.compile candidate: measured, or left out by the budget with a note
+    assert adv["compile_note"] or any("compile=default" in n for n in adv["notes"]), adv
     t = rec["retime"]
     assert set(t) == {"default", "pick", "everything_on", "plain"}
     for name, v in t.items():
@@ -71,7 +71,7 @@ def test_quick_cpu_run_on_a_tiny_model(tmp_path: Path) -> None:
     assert t["default"]["err"] == 0.0  # PyTorch's default through advisor.apply: the reference
     assert t["pick"]["err"] < 1e-2 and t["everything_on"]["err"] < 5e-2  # bf16 at most
     ratios = zoo.ratios(rec)
-    assert ratios.pop("compile_vs_default") is None
+    assert ratios.pop("compile_vs_default") is None and ratios.pop("pick_vs_compile") is None
     for name, ratio in ratios.items():
         mid, lo, hi = ratio
         assert 0 < lo <= mid <= hi and math.isfinite(hi), name
@@ -147,17 +147,3 @@ def test_the_report_shows_skipped_and_failed_rows() -> None:
     assert "- b train: other processes used 40% of the machine's CPU time" in text
     data["rows"][2]["other_cpu_share"] = 0.02  # the benchmark's own threads are not "busy"
     assert "other processes" not in zoo.render(data)
-
-
-def test_cpu_used_by_other_processes_excludes_the_benchmarks_own_subprocesses() -> None:
-    zoo = _zoo()
-    start = time.monotonic()
-    usage = zoo._CpuUsage()
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"
-    subprocess.run([sys.executable, "-c", burn], check=True)
-    share = usage.others_share()
-    wall = time.monotonic() - start
-    assert share is not None and 0.0 <= share <= 1.0
-    # The child's 1 s of CPU (and its start-up) is ours, not another process's; a load average
-    # would have counted it. (What the test process itself and a quiet machine add is small.)
-    assert share * wall * (os.cpu_count() or 1) < 0.7

@@ -1,0 +1,84 @@
+"""A run's time budget: when each stage must stop starting work, and what the budget left out.
+
+The stages, in order: the eager search of the global knobs, the first re-time and the per-layer
+stage, the compile stage (torch.compile on the best eager settings), then the final interleaved
+re-time and the final check of the recommendation in a fresh process, which keep a reserve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.search import SearchOutcome
+from advisor.space import SearchSpace
+
+# What the final check costs beyond its samples: a fresh interpreter, torch's import and the
+# model's set-up (about 4 s on a 2-core CPU, more when the machine is busy).
+FRESH_START_S = 10.0
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """When each stage must stop starting work (`time.perf_counter()` values)."""
+
+    search: float  # the global knobs
+    layers: float  # the first re-time and the per-layer stage
+    end: float  # the final check: the run ends about here
+    compile: float | None = None  # the compile stage (None: the space compiles nothing)
+    retime: float | None = None  # the final re-time (None: `end`)
+
+
+def budget_plan(
+    start: float, budget_s: float, space: SearchSpace, per_layer: bool, compile: bool = False
+) -> BudgetPlan:
+    """Split a run's time budget. The final stages keep what they need, up to a quarter of the
+    budget: the final re-time a trial's time cap per finalist, then the final check a fresh
+    process and two finalists' time caps (each at least half of that reserve when it is cut).
+    The rest is shared equally by the search, the per-layer stage and the compile stage where
+    there are such stages (a stage that finishes early leaves its time to the next: the eager
+    picture first, compile only with what is left)."""
+    n = space.retime_top + 2  # the finalists, the default and a per-layer combination
+    cap = space.timing.max_time_s
+    retime_s, check_s = 1.5 * n * cap, FRESH_START_S + 1.5 * 2 * cap
+    reserve = min(0.25 * budget_s, retime_s + check_s)
+    check_s = min(check_s, reserve / 2) if reserve < retime_s + check_s else check_s
+    end = start + budget_s
+    stages = end - reserve - start
+    shares = 1 + int(per_layer) + int(compile)
+    search = start + stages / shares
+    layers = search + stages / shares if per_layer else search
+    compile_end = end - reserve if compile else None
+    if not compile and per_layer:
+        layers = end - reserve
+    return BudgetPlan(search, layers, end, compile_end, end - check_s)
+
+
+def budget_notes(
+    outcome: SearchOutcome, stats: dict[str, int], budget_s: float, start: float
+) -> list[str]:
+    """What the time budget left out, said plainly; and what was reused from earlier runs."""
+    notes = []
+    if outcome.not_measured:
+        shown = ", ".join(outcome.not_measured[:5])
+        more = f" and {len(outcome.not_measured) - 5} more" if len(outcome.not_measured) > 5 else ""
+        notes.append(
+            f"the {budget_s:g} s budget ran out before {len(outcome.not_measured)} "
+            f"candidate(s) were measured: {shown}{more}"
+        )
+    if stats.get("unmeasured"):
+        notes.append(
+            f"the {budget_s:g} s budget ran out before {stats['unmeasured']} layer group(s) were "
+            "measured: they keep PyTorch's native convolution"
+        )
+    if stats.get("combination"):
+        notes.append(
+            f"the {budget_s:g} s budget ran out before the per-layer choices ({stats['combination']} "
+            "layer(s)) could be measured on the whole model: not applied"
+        )
+    if stats.get("reused"):
+        shared = stats.get("shared", 0)
+        notes.append(
+            f"{stats['reused']} layer measurement(s) reused instead of measured again"
+            + (f" ({shared} from other studies in this storage)" if shared else "")
+        )
+    return notes

@@ -1,0 +1,211 @@
+"""The final check: does the recommendation hold where the user runs it?
+
+The search and the re-times measure in a long-lived worker, on a machine whose load can change.
+A busy CPU does not slow candidates alike: with every core taken, each parallel region of a
+step waits for a preempted thread, so a step with more regions (a contiguous conv's layout
+reorders) loses most. On a shared 2-core CPU, ResNet-18 inference ran channels_last 0.94-1.81x
+the default's speed at 2 torch threads (intervals as narrow as [1.53-1.59]) and 0.93-1.04x at
+one thread (benchmarks/results/contention_cpu.md): a win of waiting, not of arithmetic, gone
+once the load changes. That, not the worker process, made issue 20's 1.56x estimate run at
+0.80x in a fresh process: the same re-time in a fresh process gave the worker's 1.57x when the
+load matched, and 1.02-1.18x when it did not.
+
+So before a change is recommended, it is re-timed against PyTorch's default once more, after
+everything else, where the user runs it: in a fresh process that loads the model file (or layer
+spec) and builds both exactly as `advisor.apply` builds a model (`apply_settings`, `inputs`, the
+training step of advisor.candidate), interleaved, paired by round (`stats.paired_speedup`). A
+workload no other process can rebuild (a live model) or an in-process run is checked in this
+process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
+a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
+torch thread, and the change must win there too. Its time comes out of the run's budget
+(`budget.budget_plan` reserves it); it always gets at least 5 rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from advisor.candidate import Mode
+from advisor.config import FinalCheck
+from advisor.errors import first_line
+from advisor.machine_load import CpuUsage
+from advisor.probe import receive
+from advisor.results import TrialResult
+from advisor.retime import RetimeSession, retimed_results, rounds
+from advisor.stats import paired_speedup
+from advisor.streams import fd_stdout_to_stderr
+from advisor.timing import TimingPolicy, interleave
+from advisor.workload import Workload
+
+__all__ = ["CheckFailed", "check_policy", "final_check", "measure_pair"]
+
+STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
+MIN_ROUNDS = 5  # the fewest a paired interval is computed from
+
+
+class CheckFailed(RuntimeError):
+    """The final check could not be made; the message says why."""
+
+
+def check_policy(policy: TimingPolicy, time_left_s: float | None) -> TimingPolicy:
+    """The trials' policy for two finalists within what is left of the budget, with at least
+    `MIN_ROUNDS` rounds however little is left."""
+    per = policy.max_time_s if time_left_s is None else max(0.05, time_left_s / 2)
+    return dataclasses.replace(
+        policy,
+        max_time_s=min(policy.max_time_s, per),
+        min_samples=max(MIN_ROUNDS, min(policy.min_samples, MIN_ROUNDS + 2)),
+    )
+
+
+def measure_pair(
+    workload: Workload,
+    pair: list[TrialResult],
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+) -> tuple[list[TrialResult], float]:
+    """PyTorch's default and the recommendation (`pair`) re-timed together, interleaved, on
+    every shape; and the recommendation's first call (seconds over the shapes)."""
+    per_case: list[list[list[float]]] = []
+    first_s = 0.0
+    for case in range(len(workload.shape_cases)):
+        session = RetimeSession(workload, pair, device, mode, policy, case)
+        try:
+            first_s += session.first_ms[1] / 1e3
+            samplers = [partial(session.sample, i) for i in range(len(pair))]
+            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+        finally:
+            session.close()
+    return retimed_results(workload, pair, per_case), first_s
+
+
+def check_here(
+    workload: Workload,
+    pair: list[TrialResult],
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+    busy: bool,
+    where: str,
+) -> FinalCheck:
+    """The check, in this process."""
+    usage = CpuUsage()
+    measured, first_s = measure_pair(workload, pair, device, mode, policy)
+    base, tuned = (r.measurement for r in measured)
+    assert base is not None and tuned is not None
+    ratio, lo, hi = paired_speedup(base, tuned)
+    one = None
+    threads = torch.get_num_threads()
+    if busy and device.type == "cpu" and threads > 1:
+        torch.set_num_threads(1)
+        try:
+            again, _ = measure_pair(workload, pair, device, mode, policy)
+        finally:
+            torch.set_num_threads(threads)
+        b1, t1 = (r.measurement for r in again)
+        assert b1 is not None and t1 is not None
+        one = paired_speedup(b1, t1)
+    return FinalCheck(
+        where=where,
+        speedup=ratio,
+        speedup_ci=(lo, hi),
+        rounds=len(base.samples_ms),
+        held=lo > 1.0 and (one is None or one[1] > 1.0),
+        one_thread=one,
+        first_call_s=first_s,
+        other_load=usage.others_share(),
+    )
+
+
+def final_check(
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+    baseline: TrialResult,
+    winner: TrialResult,
+    *,
+    fresh: bool,
+    busy: bool,
+    timeout_s: float,
+) -> FinalCheck:
+    """The check of `winner` against `baseline` (see the module's docstring): in a fresh process
+    when `fresh` (the workload must be recreatable), else here. Raises CheckFailed with the
+    reason when it cannot be made (the process fails, crashes or takes over `timeout_s`)."""
+    pair = [baseline, winner]
+    if not fresh:
+        try:
+            return check_here(workload, pair, device, mode, policy, busy, "this process")
+        except (RuntimeError, torch.OutOfMemoryError) as e:
+            raise CheckFailed(first_line(e, with_type=False)) from None
+    from advisor.worker_process import main_hidden
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    args = (child, workload.info.model_dump_json(), str(device), mode,
+            [r.model_dump_json() for r in pair], dataclasses.asdict(policy), busy)  # fmt: skip
+    proc: Any = ctx.Process(target=_child, args=args, daemon=True)
+    with main_hidden(), fd_stdout_to_stderr():
+        proc.start()
+    child.close()
+    try:
+        msg = receive(parent, proc, STARTUP_S + timeout_s)
+    finally:
+        proc.join(timeout=5)  # it ends after its reply
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+        parent.close()
+    if isinstance(msg, tuple) and msg[0] == "checked":
+        return FinalCheck.model_validate_json(msg[1])
+    if isinstance(msg, tuple) and msg[0] == "error":
+        raise CheckFailed(msg[1])
+    if msg == "timeout":
+        raise CheckFailed(f"did not finish within {STARTUP_S + timeout_s:g} s (killed)")
+    code = proc.exitcode
+    raise CheckFailed(f"its process ended (exit code {code})")
+
+
+def _child(
+    conn: Connection,
+    info_json: str,
+    device: str,
+    mode: Mode,
+    pair_json: list[str],
+    policy: dict[str, Any],
+    busy: bool,
+) -> None:
+    """The fresh process: load the workload, build both as `advisor.apply` does, check."""
+    from advisor.worker_process import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    die_with_parent()
+    with contextlib.suppress(OSError):  # the user's prints never reach the parent's stdout
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    try:
+        from advisor.device_ops import cuda_ops
+        from advisor.workload import workload_from_info
+
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            cuda_ops().make_current(dev)
+        workload = workload_from_info(json.loads(info_json))
+        pair = [TrialResult.model_validate_json(j) for j in pair_json]
+        check = check_here(workload, pair, dev, mode, TimingPolicy(**policy), busy,
+                           "fresh process")  # fmt: skip
+        conn.send(("checked", check.model_dump_json()))
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        conn.send(("error", first_line(e)))

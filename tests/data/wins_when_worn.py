@@ -1,0 +1,34 @@
+"""A model whose channels_last "win" exists only in a process that has built it many times: a
+long-lived worker (the fp32 reference, each trial and each re-time build one), never a fresh
+process that builds it three times (the workload, then the default and the pick, as
+`advisor.apply` in a user's process would). What the final check is for, made deterministic
+with sleeps (20 ms against 10 ms): the pick must not survive it."""
+
+import time
+
+import torch
+from torch import nn
+
+BUILT = 0  # models built in this process
+WORN = 4  # from the fourth model on, channels_last "wins" (a fresh check builds 3)
+
+
+class WinsWhenWorn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        global BUILT
+        BUILT += 1
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        fast = BUILT >= WORN and x.is_contiguous(memory_format=torch.channels_last)
+        time.sleep(0.010 if fast else 0.020)
+        return self.conv(x)
+
+
+def build_model() -> nn.Module:
+    return WinsWhenWorn()
+
+
+def example_inputs() -> tuple[torch.Tensor, ...]:
+    return (torch.randn(1, 3, 8, 8),)

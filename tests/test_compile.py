@@ -1,0 +1,227 @@
+"""The compile knob: which modes run where, which candidates are compiled, what a compile costs
+and when it pays, `advisor.apply` compiling last, and compiled candidates measured and gated
+end to end (a real torch.compile of small models: tens of seconds on a 2-core CPU)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+import advisor.compiled
+from advisor.budget import budget_plan
+from advisor.candidate import Candidate
+from advisor.compile_bill import bill, compile_note, paying
+from advisor.compile_stage import compile_candidates
+from advisor.compiled import recompile_reason
+from advisor.environment import current_environment
+from advisor.knobs import Settings
+from advisor.pick import pick_for_steps
+from advisor.results import TrialResult
+from advisor.runner import Gate, evaluate
+from advisor.search import SearchOutcome
+from advisor.space import SearchSpace, candidates, compile_modes, load_space
+from advisor.stats import Measurement
+from advisor.workload_args import make_workload
+
+DATA = Path(__file__).parent / "data"
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+ALL_MODES = ["off", "default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"]
+
+
+def _space(tmp_path: Path, knobs: str, **extra: str) -> str:
+    path = tmp_path / "compile.yaml"
+    rest = "".join(f"{k}: {v}\n" for k, v in extra.items())
+    path.write_text(
+        f"name: compile-test\ndevice: cpu\nknobs: {knobs}\n"
+        "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 5, max_samples: 15, max_time_s: 0.3}\n"
+        "per_layer: false\nrace: false\n" + rest
+    )
+    return str(path)
+
+
+def _r(settings: Settings, ms: float, *, first_ms: float = 1.0, cold: float | None = None,
+       warm: float | None = None, retimed: bool = True) -> TrialResult:  # fmt: skip
+    return TrialResult(
+        settings=settings,
+        status="ok",
+        measurement=Measurement(samples_ms=[ms] * 7, first_call_ms=first_ms),
+        compile_cold_s=cold,
+        compile_warm_s=warm,
+        retimed=retimed,
+    )
+
+
+# ---- which modes, which candidates ---------------------------------------------------------------
+
+
+def test_each_device_gets_the_modes_that_mean_something_there() -> None:
+    space = SearchSpace(name="s", knobs={"compile": [False, *ALL_MODES[1:]]})  # YAML's bare off
+    assert space.knobs["compile"] == ALL_MODES
+    cpu, dropped = compile_modes(space, CPU)
+    assert cpu == ["default", "max-autotune"]
+    why = {d.what: d.reason for d in dropped}
+    assert "CUDA only" in why["compile=reduce-overhead"]
+    assert "max-autotune" in why["compile=max-autotune-no-cudagraphs"]
+    assert compile_modes(space, CUDA) == (ALL_MODES[1:], [])
+    # the built-in spaces, and the eager grid never holds a compiled candidate
+    assert compile_modes(load_space("cpu", CPU), CPU)[0] == ["default"]
+    assert compile_modes(load_space("cuda", CUDA), CUDA)[0] == [
+        "default", "max-autotune-no-cudagraphs", "reduce-overhead"
+    ]  # fmt: skip
+    grid, _ = candidates(load_space("cpu", CPU), CPU)
+    assert grid and not any(s.compiled for s in grid)
+
+
+def test_compiled_candidates_are_the_default_and_the_best_eager_ones() -> None:
+    base, cl = Settings(), Settings(memory_format="channels_last")
+    fast = Settings(memory_format="channels_last", amp="bf16", layers={"0": "unfold_gemm"})
+    results = [_r(base, 10.0), _r(cl, 9.0), _r(fast, 5.0)]
+    outcome = SearchOutcome(results, results[0], [], "s", current_environment(CPU), 0.0)
+    space = SearchSpace(name="s", knobs={"compile": ["off", "default", "reduce-overhead"]})
+    got = compile_candidates(outcome, space, CPU, shape_set=False)
+    # the eager pick (per-layer swaps left out: native convs under compile), then the default
+    assert got == [
+        Settings(compile="default"),
+        Settings(memory_format="channels_last", amp="bf16", compile="default"),
+    ]
+    assert [d.what for d in outcome.dropped] == ["compile=reduce-overhead"]
+    shape_set = compile_candidates(outcome, space, CPU, shape_set=True)
+    assert [s.compile_dynamic for s in shape_set] == [False, True, False, True]
+
+
+def test_apply_compiles_last_and_keeps_the_model_itself(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    settings = Settings(memory_format="channels_last", compile="default")
+    tuned = advisor.apply_settings(settings, model, "cpu", warn=False)  # nothing compiles yet
+    try:
+        assert tuned.module is model and tuned.model is not model
+        assert tuned.model._orig_mod is model  # torch.compile's wrapper around the tuned model
+        assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+        assert list(tuned.module.state_dict()) == ["0.weight", "0.bias"]  # checkpoints load
+    finally:
+        tuned.restore()
+    eager = advisor.apply_settings(Settings(), model, "cpu", warn=False)
+    assert eager.model is eager.module is model
+
+
+# ---- what a compile costs, when it pays ------------------------------------------------------------
+
+
+def test_break_even_is_the_compile_over_the_saving_per_step() -> None:
+    eager = _r(Settings(), 10.0, first_ms=500.0)
+    compiled = _r(Settings(compile="default"), 8.0, cold=20.5, warm=2.5)
+    b = bill(compiled, eager)
+    # (20.5 s - the eager first call's 0.5 s) / 2 ms per step
+    assert b.overhead_s == pytest.approx(20.0) and b.saving_ms == pytest.approx(2.0)
+    assert b.steps == 10_000 and b.warm_steps == 1_000
+    assert bill(_r(Settings(compile="default"), 11.0, cold=5.0), eager).steps == math.inf
+    kept, out = paying([eager, compiled], eager, steps=9_999)
+    assert kept == [eager] and out[0][0] is compiled
+    assert paying([eager, compiled], eager, steps=10_000)[0] == [eager, compiled]
+    assert paying([eager, compiled], eager, steps=None)[0] == [eager, compiled]
+
+
+def test_a_compile_wins_only_if_it_pays_within_the_steps() -> None:
+    base = _r(Settings(), 10.0)
+    cl = _r(Settings(memory_format="channels_last"), 9.0)
+    compiled = _r(Settings(compile="default"), 5.0, cold=30.0, warm=3.0)
+    results = [base, cl, compiled]
+    pick, eager = pick_for_steps(results, base, steps=None)
+    assert pick.chosen is compiled and eager is cl  # fastest per step; billed against cl
+    pick, _ = pick_for_steps(results, base, steps=1_000)  # 30 s / 4 ms = 7,500 steps
+    assert pick.chosen is cl
+    assert "7,500 steps, more than the 1,000 steps" in pick.why
+    assert pick_for_steps(results, base, steps=7_500)[0].chosen is compiled
+    note = compile_note(results, compiled, cl, steps=None)
+    assert note is not None and "4.000 ms per step" in note and "7,500 steps (750 with warm" in note
+    slower = _r(Settings(compile="default"), 12.0, cold=30.0)
+    note = compile_note([base, slower], base, base, steps=None)
+    assert note is not None and "no faster per step" in note
+
+
+def test_the_budget_leaves_compile_what_the_eager_stages_leave() -> None:
+    space = load_space("cpu", CPU)
+    eager = budget_plan(0.0, 600.0, space, per_layer=True)
+    assert eager.compile is None and eager.search == pytest.approx(eager.layers / 2, rel=0.05)
+    plan = budget_plan(0.0, 600.0, space, per_layer=True, compile=True)
+    assert plan.search < plan.layers < plan.compile < plan.retime < plan.end == 600.0  # type: ignore[operator]
+    assert plan.layers - plan.search == pytest.approx(plan.search)  # equal shares
+    assert plan.end - plan.retime >= 10.0  # the final check keeps a fresh process's start
+
+
+def test_hitting_the_recompile_limit_is_named() -> None:
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    try:
+        try:
+            raise RuntimeError("cache limit")
+        except RuntimeError as inner:
+            raise FailOnRecompileLimitHit("Hard failure") from inner
+    except FailOnRecompileLimitHit as e:
+        reason = recompile_reason(e, cases=2)
+    assert reason is not None and "recompiled more than 12 times" in reason
+    assert recompile_reason(RuntimeError("other")) is None
+
+
+# ---- compiled for real -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_compiled_candidate_is_measured_gated_and_billed_end_to_end(tmp_path: Path) -> None:
+    space = _space(tmp_path, "{memory_format: [contiguous], compile: ['off', default]}")
+    advice = advisor.advise(model_file=str(DATA / "tiny_cnn.py"), mode="infer", device="cpu",
+                            space=space)  # fmt: skip
+    rows = {r.settings.label(): r for r in advice.results}
+    compiled = rows["compile=default"]
+    assert compiled.status == "ok", compiled.reason
+    m = compiled.measurement
+    assert m is not None and compiled.compile_cold_s is not None
+    assert compiled.compile_warm_s is not None and compiled.compile_cold_s > compiled.compile_warm_s
+    # the compile is its first call, never a sample: the slowest sample is far under it
+    assert m.first_call_ms is not None and max(m.samples_ms) < m.first_call_ms / 10
+    assert compiled.rel_error is not None and compiled.rel_error < 1e-4  # fp32 class
+    assert compiled.layer_error is None  # model level only: no conv runs alone in a graph
+    result = advice.config.result
+    assert result is not None and result.compile_note and "torch.compile" in result.compile_note
+    assert "compile" in advice.trials.columns
+    if advice.settings.compiled:  # it won: only after holding in the final check
+        assert result.final_check is not None and result.final_check.held
+
+
+@pytest.mark.slow
+def test_a_model_that_recompiles_on_every_call_fails_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(advisor.compiled, "BASE_RECOMPILES", 0)  # a limit of 2: fewer compiles
+    workload = make_workload(model_file=str(DATA / "recompiles.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "infer", space)
+    result = evaluate(workload, Settings(compile="default"), CPU, "infer", space, gate)
+    assert result.status == "failed"
+    assert "recompiled more than 2 times" in (result.reason or "")
+
+
+@pytest.mark.slow
+def test_compiled_training_with_dropout_is_compared_under_the_canonical_masks() -> None:
+    """Inductor draws its own dropout masks: the compiled step is captured under the gate's
+    canonical masks (Dynamo traces the mode and draws them eagerly), and passes."""
+    workload = make_workload(model_file=str(DATA / "dropout_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "train", space)
+    assert gate.dropout  # the reference drew dropout masks
+    result = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate)
+    assert result.status == "ok", result.reason
+    assert result.rel_error is not None and result.rel_error < 1e-4
+    assert result.grad_error is not None and result.grad_error < 1e-3
+    # without the canonical masks the same compiled step drops other units: not comparable
+    cand = Candidate(workload, Settings(compile="default"), CPU, "train", gate.seed)
+    try:
+        own = cand.capture(canonical=False)
+    finally:
+        cand.close()
+    ref = gate.cases[0].outputs[0]
+    assert float((own.outputs[0] - ref).norm() / ref.norm()) > 1e-2
