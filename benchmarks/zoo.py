@@ -266,14 +266,22 @@ class _CpuUsage:
     def __init__(self) -> None:
         self._start = (time.monotonic(), _busy_cpu_s(), _children_cpu_s())
 
-    def others_share(self) -> float | None:
+    def others(self) -> tuple[float, float] | None:
+        """CPU seconds other processes used since this started, and the wall seconds since."""
         wall0, busy0, ours0 = self._start
         busy = _busy_cpu_s()
         if busy is None or busy0 is None:
             return None
-        wall = time.monotonic() - wall0
         others = (busy - busy0) - (_children_cpu_s() - ours0)
-        return max(0.0, others) / (wall * (os.cpu_count() or 1))
+        return max(0.0, others), time.monotonic() - wall0
+
+    def others_share(self) -> float | None:
+        """Other processes' share of all the machine's CPU time since this started."""
+        used = self.others()
+        if used is None:
+            return None
+        cpu_s, wall = used
+        return cpu_s / (wall * (os.cpu_count() or 1))
 
 
 def _busy_cpu_s() -> float | None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -150,14 +148,36 @@ def test_the_report_shows_skipped_and_failed_rows() -> None:
 
 
 def test_cpu_used_by_other_processes_excludes_the_benchmarks_own_subprocesses() -> None:
+    """Checked against what the kernel counted over the same span, with load of the test's own
+    on both sides, so whatever else runs on the machine does not decide it: a subprocess that has
+    ended is the benchmark's own (not counted), a process still running is another's (counted)."""
     zoo = _zoo()
-    start = time.monotonic()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\n"
+    burn += "print(time.process_time(), flush=True)\n"  # its CPU seconds, start-up included
+    total0 = zoo._busy_cpu_s()
+    if total0 is None:
+        pytest.skip("needs /proc/stat (Linux)")
     usage = zoo._CpuUsage()
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"
-    subprocess.run([sys.executable, "-c", burn], check=True)
-    share = usage.others_share()
-    wall = time.monotonic() - start
-    assert share is not None and 0.0 <= share <= 1.0
-    # The child's 1 s of CPU (and its start-up) is ours, not another process's; a load average
-    # would have counted it. (What the test process itself and a quiet machine add is small.)
-    assert share * wall * (os.cpu_count() or 1) < 0.7
+    other = subprocess.Popen(  # another process: burns 0.5 s of CPU, then waits to be killed
+        [sys.executable, "-c", burn.format(0.5) + "time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        ours = subprocess.run(
+            [sys.executable, "-c", burn.format(1.0)], check=True, capture_output=True, text=True
+        )  # fmt: skip
+        assert other.stdout is not None
+        other_s = float(other.stdout.readline())
+        used = usage.others()
+        share = usage.others_share()
+        total = zoo._busy_cpu_s() - total0  # a span that contains the usage's own
+    finally:
+        other.kill()
+        other.wait()
+    assert used is not None and share is not None and 0.0 <= share <= 1.0
+    others_s, _wall = used
+    # The child's CPU (1 s and its start-up) is ours, not another process's: a load average, or
+    # the kernel's count alone, would have counted it. (/proc/stat ticks: 10 ms a CPU.)
+    assert others_s <= total - float(ours.stdout) + 0.1, (others_s, total, ours.stdout)
+    # ...and the process still running is another's, however busy the machine is besides.
+    assert others_s >= other_s - 0.1, (others_s, other_s)
