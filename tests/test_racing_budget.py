@@ -97,7 +97,10 @@ def _space(tmp_path: Path, race: bool) -> str:
 def test_racing_stops_a_slow_candidate_and_never_picks_it(
     slow_impl: None, tmp_path: Path, isolate: bool
 ) -> None:
-    kw = dict(layer="Conv2d(8, 8, 3, padding=1)", input_shape="1,8,16,16", device="cpu")
+    # A 1x1 conv on a 4x4 input runs on one thread: microseconds, busy machine or not (a
+    # multi-threaded conv there waits for its second thread, tens of ms: test_slow's 20 ms
+    # would no longer stand out)
+    kw = dict(layer="Conv2d(8, 8, 1)", input_shape="1,8,4,4", device="cpu")
     advice = advisor.advise(**kw, space=_space(tmp_path, True), isolate=isolate)
     rows = {r.settings.label(): r for r in advice.results}
     slow = [r for label, r in rows.items() if "test_slow" in label]
@@ -121,10 +124,19 @@ def test_duration_option() -> None:
             duration_s(bad)
 
 
+def _over_budget_allowed_s(budget_s: float, step_ms: float) -> float:
+    """How far past its budget a run may end: the work in flight when the budget runs out
+    finishes (a trial cut to 3 samples after its warm-up and gate, the final re-time's warm-up
+    and 3 rounds of up to 5 finalists: about 30 steps). 10% of the budget on a quiet machine; on
+    a busy one every step is slower (many-fold for a multi-threaded one), so it is counted in
+    the run's own steps (PyTorch's default's median) where that is more."""
+    return max(0.1 * budget_s, 30 * step_ms / 1e3)
+
+
 def test_the_budget_bounds_the_whole_run() -> None:
     """small_cnn in train mode takes minutes in full here; with a 12 s budget the run ends within
-    10% of it, with the best answer so far, re-timed against the default, and says what it left
-    out."""
+    10% of it (or 30 of its steps on a busy machine), with the best answer so far, re-timed
+    against the default, and says what it left out."""
     budget = 12.0
     start = time.perf_counter()
     advice = advisor.advise(
@@ -134,7 +146,8 @@ def test_the_budget_bounds_the_whole_run() -> None:
         budget_s=budget,
     )
     elapsed = time.perf_counter() - start
-    assert elapsed <= 1.1 * budget, elapsed
+    step_ms = advice.baseline.median_ms
+    assert elapsed <= budget + _over_budget_allowed_s(budget, step_ms), (elapsed, step_ms)
     notes = advice.config.result.notes
     assert any("budget ran out" in n for n in notes), notes
     assert advice.baseline.retimed or advice.settings == advisor.Settings()
@@ -153,4 +166,6 @@ def test_cli_budget(tmp_path: Path) -> None:
         env=run_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert json.loads(out.read_text())["result"]["tuning_s"] <= 5.5
+    result = json.loads(out.read_text())["result"]
+    tuning_s, step_ms = result["tuning_s"], result["baseline"]["median_ms"]
+    assert tuning_s <= 5 + _over_budget_allowed_s(5, step_ms), (tuning_s, step_ms)
