@@ -12,6 +12,7 @@ import torch
 import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
+from advisor.search import Progress
 from advisor.stats import Race, sign_test_p
 from advisor.timing import TimingPolicy, measure
 from tests.conftest import DATA, run_env
@@ -124,30 +125,32 @@ def test_duration_option() -> None:
             duration_s(bad)
 
 
-def _over_budget_allowed_s(budget_s: float, step_ms: float) -> float:
-    """How far past its budget a run may end: the work in flight when the budget runs out
-    finishes (a trial cut to 3 samples after its warm-up and gate, the final re-time's warm-up
-    and 3 rounds of up to 5 finalists: about 30 steps). 10% of the budget on a quiet machine; on
-    a busy one every step is slower (many-fold for a multi-threaded one), so it is counted in
-    the run's own steps (PyTorch's default's median) where that is more."""
-    return max(0.1 * budget_s, 30 * step_ms / 1e3)
-
-
 def test_the_budget_bounds_the_whole_run() -> None:
     """small_cnn in train mode takes minutes in full here; with a 12 s budget the run ends within
-    10% of it (or 30 of its steps on a busy machine), with the best answer so far, re-timed
-    against the default, and says what it left out."""
+    10% of it, with the best answer so far, re-timed against the default, and says what it left
+    out. What the budget cannot cut is allowed for as it was measured in the same run: PyTorch's
+    default is measured in full whatever the budget, and the work in flight when the budget runs
+    out (a trial cut to 3 samples after its gate, the final re-time's warm-up and 3 rounds) takes
+    about as long as the default's trial did. On a busy machine that is many times longer (a
+    multi-threaded step waits for its second thread at every op)."""
     budget = 12.0
+    default_done: list[float] = []  # when the first trial, PyTorch's default, was measured
+
+    def progress(p: Progress) -> None:
+        if not default_done:
+            default_done.append(time.perf_counter() - start)
+
     start = time.perf_counter()
     advice = advisor.advise(
         model_file=str(Path(advisor.__file__).parent / "examples" / "small_cnn.py"),
         mode="train",
         device="cpu",
         budget_s=budget,
+        progress=progress,
     )
     elapsed = time.perf_counter() - start
-    step_ms = advice.baseline.median_ms
-    assert elapsed <= budget + _over_budget_allowed_s(budget, step_ms), (elapsed, step_ms)
+    (first,) = default_done
+    assert elapsed <= max(budget, first) + max(0.1 * budget, first), (elapsed, first)
     notes = advice.config.result.notes
     assert any("budget ran out" in n for n in notes), notes
     assert advice.baseline.retimed or advice.settings == advisor.Settings()
@@ -161,11 +164,13 @@ def test_cli_budget(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
     r = subprocess.run(
         [sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"), "--mode", "train",
-         "--device", "cpu", "--budget", "5s", "--storage", "memory", "--out", str(out), "--quiet",
+         "--device", "cpu", "--budget", "1s", "--storage", "memory", "--out", str(out), "--quiet",
          "--in-process"],
         env=run_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
+    # The option reaches the run (how closely a run keeps to its budget is the test above's): a
+    # 1 s budget leaves the search less time than PyTorch's default takes to be measured
+    # anywhere, so the other candidates are left out, and the result says so.
     result = json.loads(out.read_text())["result"]
-    tuning_s, step_ms = result["tuning_s"], result["baseline"]["median_ms"]
-    assert tuning_s <= 5 + _over_budget_allowed_s(5, step_ms), (tuning_s, step_ms)
+    assert any("the 1 s budget ran out" in n for n in result["notes"]), result["notes"]
