@@ -232,16 +232,7 @@ def _time_job(job: dict[str, Any]) -> dict[str, Any]:
     sync()
     first3_s = time.perf_counter() - t0
     timer = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
-    samples: list[float] = []
-    start = time.perf_counter()
-    while True:  # long steps give few blocks per call: go on until there are enough samples
-        m = timer.blocked_autorange(min_run_time=job["min_run_time"])
-        samples += [t * 1e3 for t in m.times]  # per step: block time / steps per block
-        spent = time.perf_counter() - start
-        # the time cap is generous: on a loaded machine blocks are slow, and few samples would
-        # make the table's intervals meaningless
-        if len(samples) >= job["min_samples"] or spent > 20 * job["min_run_time"]:
-            break
+    samples = sample_steps(timer, job["min_run_time"], job["min_samples"])
     peak_mb = torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None
     return {
         "samples_ms": samples,
@@ -250,6 +241,25 @@ def _time_job(job: dict[str, Any]) -> dict[str, Any]:
         "label": label,
         "peak_memory_mb": peak_mb,
     }
+
+
+def sample_steps(
+    timer: Any,
+    min_run_time: float,
+    min_samples: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Per-step times (ms) from `timer.blocked_autorange` (a `torch.utils.benchmark.Timer`)
+    until there are `min_samples`: long steps give few blocks per call. At most 20 x
+    `min_run_time` is spent (on `clock`): a generous cap, since on a loaded machine blocks are
+    slow and few samples make the table's intervals meaningless; the report names a
+    configuration it left with fewer."""
+    samples: list[float] = []
+    start = clock()
+    while len(samples) < min_samples and clock() - start <= 20 * min_run_time:
+        m = timer.blocked_autorange(min_run_time=min_run_time)
+        samples += [t * 1e3 for t in m.times]  # per step: block time / steps per block
+    return samples
 
 
 def _conv_types() -> tuple[type, ...]:
@@ -632,6 +642,11 @@ def render(data: dict[str, Any]) -> str:
                 notes.append("same settings as the advisor's pick (its timing)")
             if name == "exhaustive":
                 notes.append("from the advisor's search")
+            if len(shown["samples_ms"]) < opts["min_samples"]:
+                notes.append(
+                    f"only {len(shown['samples_ms'])} samples: the time cap (20 x min_run_time) "
+                    "ran out (a busy machine or a long step)"
+                )
             if shown.get("peak_memory_mb"):
                 notes.append(f"peak {shown['peak_memory_mb']:.0f} MiB")
             if a_stats and name not in ("advisor",) and not cfg.get("same_as_advisor"):

@@ -96,3 +96,20 @@ def cpu_config(picked: Settings, mode: str = "train") -> Config:
         workload={"kind": "model", "description": "test"},
         space="cpu",
     )
+
+
+class FakeClock:
+    """Advances by a scripted duration each time the step runs (the last one repeats): exact
+    statistics, whatever else runs on the machine."""
+
+    def __init__(self, durations_s: list[float]) -> None:
+        self.now = 0.0
+        self.durations = list(durations_s)
+        self.calls = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.durations[min(self.calls, len(self.durations) - 1)]
+        self.calls += 1

@@ -31,6 +31,9 @@ from advisor.workload_info import LayerInfo
 from tests.conftest import DATA, run_env
 
 PLUGINS = "tests.plugins.faulty_impls"
+# A 1x1 conv on a 4x4 input runs on one thread: a trial takes well under its short limits on a
+# busy machine too (a multi-threaded conv there waits for its second thread at every call).
+LAYER, SHAPE = "Conv2d(3, 8, 1)", "1,3,4,4"
 CPU = torch.device("cpu")
 SPACE = SearchSpace(
     name="t", knobs={}, timing={"min_samples": 3, "max_time_s": 0.1, "warmup_s": 0.0}
@@ -57,8 +60,8 @@ def test_study_with_crash_hang_and_oom_finishes_with_a_healthy_pick(tmp_path: Pa
     out = tmp_path / "tuned.json"
     env = {**run_env(), "ADVISOR_PLUGINS": PLUGINS}
     r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", "--layer", "Conv2d(3, 8, 3)",
-         "--input-shape", "1,3,16,16", "--device", "cpu", "--space", str(DATA / "faulty_cpu.yaml"),
+        [sys.executable, "-m", "advisor", "advise", "--layer", LAYER,
+         "--input-shape", SHAPE, "--device", "cpu", "--space", str(DATA / "faulty_cpu.yaml"),
          "--trial-timeout", "4", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out),
          "--quiet"],
         capture_output=True, text=True, env=env, timeout=120,
@@ -85,13 +88,14 @@ def test_worker_is_replaced_and_flags_never_leak(plugins: None, tmp_path: Path,
     fresh = subprocess.Popen(
         [sys.executable, "-c", FRESH_FLAGS], stdout=subprocess.PIPE, text=True, env=run_env()
     )
-    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     # A limit shorter than a worker's start-up (importing torch, the fp32 reference): it covers
     # the candidate's own evaluation only.
     ev = IsolatedEvaluator(w.info, CPU, "infer", SPACE, timeout_s=3.0)
     try:
         tweaked = Settings(conv_impl="test_leaky", tf32="on", cudnn_benchmark=True)
-        assert ev(tweaked).status == "ok"
+        first = ev(tweaked)
+        assert first.status == "ok", first.reason
         first_pid = ev.pid
         # a forward that sets one thread, deterministic algorithms and autocast, and leaves them
         assert ev(Settings(conv_impl="test_threads")).status in ("ok", "rejected")
@@ -117,7 +121,7 @@ def test_worker_is_replaced_and_flags_never_leak(plugins: None, tmp_path: Path,
 
 
 def test_in_process_evaluator_restores_global_state(plugins: None) -> None:
-    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     before = global_state()
     ev = InProcessEvaluator(w, CPU, "infer", SPACE)
     r = ev(Settings(conv_impl="test_leaky", tf32="on", cudnn_benchmark=True))
@@ -148,7 +152,7 @@ def test_out_of_memory_is_named(reason: str, expected: str) -> None:
 
 
 def test_isolated_retime_of_finalists_and_its_failures(plugins: None) -> None:
-    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     before = global_state()
     ev = IsolatedEvaluator(w.info, CPU, "infer", SPACE, timeout_s=3.0)
     try:
@@ -183,7 +187,7 @@ def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptur
     from advisor.service import retime_finalists
     from advisor.stats import Measurement
 
-    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="1,3,16,16"))
+    w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     ev = InProcessEvaluator(w, CPU, "infer", SPACE)
     good = ev(Settings())
     assert good.measurement is not None

@@ -57,7 +57,7 @@ def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     before: dict[int, dict] = {}
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # generous: a busy machine starts and measures slowly
         while time.monotonic() < deadline and proc.poll() is None:
             study = _study(url, "killed") if (tmp_path / "studies.db").exists() else None
             done = [t for t in study.get_trials() if "result" in t.user_attrs] if study else []
@@ -72,9 +72,11 @@ def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -
     assert 2 <= len(before) < 8 and not out.exists()
 
     start = time.monotonic()
-    r = subprocess.run(cmd, env=run_env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, env=run_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert time.monotonic() - start < 2 * GRACE_S + 20  # no long wait for the dead trial
+    # No long wait for the dead trial: one would last until the space's budget (120 s) ran out.
+    # The 6 trials left take seconds here alone, up to a minute on a busy machine.
+    assert time.monotonic() - start < 2 * GRACE_S + 60
 
     study = _study(url, "killed")
     assert study is not None
@@ -106,7 +108,7 @@ def test_dead_worker_elsewhere_is_retried_after_its_heartbeat_stops(tmp_path: Pa
     advice = advisor.advise(layer="Conv2d(3, 4, 3)", input_shape="1,3,16,16", device="cpu",
                             space=GRID8, storage=url, study_name="remote")  # fmt: skip
     waited = time.monotonic() - start
-    assert GRACE_S <= waited < GRACE_S + 30
+    assert GRACE_S <= waited < GRACE_S + 60  # not until the budget (120 s) ran out
     assert len(advice.trials) == 8 and advice.baseline.status == "ok"
     study = optuna.load_study(study_name=name, storage=open_storage(url))
     assert set(_results_per_point(study).values()) == {1}
@@ -133,7 +135,7 @@ def test_a_trial_taken_by_a_process_killed_before_naming_itself_is_retried(
     start = time.monotonic()
     advice = advisor.advise(layer="Conv2d(3, 4, 3)", input_shape="1,3,16,16", device="cpu",
                             space=GRID8, storage=url, study_name="unnamed")  # fmt: skip
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 90  # not until the budget (120 s) ran out
     assert len(advice.trials) == 8
     study = optuna.load_study(study_name=name, storage=open_storage(url))
     assert set(_results_per_point(study).values()) == {1} and len(_results_per_point(study)) == 8

@@ -6,24 +6,9 @@ import torch
 
 from advisor.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
 from advisor.timing import TimingPolicy, measure, reps_for
+from tests.conftest import FakeClock
 
 CPU = torch.device("cpu")
-
-
-class FakeClock:
-    """Advances by a scripted duration each time the step runs: exact statistics."""
-
-    def __init__(self, durations_s: list[float]) -> None:
-        self.now = 0.0
-        self.durations = list(durations_s)
-        self.calls = 0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def step(self) -> None:
-        self.now += self.durations[min(self.calls, len(self.durations) - 1)]
-        self.calls += 1
 
 
 def test_measure_with_injected_clock_is_exact() -> None:

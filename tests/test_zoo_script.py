@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -38,7 +39,10 @@ def test_quick_cpu_run_on_a_tiny_model(tmp_path: Path) -> None:
     out = tmp_path / "zoo.md"
     cmd = [sys.executable, str(SCRIPT), "--quick", "--model-file", str(TINY), "--modes", "infer"]
     cmd += ["--variants", "plain", "everything_on", "--out", str(out)]  # no compile: slow on CPU
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=170)
+    # A verdict on completion, so a generous limit (on a busy machine every step is slower)
+    started = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    took_s = time.perf_counter() - started
     assert r.returncode == 0, r.stderr[-2000:]
     text = out.read_text()
     assert "Machine: CPU " in text and "torch threads" in text and "torch 2." in text
@@ -60,7 +64,8 @@ def test_quick_cpu_run_on_a_tiny_model(tmp_path: Path) -> None:
         adv["command"].startswith("python -m advisor advise ")
         and "--storage memory" in adv["command"]
     )
-    assert 1.0 < adv["wall_s"] < 150 and adv["label"] and adv["trials"] >= 1
+    # the advise subprocess's wall time: a part of the whole script's, however busy the machine
+    assert 1.0 < adv["wall_s"] < took_s and adv["label"] and adv["trials"] >= 1
     # the advisor's own torch.compile candidate: measured, or left out by the budget with a note
     assert adv["compile_note"] or any("compile=default" in n for n in adv["notes"]), adv
     t = rec["retime"]

@@ -37,16 +37,18 @@ def test_the_default_moving_between_trial_and_re_time_is_noticed() -> None:
 def test_a_machine_that_slows_down_keeps_the_default_unless_accepted(tmp_path: Path) -> None:
     space = tmp_path / "fixed.yaml"
     space.write_text(
-        "name: fixed\ndevice: cpu\nknobs: {memory_format: [contiguous, channels_last], "
-        "amp: ['off', bf16]}\ntiming: {warmup_runs: 1, warmup_s: 0, min_samples: 5, "
-        "max_samples: 5, max_time_s: 5}\nper_layer: false\nrace: false\n"
+        "name: fixed\ndevice: cpu\nknobs: {memory_format: [contiguous, channels_last]}\n"
+        "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 5, max_samples: 5, max_time_s: 5}\n"
+        "per_layer: false\nrace: false\n"
     )
     kw = dict(model_file=MODEL, mode="infer", device="cpu", space=str(space))
     advice = advisor.advise(**kw)
     result = advice.config.result
     table = advice.trials[["label", "median_ms", "retimed"]].to_string()
     assert any("not steady" in w for w in result.warnings), table
-    # channels_last was 2x faster in the trials and in the re-time: held back, and the why says so
+    # channels_last was 10x faster in the trials and in the re-time, where the default was 10x
+    # slower than in its trial (a sleep-timed model: so on a busy machine too): held back, and
+    # the why says so
     assert advice.settings == Settings()
     assert "--accept-noisy" in result.why, result.why
     noisy = advisor.advise(**kw, accept_noisy=True)

@@ -52,9 +52,11 @@ def test_fraction_is_floor_over_time() -> None:
 
 
 def test_measure_peaks_on_cpu_is_quick_and_positive() -> None:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     peaks = roofline.measure_peaks("cpu")
-    assert time.perf_counter() - t0 < 5  # < 2 s alone; slack for a loaded test machine
+    # Its cost in CPU seconds (all threads), which other load does not stretch as it does wall
+    # time: about 0.5 s on 2 threads, alone or beside three busy loops (1 s and 3 s wall).
+    assert time.process_time() - t0 < 4  # "well under 2 s" on 2 threads
     assert peaks.flops_per_s > 1e8 and peaks.bytes_per_s > 1e8
 
 

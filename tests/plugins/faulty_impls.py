@@ -38,6 +38,16 @@ from advisor.impls._swap import SwappingImpl, original_class
 from advisor.impls.base import ConvSignature
 from advisor.knobs import GlobalFlags
 
+# test_threads switches deterministic algorithms on, and putting them back after its trial calls
+# torch.use_deterministic_algorithms, whose first call imports torch._inductor.config: about 2 s
+# on a 2-core CPU, 5 s on a busy one, more than the short limits the trials get in these tests.
+# Called once here (a no-op: the current values), at the worker's start-up, which those limits
+# do not cover: the trials then time the candidates alone.
+torch.use_deterministic_algorithms(
+    torch.are_deterministic_algorithms_enabled(),
+    warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+)
+
 
 class _TestImpl(SwappingImpl):
     """Plain (non-transposed) convs with zero padding, anywhere."""

@@ -1,9 +1,14 @@
-"""A model that runs 4x slower while several copies of it are alive at once: that is the re-time
+"""A model that runs 10x slower while several copies of it are alive at once: that is the re-time
 of the finalists (they are held together, interleaved), not the trials (one at a time). What a
 machine that gets busy half-way through tuning does to every candidate, made deterministic.
-It is 2x faster on channels_last inputs, busy or not: the trials always find a finalist to re-time
-against the default (with nothing that can win, nothing is re-timed), and the re-time confirms it,
-so only the machine's moving keeps the default."""
+It is 10x faster on channels_last inputs, busy or not: the trials always find a finalist to
+re-time against the default (with nothing that can win, nothing is re-timed), and the re-time
+confirms it, so only the machine's moving keeps the default.
+
+Each call takes its scripted time whatever else runs on the machine: its one conv is a 1x1 on a
+1x3x4x4 input (microseconds, run on one thread: a multi-threaded conv on a machine with every core
+busy waits for its second thread, tens of milliseconds), and the call then sleeps until its time
+is up (a sleep does not stretch when the CPU is busy)."""
 
 import gc
 import time
@@ -12,23 +17,31 @@ import weakref
 import torch
 from torch import nn
 
-from tests.hostile.models._net import example_inputs, net  # noqa: F401
-
 ALIVE: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+QUIET_MS = {True: 2.0, False: 20.0}  # a call on channels_last inputs, on contiguous ones
+BUSY = 10  # how much slower every call is while another copy is alive
 
 
 class SlowsDown(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.body = net()
+        torch.manual_seed(0)
+        self.body = nn.Conv2d(3, 4, 1)
         gc.collect()  # models of finished trials (or of an earlier run) held only by cycles
         ALIVE.add(self)
 
     def forward(self, x):  # noqa: ANN001, ANN201
-        busy = 4 if len(ALIVE) >= 2 else 1
-        time.sleep(busy * (0.001 if x.is_contiguous(memory_format=torch.channels_last) else 0.002))
-        return self.body(x)
+        start = time.perf_counter()
+        out = self.body(x)
+        ms = QUIET_MS[x.is_contiguous(memory_format=torch.channels_last)]
+        ms *= BUSY if len(ALIVE) >= 2 else 1
+        time.sleep(max(0.0, start + ms / 1e3 - time.perf_counter()))
+        return out
 
 
 def build_model() -> nn.Module:
     return SlowsDown()
+
+
+def example_inputs() -> tuple[torch.Tensor, ...]:
+    return (torch.randn(1, 3, 4, 4),)
