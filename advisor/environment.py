@@ -154,10 +154,10 @@ def _nvidia_driver() -> str | None:
 
 
 @lru_cache(maxsize=8)
-def _environment(device_type: str, index: int) -> Environment:
+def _environment(device_type: str, index: int, threads: int) -> Environment:
     fields: dict[str, object] = {
         "device_type": device_type,
-        "cpu_threads": torch.get_num_threads(),
+        "cpu_threads": threads,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": _package_version("triton"),
@@ -188,7 +188,8 @@ def _fingerprint(fields: Mapping[str, object]) -> str:
 def current_environment(device: str | torch.device | None = "auto") -> Environment:
     dev = resolve_device(device)
     index = cuda_ops().index_of(dev) if dev.type == "cuda" else 0
-    return _environment(dev.type, index)
+    # The thread count is part of the key: a process that changed it is another environment.
+    return _environment(dev.type, index, torch.get_num_threads())
 
 
 def memory_limit(device: str | torch.device) -> tuple[int, str] | None:

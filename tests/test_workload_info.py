@@ -138,3 +138,20 @@ def test_a_changed_model_file_is_named(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("nn.Conv2d(3, 8, 5, padding=2), ", ""))
     with pytest.raises(ModelFileError, match="layer '0' of .*: 'ReLU' object has no attribute"):
         workload_from_info(group.workload.info)
+
+
+def test_the_environment_follows_the_thread_count() -> None:
+    # It was cached by device only: a process that had changed its threads recorded the old
+    # count in its configs (a report in a fresh process then found "another machine").
+    import torch
+
+    from advisor.environment import current_environment
+
+    threads = torch.get_num_threads()
+    before = current_environment("cpu")
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        assert current_environment("cpu").cpu_threads == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    assert current_environment("cpu") == before
