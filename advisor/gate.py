@@ -243,13 +243,16 @@ class Gate:
             worst = worst.worst(e)
         return worst
 
-    def tolerance(self, settings: Settings, errors: Errors | None = None) -> Tolerance:
+    def tolerance(
+        self, settings: Settings, errors: Errors | None = None, deadline: float | None = None
+    ) -> Tolerance:
         """The model-level checks for a candidate with these settings (see `Bound`). Given the
         candidate's `errors`, the noise floor is computed only when they need it: an error within
-        the space's tolerance (fp32) or within the yardstick's bound passes without it."""
+        the space's tolerance (fp32) or within the yardstick's bound passes without it. A
+        precision check still to measure stops at `deadline` (`CheckOutOfTime`)."""
         precision = self.precision(settings)
         own = self._yardstick(settings)
-        check = self.precision_check(settings)
+        check = self.precision_check(settings, deadline)
         zero = Errors(0.0, None if self.mode == "infer" else 0.0)
         tol = self._tolerance(precision, own, zero, check)
         if errors is None or tol.judge(errors) is not None:
@@ -269,7 +272,9 @@ class Gate:
     def checks(self) -> list[PrecisionCheck]:
         return list(self._checks.values())
 
-    def precision_check(self, settings: Settings) -> PrecisionCheck | None:
+    def precision_check(
+        self, settings: Settings, deadline: float | None = None
+    ) -> PrecisionCheck | None:
         """How the candidate's precision is judged on this model: None for the fp32 class; PyTorch's
         default on the device (TF32 convs on CUDA) is accepted as what the user runs anyway; any
         other is measured once (`advisor.precision_check`) and kept."""
@@ -288,7 +293,8 @@ class Gate:
             else:
                 self._checks[key] = check_precision(self.workload, own, _path_name(own, precision),
                                                     self.device, self.mode,
-                                                    self.space.precision_check, self.seed)  # fmt: skip
+                                                    self.space.precision_check, self.seed,
+                                                    deadline)  # fmt: skip
         return self._checks[key]
 
     def _tolerance(

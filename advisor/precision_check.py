@@ -44,12 +44,25 @@ from advisor.candidate import Mode, flatten_tensors, perturbed
 from advisor.canonical_dropout import canonical_dropout
 from advisor.device_ops import placement
 from advisor.knobs import Settings
-from advisor.precision_verdict import PrecisionCheck, PrecisionCheckSettings
+from advisor.precision_verdict import OUT_OF_TIME, PrecisionCheck, PrecisionCheckSettings
 from advisor.workload import Workload
 
 __all__ = ["PrecisionCheck", "PrecisionCheckSettings", "check_precision"]
 
 REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
+
+
+class CheckOutOfTime(Exception):
+    """The run's time budget ran out before the check finished: the precision is not judged (a
+    candidate at it is stopped, not accepted or rejected, and a later run checks it again)."""
+
+    def __str__(self) -> str:
+        return OUT_OF_TIME
+
+
+def _in_time(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() >= deadline:
+        raise CheckOutOfTime
 
 
 def _batches(workload: Workload, n: int, first_seed: int) -> list[tuple[tuple, dict]]:
@@ -123,6 +136,7 @@ def _train(
     targets: list[list[torch.Tensor]],
     cfg: PrecisionCheckSettings,
     jitter: float = 0.0,
+    deadline: float | None = None,
 ) -> list[float]:
     """The training loss at each step, then on every batch after the last step."""
     model = workload.make_model()
@@ -136,6 +150,7 @@ def _train(
             _settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
         losses = []
         for step in range(cfg.steps):
+            _in_time(deadline)
             args, kwargs = batches[step % len(batches)]
             target = [t.to(placement(device)) for t in targets[step % len(batches)]]
             loss = _loss(_call(tuned, args, kwargs, jitter, step, workload.input_grad), target)
@@ -221,8 +236,10 @@ def check_precision(
     mode: Mode,
     cfg: PrecisionCheckSettings,
     seed: int = 0,
+    deadline: float | None = None,
 ) -> PrecisionCheck:
-    """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc)."""
+    """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc).
+    Raises `CheckOutOfTime` when `deadline` (a `time.perf_counter()` time) passes first."""
     start = time.perf_counter()
     if mode == "infer":
         return _check_outputs(workload, own_path, precision, device, cfg, seed, start)
@@ -232,14 +249,15 @@ def check_precision(
     # high a rate (MobileNetV3-Small with Adam at 1e-3) the loss climbs tenfold and every run's
     # gap is noise.
     for _ in range(3):
-        runs = {"fp32": _train(workload, REFERENCE, device, batches, targets, cfg)}
+        runs = {"fp32": _train(workload, REFERENCE, device, batches, targets, cfg,
+                               deadline=deadline)}  # fmt: skip
         if _steady(runs["fp32"], cfg.batches):
             break
         cfg = cfg.model_copy(update={"lr": cfg.lr / 10})
     for j in range(cfg.jitter_runs):
         jitter = cfg.jitter * (1 + j)
         runs[f"fp32 jittered {j + 1}"] = _train(
-            workload, REFERENCE, device, batches, targets, cfg, jitter
+            workload, REFERENCE, device, batches, targets, cfg, jitter, deadline
         )
     for k in range(cfg.batch_runs):
         other = _batches(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
@@ -250,8 +268,9 @@ def check_precision(
             other,
             _targets(workload, other, device, mode, cfg, seed),
             cfg,
+            deadline=deadline,
         )
-    runs[precision] = _train(workload, own_path, device, batches, targets, cfg)
+    runs[precision] = _train(workload, own_path, device, batches, targets, cfg, deadline=deadline)
     ref = runs["fp32"]
     others = [r for name, r in runs.items() if name not in ("fp32", precision)]
     band = max((_gap(r, ref, cfg.batches) for r in others), default=0.0)

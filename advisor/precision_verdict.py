@@ -9,7 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.knobs import Settings
 
-__all__ = ["PrecisionCheck", "PrecisionCheckSettings"]
+__all__ = ["OUT_OF_TIME", "PrecisionCheck", "PrecisionCheckSettings"]
+
+
+# the reason of a trial stopped because the run's budget ran out before its precision check ended
+OUT_OF_TIME = "the budget ran out during its precision check"
 
 
 class PrecisionCheckSettings(BaseModel):

@@ -30,6 +30,7 @@ from advisor.device_ops import cuda_ops
 from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
+from advisor.precision_check import CheckOutOfTime
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
@@ -196,6 +197,8 @@ def _evaluate(
 ) -> TrialResult:
     now = clock or time.perf_counter
     deadline = None if time_left_s is None else now() + time_left_s
+    # the precision check's training runs stop on the wall clock, whatever clock times samples
+    check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
     settle_cpu_allocator()
@@ -263,7 +266,10 @@ def _evaluate(
             return _stopped(settings, precision, per_shape, workload, lost)
     status: Status = "ok"
     reason = rejected_by = None
-    tol = gate.tolerance(settings, Errors(err, grad_err))
+    try:
+        tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
+    except CheckOutOfTime as e:  # not judged: it cannot be picked, and a later run checks it
+        return _stopped(settings, precision, per_shape, workload, str(e))
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
         status, reason = "rejected", "NaN or Inf in outputs or gradients"

@@ -51,6 +51,18 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _threads_kept() -> Iterator[None]:
+    """A test that leaves torch's thread count changed makes every later config record another
+    environment (a mismatch warning, a report without its roofline): fail it where it happens."""
+    threads = torch.get_num_threads()
+    yield
+    left = torch.get_num_threads()
+    if left != threads:
+        torch.set_num_threads(threads)
+        pytest.fail(f"the test left torch's thread count at {left} (was {threads})")
+
+
 @pytest.fixture
 def fast_space() -> str:
     return FAST_SPACE

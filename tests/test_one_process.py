@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 import advisor
 from advisor.evaluators import InProcessEvaluator, Lent
+from advisor.global_state import global_state, restore_global_state
 from advisor.isolate import IsolatedEvaluator
 from advisor.knobs import Settings
 from advisor.per_layer import layer_groups
@@ -49,11 +51,15 @@ PID_NET = (
 
 
 @pytest.fixture
-def pid_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def pid_net(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
     path, log = tmp_path / "net.py", tmp_path / "pids.log"
     path.write_text(PID_NET)
     monkeypatch.setenv("PID_LOG", str(log))
-    return path, log
+    # Tests that load the model here import it in this process, and it sets the thread count at
+    # import (as `advise` would undo): undo it too, or every later test runs on one thread.
+    saved = global_state()
+    yield path, log
+    restore_global_state(saved)
 
 
 def _forwards(log: Path) -> list[tuple[int, int, str]]:

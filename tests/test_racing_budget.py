@@ -114,6 +114,32 @@ def test_a_first_call_past_the_budget_stops_a_raced_candidate(slow_impl: None) -
         assert (full.measurement.first_call_ms or 0.0) >= 1e3 * COLD_S
 
 
+def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
+    """A bf16 candidate measured as the budget runs out is not judged on a half-done training
+    check (32 steps x several runs: seconds on a real model, past any budget's end): it stops,
+    unjudged and unpickable, the check is not kept, and with time left it is judged in full."""
+    from advisor.layer_spec import layer_spec
+    from advisor.precision_verdict import OUT_OF_TIME
+    from advisor.runner import Gate, evaluate
+    from advisor.space import SearchSpace
+    from advisor.workload import layer_workload
+
+    w = layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8"))
+    space = SearchSpace(name="t", knobs={}, precision_check={"steps": 8, "batches": 2})
+    gate = Gate(w, CPU, "train", space)
+    bf16 = advisor.Settings(amp="bf16")
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_time_s=0.05)
+    t0 = time.perf_counter()
+    r = evaluate(w, bf16, CPU, "train", space, gate, policy=policy, time_left_s=1e-3)
+    assert r.status == "stopped" and r.reason == OUT_OF_TIME, r
+    assert r.measurement is not None and len(r.measurement.samples_ms) >= 3  # it was timed
+    assert r.precision_check is None and gate.checks == []
+    assert time.perf_counter() - t0 < 5.0
+    full = evaluate(w, bf16, CPU, "train", space, gate, policy=policy, time_left_s=600.0)
+    assert full.status in ("ok", "rejected") and full.precision_check is not None, full
+    assert len(gate.checks) == 1
+
+
 def _space(tmp_path: Path, race: bool) -> str:
     path = tmp_path / f"race_{race}.yaml"
     path.write_text(

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from advisor import environment, precision_flags
 from advisor.errors import SpaceError
 from advisor.knobs import Settings
 from advisor.space import SearchSpace, builtin_space_names, candidates, load_space
@@ -16,14 +17,23 @@ def test_builtin_spaces_load() -> None:
         load_space("cuda", CPU)
 
 
-def test_cpu_candidates_drop_cuda_knobs_with_reasons() -> None:
+@pytest.mark.parametrize("units", [False, True], ids=["no bf16 units", "bf16 units"])
+def test_cpu_candidates_drop_cuda_knobs_with_reasons(
+    units: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same answer on every development machine: whether this CPU has bf16 units is set here
+    monkeypatch.setattr(environment, "cpu_has_bf16_units", lambda: units)
     space = load_space("cpu", CPU)
     cands, dropped = candidates(space, CPU, impls=["native"])
     assert cands[0] == Settings()  # PyTorch's default first
-    assert len(cands) == 4  # 2 layouts x 2 amp
+    offers_bf16_fp32 = units and precision_flags.has_mkldnn_conv_precision()
+    # 2 layouts x 2 amp, x 2 cpu_fp32 where oneDNN can compute fp32 convs with bf16 units
+    assert len(cands) == (8 if offers_bf16_fp32 else 4)
+    assert {c.cpu_fp32 for c in cands} == ({"ieee", "bf16"} if offers_bf16_fp32 else {"ieee"})
     assert all(c.tf32 == "conv" and not c.cudnn_benchmark for c in cands)
     reasons = {d.what: d.reason for d in dropped}
     assert "conv_impl=unfold_gemm" in reasons
+    assert ("cpu_fp32" in reasons) != offers_bf16_fp32
 
 
 def test_skip_rules_remove_combinations() -> None:

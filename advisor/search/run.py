@@ -18,7 +18,7 @@ from advisor.evaluators import Evaluator, new_evaluator
 from advisor.knobs import Settings
 from advisor.ownership import owner_id
 from advisor.pick import pareto_front
-from advisor.precision_verdict import PrecisionCheck
+from advisor.precision_verdict import OUT_OF_TIME, PrecisionCheck
 from advisor.results import TrialResult
 from advisor.search.options import (
     CandidateFailed,
@@ -409,6 +409,9 @@ def _outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcom
     else:
         short = plan.budget - len(results)
         missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
+    # measured, but the budget ran out before its precision was judged: it could not be picked
+    missing += [f"{r.settings.label()} (its precision check)" for r in results
+                if r.status == "stopped" and r.reason == OUT_OF_TIME]  # fmt: skip
     return SearchOutcome(
         results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
     )
