@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -39,7 +39,7 @@ from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
-from advisor.storage import LayerStore, RetimeRecord, open_storage
+from advisor.storage import FinalCheckRecord, LayerStore, RetimeRecord, open_storage
 from advisor.workload import (
     Workload,
 )
@@ -148,7 +148,7 @@ def retime_finalists(
     if len(fin) < 2 or (only_with is not None and not any(r is w for r in fin for w in only_with)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    record, key = _retime_record(options, outcome.study_name, fin)
+    record, key = _shared_record(RetimeRecord, options, outcome.study_name, fin)
     fresh = record.get(key) if record is not None else None
     if fresh is None and record is not None and not record.claim(key, owner_id()):
         # Another run of this study re-times these finalists: use its result, so both agree.
@@ -179,18 +179,21 @@ def retime_finalists(
     return len(fin), None
 
 
-def _retime_record(
-    options: SearchOptions, study_name: str, fin: list[TrialResult]
-) -> tuple[RetimeRecord | None, str]:
-    """Where this set of finalists' re-time is shared with other runs of the study (not for an
-    in-memory study, which no other run can see)."""
+_Record = TypeVar("_Record", bound=RetimeRecord)
+
+
+def _shared_record(
+    kind: type[_Record], options: SearchOptions, study_name: str, of: list[TrialResult]
+) -> tuple[_Record | None, str]:
+    """Where what is measured of these results (their re-time, the final check) is shared with
+    other runs of the study (not for an in-memory study, which no other run can see)."""
     key = hashlib.sha256(
-        json.dumps(sorted(r.settings.model_dump_json() for r in fin)).encode()
+        json.dumps(sorted(r.settings.model_dump_json() for r in of)).encode()
     ).hexdigest()[:16]
     if options.storage == "memory":
         return None, key
     try:
-        return RetimeRecord(open_storage(options.storage), study_name), key
+        return kind(open_storage(options.storage), study_name), key
     except KeyError:  # no such study stored (e.g. an outcome built by hand): nothing to share
         return None, key
 
@@ -367,17 +370,26 @@ def _final_check(
     if options.progress is not None:
         options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))
     left = max(0.0, plan.end - time.perf_counter())
-    try:
-        check = final_check(
-            workload, dev, options.mode, check_policy(sp.timing.policy(), left),
-            outcome.baseline, pick.chosen,
-            fresh=options.isolate and workload.info.recreatable,
-            busy=share is not None and share > BUSY_SHARE,
-            timeout_s=options.trial_timeout_s,
-        )  # fmt: skip
-    except CheckFailed as e:
-        log.warning("final check failed: %s", e)
-        return None, str(e)
+    # Runs sharing the study check the pick once and agree (as with the re-time).
+    record, key = _shared_record(FinalCheckRecord, options, outcome.study_name,
+                                 [outcome.baseline, pick.chosen])  # fmt: skip
+    check = record.get(key) if record is not None else None
+    if check is None and record is not None and not record.claim(key, owner_id()):
+        check = record.wait(key, timeout_s=options.trial_timeout_s)
+    if check is None:
+        try:
+            check = final_check(
+                workload, dev, options.mode, check_policy(sp.timing.policy(), left),
+                outcome.baseline, pick.chosen,
+                fresh=options.isolate and workload.info.recreatable,
+                busy=share is not None and share > BUSY_SHARE,
+                timeout_s=options.trial_timeout_s,
+            )  # fmt: skip
+        except CheckFailed as e:
+            log.warning("final check failed: %s", e)
+            return None, str(e)
+        if record is not None:
+            record.put(key, check)
     if options.progress is not None:
         options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
     return check, None

@@ -9,13 +9,14 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from advisor.config import FinalCheck
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.results import TrialResult
@@ -252,11 +253,13 @@ class RetimeRecord:
     (`Study.user_attrs` reads the storage each time: what another process wrote is seen.)
     """
 
+    prefix = "retime"
+
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
         self.study = optuna.load_study(study_name=study_name, storage=storage)
 
     def _attr(self, kind: str, key: str) -> Any:
-        return self.study.user_attrs.get(f"retime_{kind}:{key}")
+        return self.study.user_attrs.get(f"{self.prefix}_{kind}:{key}")
 
     def get(self, key: str) -> list[TrialResult] | None:
         data = self._attr("result", key)
@@ -268,7 +271,7 @@ class RetimeRecord:
         """True when this process should re-time: it holds the claim once concurrent claims
         have landed (the last writer holds it). False when another process does."""
         if self._attr("claim", key) is None:
-            self.study.set_user_attr(f"retime_claim:{key}", owner)
+            self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
             time.sleep(settle_s)
         return bool(self._attr("claim", key) == owner)
 
@@ -284,5 +287,23 @@ class RetimeRecord:
 
     def put(self, key: str, results: list[TrialResult]) -> None:
         self.study.set_user_attr(
-            f"retime_result:{key}", [r.model_dump(mode="json") for r in results]
+            f"{self.prefix}_result:{key}", [r.model_dump(mode="json") for r in results]
         )
+
+
+class FinalCheckRecord(RetimeRecord):
+    """The final check of a pick against the default, kept in the study likewise: two runs
+    sharing the study check it once and give the same advice (each checking a small win on a
+    busy machine, one kept it and the other did not)."""
+
+    prefix = "final_check"
+
+    def get(self, key: str) -> FinalCheck | None:  # type: ignore[override]
+        data = self._attr("result", key)
+        return None if data is None else FinalCheck.model_validate(data)
+
+    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> FinalCheck | None:  # type: ignore[override]
+        return cast("FinalCheck | None", super().wait(key, timeout_s, poll_s))  # through get()
+
+    def put(self, key: str, check: FinalCheck) -> None:  # type: ignore[override]
+        self.study.set_user_attr(f"{self.prefix}_result:{key}", check.model_dump(mode="json"))

@@ -87,3 +87,22 @@ def test_urls() -> None:
     assert _redact("postgresql://u@h/db") == "postgresql://u@h/db"
     assert default_storage_url().endswith("studies.db")
     assert isinstance(open_storage("memory"), optuna.storages.InMemoryStorage)
+
+
+def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path: Path) -> None:
+    """Two runs of one study make one final check: the first to claim it stores it, the other
+    reads it back unchanged (each checking a small win on a busy machine disagreed)."""
+    from advisor.config import FinalCheck
+    from advisor.storage import FinalCheckRecord, RetimeRecord
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="s", storage=open_storage(url))
+    first, second = (FinalCheckRecord(open_storage(url), "s") for _ in range(2))
+    assert first.claim("k", "one", settle_s=0.0) and not second.claim("k", "two", settle_s=0.0)
+    assert second.wait("k", timeout_s=0.2, poll_s=0.05) is None  # not stored yet
+    check = FinalCheck(where="fresh process", speedup=1.3, speedup_ci=(1.1, 1.5), rounds=9,
+                       held=True, one_thread=(1.2, 1.05, 1.3), other_load=0.4)  # fmt: skip
+    first.put("k", check)
+    assert second.wait("k", timeout_s=5.0) == check
+    # kept apart from the re-time's record of the same key
+    assert RetimeRecord(open_storage(url), "s").get("k") is None
