@@ -39,7 +39,13 @@ from advisor.results import TrialResult
 from advisor.retime import finalists
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
-from advisor.storage import FinalCheckRecord, LayerStore, RetimeRecord, open_storage
+from advisor.storage import (
+    FinalCheckRecord,
+    LayerStore,
+    RetimeRecord,
+    SharedRecord,
+    open_storage,
+)
 from advisor.workload import (
     Workload,
 )
@@ -149,10 +155,12 @@ def retime_finalists(
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     record, key = _shared_record(RetimeRecord, options, outcome.study_name, fin)
-    fresh = record.get(key) if record is not None else None
-    if fresh is None and record is not None and not record.claim(key, owner_id()):
-        # Another run of this study re-times these finalists: use its result, so both agree.
-        fresh = record.wait(key, timeout_s=options.trial_timeout_s * len(fin))
+    # Another run of this study that re-times these finalists: use its result, so both agree.
+    fresh = (
+        record.taken(key, owner_id(), options.trial_timeout_s * len(fin))
+        if record is not None
+        else None
+    )
     if fresh is None:
         # Like the trials, in a worker subprocess unless the user asked for in-process trials.
         ev = evaluator or make_evaluator(workload, device, space, options)
@@ -179,7 +187,7 @@ def retime_finalists(
     return len(fin), None
 
 
-_Record = TypeVar("_Record", bound=RetimeRecord)
+_Record = TypeVar("_Record", bound=SharedRecord[Any])
 
 
 def _shared_record(
@@ -373,9 +381,7 @@ def _final_check(
     # Runs sharing the study check the pick once and agree (as with the re-time).
     record, key = _shared_record(FinalCheckRecord, options, outcome.study_name,
                                  [outcome.baseline, pick.chosen])  # fmt: skip
-    check = record.get(key) if record is not None else None
-    if check is None and record is not None and not record.claim(key, owner_id()):
-        check = record.wait(key, timeout_s=options.trial_timeout_s)
+    check = record.taken(key, owner_id(), options.trial_timeout_s) if record is not None else None
     if check is None:
         try:
             check = final_check(

@@ -9,7 +9,7 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
@@ -20,6 +20,8 @@ from advisor.config import FinalCheck
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.results import TrialResult
+
+T = TypeVar("T")
 
 HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
 GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
@@ -244,38 +246,43 @@ class LayerStore:
         )
 
 
-class RetimeRecord:
-    """The finalists' interleaved re-time, kept in the study so that runs sharing it agree.
+class SharedRecord(Generic[T]):
+    """A measurement kept in the study so that the runs sharing it agree.
 
     Two `advisor advise` runs of one study (started together, or one resuming) would each
-    re-time the finalists and could pick differently from their own noise. The first to claim a
-    set of finalists re-times them and stores the result; the others wait for it and use it.
-    (`Study.user_attrs` reads the storage each time: what another process wrote is seen.)
+    measure it and could decide differently from their own noise. The first to claim a key
+    measures and stores the result; the others wait for it and use it. (`Study.user_attrs` reads
+    the storage each time: what another process wrote is seen.) Subclasses name the attribute
+    prefix and how a value is stored.
     """
 
-    prefix = "retime"
+    prefix: str
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
         self.study = optuna.load_study(study_name=study_name, storage=storage)
 
+    def _load(self, data: Any) -> T:
+        raise NotImplementedError
+
+    def _dump(self, value: T) -> Any:
+        raise NotImplementedError
+
     def _attr(self, kind: str, key: str) -> Any:
         return self.study.user_attrs.get(f"{self.prefix}_{kind}:{key}")
 
-    def get(self, key: str) -> list[TrialResult] | None:
+    def get(self, key: str) -> T | None:
         data = self._attr("result", key)
-        if data is None:
-            return None
-        return [TrialResult.model_validate(r) for r in data]
+        return None if data is None else self._load(data)
 
     def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
-        """True when this process should re-time: it holds the claim once concurrent claims
+        """True when this process should measure: it holds the claim once concurrent claims
         have landed (the last writer holds it). False when another process does."""
         if self._attr("claim", key) is None:
             self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
             time.sleep(settle_s)
         return bool(self._attr("claim", key) == owner)
 
-    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> list[TrialResult] | None:
+    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> T | None:
         """The result another process stores, or None when it does not come in time."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -285,25 +292,38 @@ class RetimeRecord:
             time.sleep(poll_s)
         return None
 
-    def put(self, key: str, results: list[TrialResult]) -> None:
-        self.study.set_user_attr(
-            f"{self.prefix}_result:{key}", [r.model_dump(mode="json") for r in results]
-        )
+    def taken(self, key: str, owner: str, timeout_s: float) -> T | None:
+        """What is stored, or what the run that claimed it stores; None when this process is
+        to measure it (its claim, or the other's result did not come within `timeout_s`)."""
+        got = self.get(key)
+        if got is None and not self.claim(key, owner):
+            got = self.wait(key, timeout_s)
+        return got
+
+    def put(self, key: str, value: T) -> None:
+        self.study.set_user_attr(f"{self.prefix}_result:{key}", self._dump(value))
 
 
-class FinalCheckRecord(RetimeRecord):
-    """The final check of a pick against the default, kept in the study likewise: two runs
-    sharing the study check it once and give the same advice (each checking a small win on a
-    busy machine, one kept it and the other did not)."""
+class RetimeRecord(SharedRecord[list[TrialResult]]):
+    """The finalists' interleaved re-time, shared by the runs of a study."""
+
+    prefix = "retime"
+
+    def _load(self, data: Any) -> list[TrialResult]:
+        return [TrialResult.model_validate(r) for r in data]
+
+    def _dump(self, value: list[TrialResult]) -> Any:
+        return [r.model_dump(mode="json") for r in value]
+
+
+class FinalCheckRecord(SharedRecord[FinalCheck]):
+    """The final check of a pick against the default, shared likewise (each checking a small
+    win on a busy machine, one run kept it and the other did not)."""
 
     prefix = "final_check"
 
-    def get(self, key: str) -> FinalCheck | None:  # type: ignore[override]
-        data = self._attr("result", key)
-        return None if data is None else FinalCheck.model_validate(data)
+    def _load(self, data: Any) -> FinalCheck:
+        return FinalCheck.model_validate(data)
 
-    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> FinalCheck | None:  # type: ignore[override]
-        return cast("FinalCheck | None", super().wait(key, timeout_s, poll_s))  # through get()
-
-    def put(self, key: str, check: FinalCheck) -> None:  # type: ignore[override]
-        self.study.set_user_attr(f"{self.prefix}_result:{key}", check.model_dump(mode="json"))
+    def _dump(self, value: FinalCheck) -> Any:
+        return value.model_dump(mode="json")
