@@ -457,13 +457,29 @@ def write_outputs(data: dict[str, Any], out: Path | None) -> None:
 # ======================================================================== command line
 
 
+def merged_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model and mode, in first-seen order: a later part's row replaces an earlier
+    one that was skipped or failed (a model re-run once its package was installed); a row that
+    was measured is kept over a later one that was not."""
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["model"], row["mode"])
+        if key not in kept or not _measured(kept[key]):
+            kept[key] = row
+    return list(kept.values())
+
+
+def _measured(row: dict[str, Any]) -> bool:
+    return not row.get("skipped") and "error" not in row.get("advise", {})
+
+
 def merge(paths: list[str], out: Path | None) -> int:
     """One report from several runs' JSON files: their rows in order, the first one's machine."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
     prints = {p["environment"].get("fingerprint") for p in parts}
     if len(prints) > 1:
         print(f"warning: the parts come from {len(prints)} environments", file=sys.stderr)
-    data = {**parts[0], "rows": [r for p in parts for r in p["rows"]]}
+    data = {**parts[0], "rows": merged_rows([r for p in parts for r in p["rows"]])}
     data["command"] = " && ".join(dict.fromkeys(p["command"] for p in parts))
     write_outputs(data, out)
     print(render(data), flush=True)

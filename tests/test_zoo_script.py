@@ -152,3 +152,26 @@ def test_the_report_shows_skipped_and_failed_rows() -> None:
     assert "- b train: other processes used 40% of the machine's CPU time" in text
     data["rows"][2]["other_cpu_share"] = 0.02  # the benchmark's own threads are not "busy"
     assert "other processes" not in zoo.render(data)
+
+
+def test_a_merge_replaces_skipped_and_failed_rows_with_measured_ones() -> None:
+    zoo = _zoo()
+    measured = {"model": "unet", "mode": "train", "advise": {"wall_s": 5.0, "label": "default"}}
+    rows = [
+        {"model": "unet", "mode": "train", "skipped": "needs MONAI"},
+        {"model": "a", "mode": "infer", "advise": {"wall_s": 3.0, "error": "boom"}},
+        {"model": "b", "mode": "infer", "advise": {"wall_s": 2.0, "label": "default"}},
+        measured,
+        {"model": "a", "mode": "infer", "advise": {"wall_s": 4.0, "label": "amp=bf16"}},
+        {"model": "b", "mode": "infer", "skipped": "not measured again"},
+    ]
+    merged = zoo.merged_rows(rows)
+    # one row per model and mode, in the order first seen
+    assert [(r["model"], r["mode"]) for r in merged] == [
+        ("unet", "train"),
+        ("a", "infer"),
+        ("b", "infer"),
+    ]
+    assert merged[0] is measured  # the later measurement replaced the skipped row
+    assert merged[1]["advise"]["label"] == "amp=bf16"  # and the failed one
+    assert merged[2]["advise"]["wall_s"] == 2.0  # a measured row is not replaced by a skipped one
