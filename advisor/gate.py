@@ -37,7 +37,7 @@ from advisor.candidate import Candidate, Captured, ConvInput, Mode
 from advisor.check import global_rel_error, max_rel_error
 from advisor.knobs import Settings, precision_of
 from advisor.layer_check import LayerCheck, LayerVerdict
-from advisor.precision_check import check_precision
+from advisor.precision_check import Fp32Runs, check_precision
 from advisor.precision_verdict import PrecisionCheck
 from advisor.space import SearchSpace
 from advisor.workload import Workload
@@ -180,6 +180,7 @@ class Gate:
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
+        self._fp32_runs: dict[Any, Fp32Runs] = {}  # the training checks' shared fp32 side
         self.layers = LayerCheck(self)
 
     # ---- references ----------------------------------------------------------------------------
@@ -294,7 +295,7 @@ class Gate:
                 self._checks[key] = check_precision(self.workload, own, _path_name(own, precision),
                                                     self.device, self.mode,
                                                     self.space.precision_check, self.seed,
-                                                    deadline)  # fmt: skip
+                                                    deadline, self._fp32_runs)  # fmt: skip
         return self._checks[key]
 
     def _tolerance(

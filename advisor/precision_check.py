@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, overload
 
 import torch
 
@@ -47,7 +48,7 @@ from advisor.knobs import Settings
 from advisor.precision_verdict import OUT_OF_TIME, PrecisionCheck, PrecisionCheckSettings
 from advisor.workload import Workload
 
-__all__ = ["PrecisionCheck", "PrecisionCheckSettings", "check_precision"]
+__all__ = ["Fp32Runs", "PrecisionCheck", "PrecisionCheckSettings", "check_precision", "fp32_runs"]
 
 REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
 
@@ -128,6 +129,30 @@ def _loss(outs: list[torch.Tensor], targets: list[torch.Tensor]) -> torch.Tensor
     return total
 
 
+@overload
+def _train(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    batches: list,
+    targets: list[list[torch.Tensor]],
+    cfg: PrecisionCheckSettings,
+    jitter: float = ...,
+    deadline: float | None = ...,
+    probe: Literal[False] = ...,
+) -> list[float]: ...
+@overload
+def _train(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    batches: list,
+    targets: list[list[torch.Tensor]],
+    cfg: PrecisionCheckSettings,
+    jitter: float = ...,
+    deadline: float | None = ...,
+    probe: bool = ...,
+) -> list[float] | None: ...
 def _train(
     workload: Workload,
     settings: Settings,
@@ -137,8 +162,11 @@ def _train(
     cfg: PrecisionCheckSettings,
     jitter: float = 0.0,
     deadline: float | None = None,
-) -> list[float]:
-    """The training loss at each step, then on every batch after the last step."""
+    probe: bool = False,
+) -> list[float] | None:
+    """The training loss at each step, then on every batch after the last step. A `probe` (is
+    this learning rate steady?) gives up, returning None, at the first pass through the batches
+    whose mean loss shows it is not (`_unsteady`): the rest of the run cannot change that."""
     model = workload.make_model()
     model.train()
     tuned = apply_settings(settings, model, device, training=True, warn=False)
@@ -156,7 +184,9 @@ def _train(
             loss = _loss(_call(tuned, args, kwargs, jitter, step, workload.input_grad), target)
             losses.append(float(loss.detach()))
             if not math.isfinite(losses[-1]):
-                return losses  # diverged: nothing after it means anything
+                return None if probe else losses  # diverged: nothing after it means anything
+            if probe and len(losses) % len(batches) == 0 and _unsteady(losses, len(batches)):
+                return None
             opt.zero_grad(set_to_none=True)
             if scaler is None:
                 loss.backward()
@@ -213,6 +243,13 @@ def _epochs(losses: list[float], batches: int) -> list[float]:
             for i in range(0, len(steps), batches)] + final  # fmt: skip
 
 
+def _unsteady(steps: list[float], batches: int) -> bool:
+    """Whether the passes so far (step losses, whole passes only) already break `_steady`: one
+    pass's mean loss above the first's by more than 10%."""
+    e = _epochs([*steps, 0.0], batches)[:-1]  # 0.0: a stand-in for the final loss, dropped
+    return any(x > 1.1 * e[0] for x in e)
+
+
 def _steady(losses: list[float], batches: int) -> bool:
     """Whether a run learnt without blowing up: its loss per pass never rose above the first
     pass's by more than 10%, and it ended below where it started."""
@@ -228,32 +265,43 @@ def _gap(run: list[float], ref: list[float], batches: int) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True)) / max(abs(b[0]), 1e-12)
 
 
-def check_precision(
+@dataclass(frozen=True)
+class Fp32Runs:
+    """The fp32 side of a training check, the same whichever precision is judged against it:
+    the batches and their targets, the learning rate fp32 trains steadily at, and the fp32 runs
+    (the reference and the band's). Kept per model and measured once, so a second precision
+    (bf16 autocast, then oneDNN's bf16 fp32 convs) costs one training run, not four."""
+
+    cfg: PrecisionCheckSettings  # at the learning rate the reference trained steadily at
+    batches: list
+    targets: list
+    runs: dict[str, list[float]]
+
+
+def fp32_runs(
     workload: Workload,
-    own_path: Settings,
-    precision: str,
     device: torch.device,
     mode: Mode,
     cfg: PrecisionCheckSettings,
     seed: int = 0,
     deadline: float | None = None,
-) -> PrecisionCheck:
-    """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc).
-    Raises `CheckOutOfTime` when `deadline` (a `time.perf_counter()` time) passes first."""
-    start = time.perf_counter()
-    if mode == "infer":
-        return _check_outputs(workload, own_path, precision, device, cfg, seed, start)
+) -> Fp32Runs:
+    """The reference run, at the largest learning rate (lr, lr/10, lr/100) at which fp32 itself
+    trains steadily (at too high a rate, e.g. MobileNetV3-Small with Adam at 1e-3, the loss climbs
+    tenfold and every run's gap is noise), and the band's fp32 runs: jittered inputs, other
+    batches of the same kind."""
     batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
     targets = _targets(workload, batches, device, mode, cfg, seed)
-    # The largest learning rate (lr, lr/10, lr/100) at which fp32 itself trains steadily: at too
-    # high a rate (MobileNetV3-Small with Adam at 1e-3) the loss climbs tenfold and every run's
-    # gap is noise.
-    for _ in range(3):
-        runs = {"fp32": _train(workload, REFERENCE, device, batches, targets, cfg,
-                               deadline=deadline)}  # fmt: skip
-        if _steady(runs["fp32"], cfg.batches):
+    rates = (cfg.lr, cfg.lr / 10, cfg.lr / 100)
+    for i, lr in enumerate(rates):
+        cfg = cfg.model_copy(update={"lr": lr})
+        last = i == len(rates) - 1  # taken whatever it does: the check needs a reference
+        ref = _train(workload, REFERENCE, device, batches, targets, cfg, deadline=deadline,
+                     probe=not last)  # fmt: skip
+        if ref is not None and (last or _steady(ref, cfg.batches)):
             break
-        cfg = cfg.model_copy(update={"lr": cfg.lr / 10})
+    assert ref is not None
+    runs = {"fp32": ref}
     for j in range(cfg.jitter_runs):
         jitter = cfg.jitter * (1 + j)
         runs[f"fp32 jittered {j + 1}"] = _train(
@@ -270,7 +318,34 @@ def check_precision(
             cfg,
             deadline=deadline,
         )
-    runs[precision] = _train(workload, own_path, device, batches, targets, cfg, deadline=deadline)
+    return Fp32Runs(cfg=cfg, batches=batches, targets=targets, runs=runs)
+
+
+def check_precision(
+    workload: Workload,
+    own_path: Settings,
+    precision: str,
+    device: torch.device,
+    mode: Mode,
+    cfg: PrecisionCheckSettings,
+    seed: int = 0,
+    deadline: float | None = None,
+    fp32_cache: dict[tuple[int, PrecisionCheckSettings], Fp32Runs] | None = None,
+) -> PrecisionCheck:
+    """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc).
+    Raises `CheckOutOfTime` when `deadline` (a `time.perf_counter()` time) passes first.
+    `fp32_cache` (one per model and device) keeps the fp32 runs for the next precision."""
+    start = time.perf_counter()
+    if mode == "infer":
+        return _check_outputs(workload, own_path, precision, device, cfg, seed, start)
+    fp32 = fp32_cache.get((seed, cfg)) if fp32_cache is not None else None
+    if fp32 is None:
+        fp32 = fp32_runs(workload, device, mode, cfg, seed, deadline)
+        if fp32_cache is not None:
+            fp32_cache[(seed, cfg)] = fp32
+    cfg, runs = fp32.cfg, dict(fp32.runs)
+    runs[precision] = _train(workload, own_path, device, fp32.batches, fp32.targets, cfg,
+                             deadline=deadline)  # fmt: skip
     ref = runs["fp32"]
     others = [r for name, r in runs.items() if name not in ("fp32", precision)]
     band = max((_gap(r, ref, cfg.batches) for r in others), default=0.0)

@@ -285,6 +285,12 @@ def _matches(rule: dict[str, Any], settings: Settings, device: torch.device) -> 
     return True
 
 
+AUTOCAST_CONVS = (
+    "under autocast every conv runs in the autocast dtype, so the fp32 conv precision changes "
+    "nothing: the same candidate as with cpu_fp32=ieee"
+)
+
+
 def candidates(
     space: SearchSpace,
     device: torch.device,
@@ -325,11 +331,17 @@ def candidates(
         axes[name] = values
     out: list[Settings] = []
     default = Settings()
+    redundant = 0
     for combo in itertools.product(*axes.values()):
         s = Settings(**dict(zip(axes, combo, strict=True)))
         if s != default and any(_matches(rule, s, device) for rule in space.skip):
             continue
+        if s.amp != "off" and s.cpu_fp32 != "ieee":
+            redundant += 1  # the same computation as its cpu_fp32=ieee twin: not timed twice
+            continue
         out.append(s)
+    if redundant:
+        dropped.append(Dropped("cpu_fp32=bf16 with amp", AUTOCAST_CONVS))
     if default in out:
         out.remove(default)
     return [default, *out], dropped

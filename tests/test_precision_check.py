@@ -11,6 +11,7 @@ import torch
 
 import advisor
 from advisor import gate as gate_module
+from advisor import precision_check
 from advisor.knobs import Settings
 from advisor.precision_check import check_precision
 from advisor.precision_verdict import PrecisionCheckSettings
@@ -59,6 +60,64 @@ def test_in_infer_mode_the_outputs_information_decides() -> None:
     assert all(c.accepted for c in _verdicts("tiny_cnn.py", "bf16", "infer"))
     assert not any(c.accepted for c in _verdicts("below_bf16.py", "bf16", "infer"))
     assert not any(c.accepted for c in _verdicts("fp16_overflow.py", "fp16", "infer"))
+
+
+def test_a_second_precision_reuses_the_fp32_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 autocast, then fp16 (a CPU without bf16 units has no other second precision): the
+    fp32 side (reference, jittered, other batches) is trained once per model, and each verdict is
+    the one a check of its own would give."""
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    trained: list[Settings] = []
+    real = precision_check._train
+
+    def counted(wl, settings, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        trained.append(settings)
+        return real(wl, settings, *args, **kwargs)
+
+    monkeypatch.setattr(precision_check, "_train", counted)
+    cache: dict = {}
+    first = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", CFG,
+                            fp32_cache=cache)  # fmt: skip
+    fp32_side = [s for s in trained if s == precision_check.REFERENCE]
+    assert len(fp32_side) >= 3 and len(cache) == 1  # reference, jittered, other batches
+    trained.clear()
+    second = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", CFG,
+                             fp32_cache=cache)  # fmt: skip
+    assert trained == [Settings(amp="fp16")]  # one training run: the precision's own
+    alone = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", CFG)
+    assert second.accepted == alone.accepted and first.accepted
+    assert second.band == pytest.approx(alone.band, rel=1e-3)
+    assert second.losses["fp32"] == pytest.approx(alone.losses["fp32"], rel=1e-4)
+    assert second.gap == pytest.approx(alone.gap, rel=1e-2, abs=1e-4)
+
+
+def test_an_unsteady_learning_rate_is_given_up_early_and_all_runs_share_the_one_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At lr 100 and 10 fp32 itself blows up on tiny_cnn: each probe stops at its first unsteady
+    pass, and the check runs at the last rate tried (lr 1), the precision included."""
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    steps: dict[float, int] = {}
+    current: list[float] = []
+    real_train, real_loss = precision_check._train, precision_check._loss
+
+    def train(wl, settings, device, batches, targets, cfg, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        current[:] = [cfg.lr]
+        return real_train(wl, settings, device, batches, targets, cfg, *args, **kwargs)
+
+    def loss(outs, targets):  # noqa: ANN001, ANN202 - counted per learning rate
+        if torch.is_grad_enabled():  # a training step, not the final evaluation
+            steps[current[0]] = steps.get(current[0], 0) + 1
+        return real_loss(outs, targets)
+
+    monkeypatch.setattr(precision_check, "_train", train)
+    monkeypatch.setattr(precision_check, "_loss", loss)
+    cfg = PrecisionCheckSettings(steps=12, batches=2, lr=100.0)
+    check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
+    assert "at lr 1," in check.summary
+    assert 0 < steps[100.0] < 12 and 0 < steps[10.0] < 12  # given up before the end
+    assert steps[1.0] == 4 * 12  # reference, jittered, other batches, bf16: all at lr 1
+    assert all(len(run) == 13 for run in check.losses.values())
 
 
 @pytest.mark.slow

@@ -27,13 +27,16 @@ def test_cpu_candidates_drop_cuda_knobs_with_reasons(
     cands, dropped = candidates(space, CPU, impls=["native"])
     assert cands[0] == Settings()  # PyTorch's default first
     offers_bf16_fp32 = units and precision_flags.has_mkldnn_conv_precision()
-    # 2 layouts x 2 amp, x 2 cpu_fp32 where oneDNN can compute fp32 convs with bf16 units
-    assert len(cands) == (8 if offers_bf16_fp32 else 4)
+    # 2 layouts x 2 amp, and 2 layouts with cpu_fp32=bf16 where oneDNN can compute fp32 convs
+    # with bf16 units (not under bf16 autocast: every conv is bf16 there already)
+    assert len(cands) == (6 if offers_bf16_fp32 else 4)
     assert {c.cpu_fp32 for c in cands} == ({"ieee", "bf16"} if offers_bf16_fp32 else {"ieee"})
+    assert not any(c.cpu_fp32 == "bf16" and c.amp != "off" for c in cands)
     assert all(c.tf32 == "conv" and not c.cudnn_benchmark for c in cands)
     reasons = {d.what: d.reason for d in dropped}
     assert "conv_impl=unfold_gemm" in reasons
     assert ("cpu_fp32" in reasons) != offers_bf16_fp32
+    assert ("cpu_fp32=bf16 with amp" in reasons) == offers_bf16_fp32
 
 
 def test_skip_rules_remove_combinations() -> None:
