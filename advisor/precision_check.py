@@ -257,6 +257,12 @@ def _steady(losses: list[float], batches: int) -> bool:
     return all(math.isfinite(x) for x in e) and max(e) <= 1.1 * e[0] and e[-1] < e[0]
 
 
+def _learnt(ref: list[float], batches: int) -> float:
+    """What a run learnt: its loss drop from the first pass to the end, over the first pass."""
+    e = _epochs(ref, batches)
+    return max(0.0, e[0] - e[-1]) / max(abs(e[0]), 1e-12)
+
+
 def _gap(run: list[float], ref: list[float], batches: int) -> float:
     """The largest difference between two runs' epoch losses, over the reference's first."""
     if len(run) != len(ref) or not all(math.isfinite(x) for x in run):
@@ -350,14 +356,22 @@ def check_precision(
     others = [r for name, r in runs.items() if name not in ("fp32", precision)]
     band = max((_gap(r, ref, cfg.batches) for r in others), default=0.0)
     gap = _gap(runs[precision], ref, cfg.batches)
-    accepted = math.isfinite(gap) and gap <= cfg.band_factor * band
+    floor = cfg.resolution * _learnt(ref, cfg.batches)
+    accepted = math.isfinite(gap) and gap <= max(cfg.band_factor * band, floor)
     trained = f"{ref[0]:.3g} -> {ref[-1]:.3g} in fp32"
-    if accepted:
+    if accepted and gap <= cfg.band_factor * band:
         summary = (
             f"{precision}: trains like fp32 on this model ({cfg.steps} steps at lr {cfg.lr:g}, "
             f"loss {trained}; "
             f"its largest loss gap {gap:.1%} of the start, within {cfg.band_factor:g} x the fp32 "
             f"band {band:.1%})"
+        )
+    elif accepted:
+        summary = (
+            f"{precision}: trains like fp32 on this model ({cfg.steps} steps at lr {cfg.lr:g}, "
+            f"loss {trained}; "
+            f"its largest loss gap {gap:.2%} of the start, within {cfg.resolution:g} x what fp32 "
+            f"learnt ({floor:.2%}; the fp32 band {band:.2%} is narrower than that)"
         )
     elif not math.isfinite(gap):
         summary = (
@@ -369,10 +383,11 @@ def check_precision(
             f"{precision}: does not train like fp32 on this model ({cfg.steps} steps at lr "
             f"{cfg.lr:g}, loss "
             f"{trained}, {runs[precision][-1]:.3g} in {precision}; its largest loss gap "
-            f"{gap:.1%} of the start, over {cfg.band_factor:g} x the fp32 band {band:.1%})"
+            f"{gap:.1%} of the start, over {cfg.band_factor:g} x the fp32 band {band:.1%} and "
+            f"{cfg.resolution:g} x what fp32 learnt)"
         )
     return PrecisionCheck(precision=precision, own_path=own_path, mode="train", accepted=accepted,
-                          summary=summary, gap=gap, band=band, losses=runs,
+                          summary=summary, gap=gap, band=band, floor=floor, losses=runs,
                           seconds=time.perf_counter() - start)  # fmt: skip
 
 

@@ -32,6 +32,13 @@ class PrecisionCheckSettings(BaseModel):
     band_factor: float = Field(
         1.5, gt=0, description="accept when the precision's gap is within this x the fp32 band"
     )
+    resolution: float = Field(
+        0.01,
+        ge=0,
+        description="train: a gap within this fraction of what fp32 learnt in the run (its "
+        "loss drop over its start) is accepted even where the fp32 band is narrower: runs "
+        "alike to four digits make a band narrower than any precision's rounding",
+    )
     signal_tolerance: float = Field(
         0.1, gt=0, description="infer: output error over the outputs' spread across the batch"
     )
@@ -48,6 +55,8 @@ class PrecisionCheck(BaseModel):
     summary: str  # one line for the result, the config and the report
     gap: float  # train: largest loss gap / starting loss; infer: error over the signal
     band: float  # train: the fp32 runs' largest gap; infer: the signal tolerance
+    # train: the smallest gap the check tells from fp32 (`resolution` x what fp32 learnt)
+    floor: float = 0.0
     losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
     top1_agreement: float | None = None
     seconds: float = 0.0

@@ -48,12 +48,14 @@ QUICK = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=3, max_samples=3, 
 
 
 def _check(r) -> str:  # noqa: ANN001 - a TrialResult
-    """The training (or output) check that judged the result's precision: gap vs band."""
+    """The training (or output) check that judged the result's precision: gap vs band (and vs
+    the check's resolution, 1% of what fp32 learnt, where that is wider)."""
     c = r.precision_check
     if c is None:
         return "-"
     verdict = "accepted" if c.accepted else "**rejected**"
-    return f"{verdict}: gap {c.gap:.1%} vs band {c.band:.1%}, {c.seconds:.0f} s"
+    floor = f", floor {c.floor:.2%}" if c.floor > 1.5 * c.band else ""
+    return f"{verdict}: gap {c.gap:.2%} vs band {c.band:.2%}{floor}, {c.seconds:.0f} s"
 
 
 def _cell(r) -> str:  # noqa: ANN001 - a TrialResult

@@ -120,6 +120,45 @@ def test_an_unsteady_learning_rate_is_given_up_early_and_all_runs_share_the_one_
     assert all(len(run) == 13 for run in check.losses.values())
 
 
+def _scripted(ref: list[float], precision: list[float], band_delta: float):  # noqa: ANN202
+    """Training runs in the check's order (fp32, jittered, other batches, the precision), their
+    losses given: the rule judged exactly, without training noise."""
+    runs = [ref, [x + band_delta for x in ref], [x - band_delta for x in ref], precision]
+    calls = iter(range(len(runs)))
+
+    def train(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return runs[next(calls)]
+
+    return train
+
+
+@pytest.mark.parametrize(
+    ("learns", "resolution", "accepted"),
+    [(True, 0.01, True), (True, 0.0, False), (False, 0.01, False)],
+    ids=["learns", "no resolution", "barely learns"],
+)
+def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band(
+    monkeypatch: pytest.MonkeyPatch, learns: bool, resolution: float, accepted: bool
+) -> None:
+    """fp32 runs alike to five digits (a band of 1e-5) and a precision 0.2% of the start away at
+    one pass (MONAI's UNet on one input draw): accepted when fp32 learnt 80% of its start loss in
+    the run (1% of that is 0.8%), not when it learnt 1%, nor with the resolution off."""
+    end = 0.2 if learns else 0.99
+    ref = [1.0, 1.0, 0.5 * (1 + end), 0.5 * (1 + end), end, end, end]  # 3 passes of 2, final
+    precision = [x + (0.002 if i == 2 else 0.0) for i, x in enumerate(ref)]
+    monkeypatch.setattr(precision_check, "_train", _scripted(ref, precision, 1e-5))
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    cfg = PrecisionCheckSettings(steps=6, batches=2, resolution=resolution)
+    check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
+    assert check.accepted is accepted, check.summary
+    assert check.band < 1e-4 and check.gap == pytest.approx(0.001)  # the pass's mean moved
+    if accepted:
+        assert "within 0.01 x what fp32 learnt" in check.summary
+        assert check.floor == pytest.approx(0.01 * 0.8)
+    else:
+        assert "does not train like fp32" in check.summary
+
+
 @pytest.mark.slow
 def test_advise_judges_each_precision_once_and_says_how(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
