@@ -38,7 +38,7 @@ from advisor.check import global_rel_error, max_rel_error
 from advisor.knobs import Settings, precision_of
 from advisor.layer_check import LayerCheck, LayerVerdict
 from advisor.precision_check import Fp32Runs, check_precision
-from advisor.precision_verdict import PrecisionCheck
+from advisor.precision_verdict import PrecisionCheck, PrecisionCheckSettings
 from advisor.space import SearchSpace
 from advisor.workload import Workload
 
@@ -180,7 +180,8 @@ class Gate:
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
-        self._fp32_runs: dict[Any, Fp32Runs] = {}  # the training checks' shared fp32 side
+        # the training checks' shared fp32 side, per (seed, check settings)
+        self._fp32_runs: dict[tuple[int, PrecisionCheckSettings], Fp32Runs] = {}
         self.layers = LayerCheck(self)
 
     # ---- references ----------------------------------------------------------------------------

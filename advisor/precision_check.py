@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 
@@ -59,6 +59,10 @@ class CheckOutOfTime(Exception):
 
     def __str__(self) -> str:
         return OUT_OF_TIME
+
+
+class _Unsteady(Exception):
+    """A learning-rate probe's run that has already shown it is not steady."""
 
 
 def _in_time(deadline: float | None) -> None:
@@ -129,30 +133,6 @@ def _loss(outs: list[torch.Tensor], targets: list[torch.Tensor]) -> torch.Tensor
     return total
 
 
-@overload
-def _train(
-    workload: Workload,
-    settings: Settings,
-    device: torch.device,
-    batches: list,
-    targets: list[list[torch.Tensor]],
-    cfg: PrecisionCheckSettings,
-    jitter: float = ...,
-    deadline: float | None = ...,
-    probe: Literal[False] = ...,
-) -> list[float]: ...
-@overload
-def _train(
-    workload: Workload,
-    settings: Settings,
-    device: torch.device,
-    batches: list,
-    targets: list[list[torch.Tensor]],
-    cfg: PrecisionCheckSettings,
-    jitter: float = ...,
-    deadline: float | None = ...,
-    probe: bool = ...,
-) -> list[float] | None: ...
 def _train(
     workload: Workload,
     settings: Settings,
@@ -163,10 +143,10 @@ def _train(
     jitter: float = 0.0,
     deadline: float | None = None,
     probe: bool = False,
-) -> list[float] | None:
+) -> list[float]:
     """The training loss at each step, then on every batch after the last step. A `probe` (is
-    this learning rate steady?) gives up, returning None, at the first pass through the batches
-    whose mean loss shows it is not (`_unsteady`): the rest of the run cannot change that."""
+    this learning rate steady?) raises `_Unsteady` at the first pass through the batches whose
+    mean loss shows it is not (`_unsteady`): the rest of the run cannot change that."""
     model = workload.make_model()
     model.train()
     tuned = apply_settings(settings, model, device, training=True, warn=False)
@@ -184,9 +164,11 @@ def _train(
             loss = _loss(_call(tuned, args, kwargs, jitter, step, workload.input_grad), target)
             losses.append(float(loss.detach()))
             if not math.isfinite(losses[-1]):
-                return None if probe else losses  # diverged: nothing after it means anything
+                if probe:
+                    raise _Unsteady
+                return losses  # diverged: nothing after it means anything
             if probe and len(losses) % len(batches) == 0 and _unsteady(losses, len(batches)):
-                return None
+                raise _Unsteady
             opt.zero_grad(set_to_none=True)
             if scaler is None:
                 loss.backward()
@@ -302,11 +284,13 @@ def fp32_runs(
     for i, lr in enumerate(rates):
         cfg = cfg.model_copy(update={"lr": lr})
         last = i == len(rates) - 1  # taken whatever it does: the check needs a reference
-        ref = _train(workload, REFERENCE, device, batches, targets, cfg, deadline=deadline,
-                     probe=not last)  # fmt: skip
-        if ref is not None and (last or _steady(ref, cfg.batches)):
+        try:
+            ref = _train(workload, REFERENCE, device, batches, targets, cfg, deadline=deadline,
+                         probe=not last)  # fmt: skip
+        except _Unsteady:
+            continue
+        if last or _steady(ref, cfg.batches):
             break
-    assert ref is not None
     runs = {"fp32": ref}
     for j in range(cfg.jitter_runs):
         jitter = cfg.jitter * (1 + j)
@@ -359,19 +343,16 @@ def check_precision(
     floor = cfg.resolution * _learnt(ref, cfg.batches)
     accepted = math.isfinite(gap) and gap <= max(cfg.band_factor * band, floor)
     trained = f"{ref[0]:.3g} -> {ref[-1]:.3g} in fp32"
-    if accepted and gap <= cfg.band_factor * band:
-        summary = (
+    if accepted:
+        head = (
             f"{precision}: trains like fp32 on this model ({cfg.steps} steps at lr {cfg.lr:g}, "
-            f"loss {trained}; "
-            f"its largest loss gap {gap:.1%} of the start, within {cfg.band_factor:g} x the fp32 "
-            f"band {band:.1%})"
+            f"loss {trained}; its largest loss gap "
         )
-    elif accepted:
-        summary = (
-            f"{precision}: trains like fp32 on this model ({cfg.steps} steps at lr {cfg.lr:g}, "
-            f"loss {trained}; "
-            f"its largest loss gap {gap:.2%} of the start, within {cfg.resolution:g} x what fp32 "
-            f"learnt ({floor:.2%}; the fp32 band {band:.2%} is narrower than that)"
+        summary = head + (
+            f"{gap:.1%} of the start, within {cfg.band_factor:g} x the fp32 band {band:.1%})"
+            if gap <= cfg.band_factor * band
+            else f"{gap:.2%} of the start, within {cfg.resolution:g} x what fp32 learnt "
+            f"({floor:.2%}; the fp32 band {band:.2%} is narrower than that)"
         )
     elif not math.isfinite(gap):
         summary = (
