@@ -11,6 +11,7 @@ from advisor.compile_bill import compile_note
 from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
 from advisor.per_layer import LayerChoice
 from advisor.pick import Pick, pick_for_steps, speedup_over
+from advisor.precision_verdict import CANNOT_WIN, own_path, path_name
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.stats import Measurement
@@ -221,6 +222,14 @@ def precision_verdicts(results: list[TrialResult]) -> list[str]:
         check = r.precision_check
         if check is not None:
             seen.setdefault(check.own_path.label(), check.summary)
+    for r in results:
+        if r.status == "stopped" and r.reason and r.reason.startswith(CANNOT_WIN) and r.precision:
+            own = own_path(r.settings)
+            seen.setdefault(
+                own.label(),
+                f"{path_name(own, r.precision)}: not judged on this model: no candidate at it "
+                "could win (its training check is paid only for one that could be picked)",
+            )
     return list(seen.values())
 
 

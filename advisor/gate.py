@@ -38,7 +38,7 @@ from advisor.check import global_rel_error, max_rel_error
 from advisor.knobs import Settings, precision_of
 from advisor.layer_check import LayerCheck, LayerVerdict
 from advisor.precision_check import Fp32Runs, check_precision
-from advisor.precision_verdict import PrecisionCheck, PrecisionCheckSettings
+from advisor.precision_verdict import PrecisionCheck, PrecisionCheckSettings, own_path, path_name
 from advisor.space import SearchSpace
 from advisor.workload import Workload
 
@@ -220,13 +220,7 @@ class Gate:
     def precision(self, settings: Settings) -> str:
         return precision_of(settings, self.device, self.param_dtype)
 
-    @staticmethod
-    def own_path(settings: Settings) -> Settings:
-        """PyTorch's own path at the candidate's precision: its autocast or TF32 flags, native
-        kernels, contiguous."""
-        if settings.amp != "off":
-            return Settings(amp=settings.amp)
-        return Settings(tf32=settings.tf32, cpu_fp32=settings.cpu_fp32)
+    own_path = staticmethod(own_path)
 
     def _yardstick(self, settings: Settings) -> Errors | None:
         """How far PyTorch's own path at the candidate's precision is from the fp32 reference."""
@@ -274,6 +268,16 @@ class Gate:
     def checks(self) -> list[PrecisionCheck]:
         return list(self._checks.values())
 
+    def judged(self, settings: Settings) -> bool:
+        """Whether the candidate's precision needs no training check here: the fp32 class,
+        PyTorch's default on the device, or a precision judged already."""
+        own = self.own_path(settings)
+        return (
+            self.precision(settings) == "fp32"
+            or own == Settings()
+            or own.model_dump_json() in self._checks
+        )
+
     def precision_check(
         self, settings: Settings, deadline: float | None = None
     ) -> PrecisionCheck | None:
@@ -293,7 +297,7 @@ class Gate:
                     "as what PyTorch does anyway",
                 )  # fmt: skip
             else:
-                self._checks[key] = check_precision(self.workload, own, _path_name(own, precision),
+                self._checks[key] = check_precision(self.workload, own, path_name(own, precision),
                                                     self.device, self.mode,
                                                     self.space.precision_check, self.seed,
                                                     deadline, self._fp32_runs)  # fmt: skip
@@ -326,15 +330,6 @@ class Gate:
     def check_layers(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
         """The worst conv layer of `cand` run alone against float64 (`advisor.layer_check`)."""
         return self.layers.check(cand, convs)
-
-
-def _path_name(own: Settings, precision: str) -> str:
-    """What a precision verdict calls PyTorch's own path at that precision."""
-    if own.cpu_fp32 == "bf16":
-        return "bf16 fp32 convs (oneDNN)"
-    if own.tf32 == "on" and own.amp == "off":
-        return "tf32 convs and matmuls"
-    return precision
 
 
 def round_up(x: float) -> str:

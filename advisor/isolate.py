@@ -15,6 +15,7 @@ prints there (at import, in its factories, in forward) never reaches a caller's 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import signal
 import time
@@ -228,10 +229,10 @@ class IsolatedEvaluator:
         if why is not None:
             return self._failed(settings, why)
         assert self._conn is not None
-        race_ms = race.limit_ms if race is not None else None
+        race_kw = dataclasses.asdict(race) if race is not None else None
         known = list(self._known.values())
         try:
-            self._conn.send(("evaluate", settings.model_dump_json(), race_ms, time_left_s, known))
+            self._conn.send(("evaluate", settings.model_dump_json(), race_kw, time_left_s, known))
         except (BrokenPipeError, OSError):
             return self._crashed(settings)
         # A precision not judged yet on this model is judged in this trial (a short training

@@ -9,11 +9,38 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.knobs import Settings
 
-__all__ = ["OUT_OF_TIME", "PrecisionCheck", "PrecisionCheckSettings"]
+__all__ = [
+    "CANNOT_WIN",
+    "OUT_OF_TIME",
+    "PrecisionCheck",
+    "PrecisionCheckSettings",
+    "own_path",
+    "path_name",
+]
 
 
 # the reason of a trial stopped because the run's budget ran out before its precision check ended
 OUT_OF_TIME = "the budget ran out during its precision check"
+# how the reason of a trial stopped unjudged begins: measured in full at a precision not judged
+# yet, it could not win the pick, so its training check was not paid (`stats.Race.judge_below_ms`)
+CANNOT_WIN = "cannot win"
+
+
+def own_path(settings: Settings) -> Settings:
+    """PyTorch's own path at the candidate's precision: its autocast or TF32 flags, native
+    kernels, contiguous."""
+    if settings.amp != "off":
+        return Settings(amp=settings.amp)
+    return Settings(tf32=settings.tf32, cpu_fp32=settings.cpu_fp32)
+
+
+def path_name(own: Settings, precision: str) -> str:
+    """What a precision verdict calls PyTorch's own path at that precision."""
+    if own.cpu_fp32 == "bf16":
+        return "bf16 fp32 convs (oneDNN)"
+    if own.tf32 == "on" and own.amp == "off":
+        return "tf32 convs and matmuls"
+    return precision
 
 
 class PrecisionCheckSettings(BaseModel):

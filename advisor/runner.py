@@ -31,6 +31,7 @@ from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
 from advisor.precision_check import CheckOutOfTime
+from advisor.precision_verdict import CANNOT_WIN
 from advisor.results import Status, TrialResult
 from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
@@ -209,6 +210,7 @@ def _evaluate(
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
+    judge_below = race.judge_below_ms if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
     for case, ref in enumerate(gate.cases):
@@ -264,6 +266,9 @@ def _evaluate(
             return _failed(settings, failure, precision)
         if lost is not None:
             return _stopped(settings, precision, per_shape, workload, lost)
+    unjudged = _cannot_win_unjudged(gate, settings, per_shape, workload, judge_below)
+    if unjudged is not None:
+        return _stopped(settings, precision, per_shape, workload, unjudged)
     status: Status = "ok"
     reason = rejected_by = None
     try:
@@ -306,6 +311,27 @@ def _evaluate(
         peak_memory_mb=peak,
         first_call_peak_mb=memory.first_call_mb,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
+    )
+
+
+def _cannot_win_unjudged(
+    gate: Gate,
+    settings: Settings,
+    per_shape: list[Measurement],
+    workload: Workload,
+    judge_below_ms: float | None,
+) -> str | None:
+    """Why a candidate at a precision not judged yet is stopped before its training check is
+    paid (`Race.judge_below_ms`), or None: measured in full, it cannot win the pick."""
+    if judge_below_ms is None or gate.judged(settings):
+        return None
+    m = combine(per_shape, [c.weight for c in workload.shape_cases])
+    if m.ci_low_ms <= judge_below_ms:
+        return None
+    return (
+        f"{CANNOT_WIN}: {m.ci_low_ms:.3f} ms at best, slower than the best accepted candidate's "
+        f"{judge_below_ms:.3f} ms; {gate.precision(settings)} not judged on this model (its "
+        "training check is paid only for a candidate that could be picked)"
     )
 
 

@@ -28,6 +28,7 @@ from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
 from advisor.precision_verdict import PrecisionCheckSettings
+from advisor.stats import Race
 from advisor.timing import TimingPolicy
 
 SPACE_SCHEMA_VERSION: Literal[1] = 1
@@ -149,6 +150,12 @@ class SearchSpace(BaseModel):
         """Where racing stops a candidate: the best accepted candidate's CI upper end, plus
         `min_gain`, times `race_margin`."""
         return leader_ci_high_ms * (1 + self.min_gain) * self.race_margin
+
+    def race_against(self, leader_ci_high_ms: float) -> Race:
+        """The race a candidate runs against the best accepted one so far: stopped beyond
+        `race_limit_ms`; at a precision not judged yet, not judged when it cannot win."""
+        return Race(self.race_limit_ms(leader_ci_high_ms),
+                    judge_below_ms=leader_ci_high_ms * (1 + self.min_gain))  # fmt: skip
 
     @field_validator("knobs")
     @classmethod

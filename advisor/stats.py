@@ -196,6 +196,12 @@ class Race:
     limit_ms: float
     alpha: float = 0.05
     min_samples: int = 5
+    # A candidate at a precision not judged yet on this model has its training check (seconds
+    # of training runs, advisor/precision_check.py) paid only when, measured in full, its
+    # interval's low end is at or below this: the best accepted candidate's CI upper end plus
+    # min_gain. Above it, it cannot win the pick (the leader only gets faster, and
+    # `advisor.retime.finalists` drops it by the same rule), so it is stopped unjudged.
+    judge_below_ms: float | None = None
 
     def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         counted = [w for w in warmups if w > 2 * self.limit_ms]

@@ -153,8 +153,8 @@ def worker_main(
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
         else:
-            _, settings_json, race_ms, time_left_s, known = msg
-            race = Race(race_ms) if race_ms is not None else None
+            _, settings_json, race_kw, time_left_s, known = msg
+            race = Race(**race_kw) if race_kw is not None else None
             settings = Settings.model_validate_json(settings_json)
             gate.know(PrecisionCheck.model_validate_json(j) for j in known)
             try:

@@ -42,7 +42,6 @@ from advisor.search.study import (
     trial_params,
 )
 from advisor.space import SearchSpace
-from advisor.stats import Race
 from advisor.workload import Workload
 
 log = logging.getLogger("advisor")
@@ -143,7 +142,7 @@ def _run(
         if space.race and not plan.multi and settings != default:
             leader = _best_accepted(study, options.max_memory_mb, default)
             if leader is not None and leader.measurement is not None:
-                race = Race(space.race_limit_ms(leader.measurement.ci_high_ms))
+                race = space.race_against(leader.measurement.ci_high_ms)
         raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
         if raw.precision_check is not None and raw.precision_check.own_path != Settings():
             # Judged once per precision per model: kept with the study for every later

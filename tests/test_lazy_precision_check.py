@@ -1,0 +1,107 @@
+"""A precision's training check (seconds of training runs) is paid only for a candidate at it that
+could still win the pick: one measured in full whose interval lies above the best accepted
+candidate's (plus min_gain) is stopped unjudged, in this process and in a worker alike.
+
+Whether bf16 is fast on this CPU does not matter here: the leader's time is set by the test (a
+limit no real step can be under, or one every step is under)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from advisor.advice import precision_verdicts
+from advisor.evaluators import InProcessEvaluator
+from advisor.isolate import IsolatedEvaluator
+from advisor.knobs import Settings
+from advisor.layer_spec import layer_spec
+from advisor.precision_verdict import CANNOT_WIN
+from advisor.runner import Gate, evaluate
+from advisor.space import SearchSpace
+from advisor.stats import Race
+from advisor.timing import TimingPolicy
+from advisor.workload import layer_workload
+
+CPU = torch.device("cpu")
+QUICK = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=5, max_time_s=0.05)
+SPACE = SearchSpace(name="t", knobs={}, precision_check={"steps": 8, "batches": 2})
+BF16 = Settings(amp="bf16")
+# no step takes a nanosecond (every candidate is slower than such a leader); none takes an hour
+UNBEATABLE = Race(limit_ms=1e9, judge_below_ms=1e-6)
+BEATABLE = Race(limit_ms=1e9, judge_below_ms=3.6e6)
+
+
+def _workload():  # noqa: ANN202 - a layer workload
+    return layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8"))
+
+
+def test_a_candidate_that_cannot_win_is_not_judged_and_one_that_can_is() -> None:
+    w = _workload()
+    gate = Gate(w, CPU, "train", SPACE)
+    r = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=UNBEATABLE)
+    assert r.status == "stopped" and r.reason is not None and r.reason.startswith(CANNOT_WIN), r
+    assert "bf16 not judged" in r.reason
+    assert r.measurement is not None and len(r.measurement.samples_ms) >= 3  # timed in full
+    assert r.precision_check is None and gate.checks == []  # no training run was paid
+    # the fp32 class needs no check: a slow fp32 candidate is gated as before, never stopped
+    fp32 = evaluate(w, Settings(memory_format="channels_last"), CPU, "train", SPACE, gate,
+                    policy=QUICK, race=UNBEATABLE)  # fmt: skip
+    assert fp32.status in ("ok", "rejected") and fp32.rel_error is not None, fp32
+    # one that could win is judged, once
+    judged = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=BEATABLE)
+    assert judged.status in ("ok", "rejected") and judged.precision_check is not None, judged
+    assert len(gate.checks) == 1
+    # once judged, a candidate at that precision is gated whatever its speed (the verdict is
+    # known: nothing left to save)
+    again = evaluate(w, BF16.model_copy(update={"memory_format": "channels_last"}), CPU, "train",
+                     SPACE, gate, policy=QUICK, race=UNBEATABLE)  # fmt: skip
+    assert again.status in ("ok", "rejected") and again.precision_check is not None, again
+    assert len(gate.checks) == 1
+
+
+def test_without_a_leader_every_precision_is_judged() -> None:
+    """The first candidates (no accepted leader yet, no race) are judged as before."""
+    w = _workload()
+    gate = Gate(w, CPU, "train", SPACE)
+    r = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK)
+    assert r.status in ("ok", "rejected") and r.precision_check is not None, r
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_the_rule_holds_in_a_worker_process(isolate: bool) -> None:
+    """The race crosses the pipe whole: a worker applies the same rule."""
+    w = _workload()
+    ev = (
+        IsolatedEvaluator(w.info, CPU, "train", SPACE, timeout_s=120.0)
+        if isolate
+        else InProcessEvaluator(w, CPU, "train", SPACE)
+    )
+    try:
+        r = ev(BF16, race=UNBEATABLE)
+        assert r.status == "stopped" and r.reason is not None, r
+        assert r.reason.startswith(CANNOT_WIN) and r.precision_check is None
+        judged = ev(BF16, race=BEATABLE)
+        assert judged.precision_check is not None, judged
+    finally:
+        ev.close()
+
+
+def test_the_advice_says_a_precision_was_not_judged_and_why() -> None:
+    w = _workload()
+    gate = Gate(w, CPU, "train", SPACE)
+    stopped = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=UNBEATABLE)
+    lines = precision_verdicts([stopped])
+    assert len(lines) == 1 and lines[0].startswith("bf16: not judged on this model")
+    # a verdict measured for the same precision in the run is what the advice says
+    judged = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=BEATABLE)
+    assert judged.precision_check is not None
+    assert precision_verdicts([stopped, judged]) == [judged.precision_check.summary]
+
+
+def test_the_search_races_against_the_leader_with_the_finalists_rule() -> None:
+    """The search's race: stopped beyond the margin; unjudged above the leader's CI upper end plus
+    min_gain, the bound `advisor.retime.finalists` drops a candidate at."""
+    space = SearchSpace(name="t", knobs={}, min_gain=0.02, race_margin=1.5)
+    race = space.race_against(10.0)
+    assert race.judge_below_ms == pytest.approx(10.2)
+    assert race.limit_ms == pytest.approx(10.2 * 1.5)
