@@ -12,10 +12,12 @@ next to the noise between two mini-batches, which SGD lives with. So, in train m
   parameter moved by `teacher_noise` x its RMS (computed once, in fp32);
 - `steps` optimiser steps (Adam, `lr`) from the same initial weights, batches in turn; the loss
   is the relative squared error to the teacher, summed over outputs;
-- runs: the fp32 reference; fp32 with the inputs moved by `jitter` (relative): the model's own
-  run-to-run sensitivity; fp32 on other batches of the same kind (and their teacher targets):
-  the mini-batch noise SGD lives with; and the precision through PyTorch's own path (autocast,
-  the GradScaler for fp16, the TF32 or oneDNN flags);
+- runs: the fp32 reference; fp32 on other batches of the same kind (and their teacher targets):
+  the mini-batch noise SGD lives with; optionally (`jitter_runs`, 0 by default) fp32 with the
+  inputs moved by `jitter` (relative): the model's own run-to-run sensitivity, 11-7,000 times
+  smaller than the mini-batch noise on every network and draw measured
+  (benchmarks/results/check_cost_cpu.md); and the precision through PyTorch's own path
+  (autocast, the GradScaler for fp16, the TF32 or oneDNN flags);
 - the gap of a run is the largest difference of its loss from the reference's at any step,
   relative to the reference's starting loss; the **band** is the largest gap of the fp32 runs.
   The precision is accepted when its losses stay finite and its gap is within `band_factor` x
