@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 from advisor import __version__
 from advisor.compile_bill import compile_note
 from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
+from advisor.knobs import Settings
 from advisor.per_layer import LayerChoice
 from advisor.pick import Pick, pick_for_steps, speedup_over
-from advisor.precision_verdict import CANNOT_WIN, own_path, path_name
+from advisor.precision_verdict import OUT_OF_TIME, own_path, path_name
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.stats import Measurement
@@ -222,14 +223,19 @@ def precision_verdicts(results: list[TrialResult]) -> list[str]:
         check = r.precision_check
         if check is not None:
             seen.setdefault(check.own_path.label(), check.summary)
-    for r in results:
-        if r.status == "stopped" and r.reason and r.reason.startswith(CANNOT_WIN) and r.precision:
-            own = own_path(r.settings)
-            seen.setdefault(
-                own.label(),
-                f"{path_name(own, r.precision)}: not judged on this model: no candidate at it "
-                "could win (its training check is paid only for one that could be picked)",
-            )
+    for r in results:  # a precision whose every candidate stopped before it was judged
+        own = own_path(r.settings)
+        if r.status != "stopped" or r.precision in (None, "fp32") or own == Settings():
+            continue
+        why = (
+            "the budget ran out during its training check"
+            if r.reason == OUT_OF_TIME
+            else "no candidate at it could win (slower than the best: its training check is "
+            "paid only for one that could be picked)"
+        )
+        seen.setdefault(
+            own.label(), f"{path_name(own, r.precision)}: not judged on this model: {why}"
+        )
     return list(seen.values())
 
 

@@ -15,7 +15,7 @@ from advisor.evaluators import InProcessEvaluator
 from advisor.isolate import IsolatedEvaluator
 from advisor.knobs import Settings
 from advisor.layer_spec import layer_spec
-from advisor.precision_verdict import CANNOT_WIN
+from advisor.precision_verdict import CANNOT_WIN, OUT_OF_TIME
 from advisor.runner import Gate, evaluate
 from advisor.space import SearchSpace
 from advisor.stats import Race
@@ -91,7 +91,20 @@ def test_the_advice_says_a_precision_was_not_judged_and_why() -> None:
     gate = Gate(w, CPU, "train", SPACE)
     stopped = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=UNBEATABLE)
     lines = precision_verdicts([stopped])
-    assert len(lines) == 1 and lines[0].startswith("bf16: not judged on this model")
+    assert lines == [
+        "bf16: not judged on this model: no candidate at it could win (slower than the best: "
+        "its training check is paid only for one that could be picked)"
+    ]
+    # raced out (the sign test), or out of budget mid-check: said the same way; an fp32
+    # candidate stopped by the race has no precision to judge
+    raced = stopped.model_copy(update={"reason": "stopped after 5 samples: slower than ..."})
+    late = stopped.model_copy(update={"reason": OUT_OF_TIME})
+    slow_fp32 = raced.model_copy(update={"settings": Settings(memory_format="channels_last"),
+                                         "precision": "fp32"})  # fmt: skip
+    assert precision_verdicts([raced, slow_fp32]) == lines
+    assert precision_verdicts([late]) == [
+        "bf16: not judged on this model: the budget ran out during its training check"
+    ]
     # a verdict measured for the same precision in the run is what the advice says
     judged = evaluate(w, BF16, CPU, "train", SPACE, gate, policy=QUICK, race=BEATABLE)
     assert judged.precision_check is not None

@@ -83,8 +83,13 @@ def _check_each_point_once(study: optuna.Study, points: int) -> int:
 
 
 def test_two_workers_share_a_study_then_advise_collects(tmp_path: Path, study_prefix: str) -> None:
-    # In-process trials keep this test short; isolation has its own tests.
-    args = (*LAYER, "--device", "cpu", "--space", GRID8, "--storage", URL,
+    # In-process trials keep this test short; isolation has its own tests. Each point warms up
+    # for half a second: with the grid's own timing the eight points took about 3 s, and once in
+    # a full suite run the second worker, released at the same instant, was not at its first
+    # trial before the first worker had measured them all.
+    space = tmp_path / "grid8_slow.yaml"
+    space.write_text(Path(GRID8).read_text().replace("warmup_s: 0.0", "warmup_s: 0.5"))
+    args = (*LAYER, "--device", "cpu", "--space", str(space), "--storage", URL,
             "--study-name", study_prefix, "--in-process")  # fmt: skip
     workers = start_together(tmp_path, [["worker", *args]] * 2)
     outs = [w.communicate(timeout=180) for w in workers]
