@@ -278,8 +278,8 @@ def fp32_runs(
 ) -> Fp32Runs:
     """The reference run, at the largest learning rate (lr, lr/10, lr/100) at which fp32 itself
     trains steadily (at too high a rate, e.g. MobileNetV3-Small with Adam at 1e-3, the loss climbs
-    tenfold and every run's gap is noise), and the band's fp32 runs: jittered inputs, other
-    batches of the same kind."""
+    tenfold and every run's gap is noise), and the band's fp32 runs: other batches of the same
+    kind (`batch_runs`), jittered inputs (`jitter_runs`)."""
     batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
     targets = _targets(workload, batches, device, mode, cfg, seed)
     rates = (cfg.lr, cfg.lr / 10, cfg.lr / 100)

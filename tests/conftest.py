@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -71,6 +74,17 @@ def fast_space() -> str:
 @pytest.fixture
 def small_model_file() -> str:
     return str(DATA / "tiny_cnn.py")
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A benchmark script imported as module `name`, for testing its functions (registered in
+    sys.modules first: a dataclass in it looks its module up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_env() -> dict[str, str]:

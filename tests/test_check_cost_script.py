@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "check_cost.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_cost_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "check_cost_under_test")
 
 
 def test_a_row_per_draw_with_each_band_runs_gap_and_the_widest(tmp_path: Path) -> None:

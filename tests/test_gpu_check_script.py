@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -23,10 +24,7 @@ def test_without_a_gpu_it_says_so_in_one_line() -> None:
 
 
 def test_the_report_names_the_environment_and_every_step() -> None:
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(SCRIPT, "gpu_check_under_test")
     env = {"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_gb": 79.1,
            "driver": "580.1", "cuda": "13.0", "cudnn": 91000, "torch": "2.11.0",
            "triton": "3.6.0", "python": "3.12.3"}  # fmt: skip

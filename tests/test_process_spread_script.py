@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,17 +10,14 @@ import pytest
 
 from advisor.config import load_config
 from advisor.workload import workload_from_info
+from tests.conftest import load_script
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _script() -> ModuleType:
     sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("spread_under_test", BENCH / "process_spread.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "process_spread.py", "spread_under_test")
 
 
 def test_its_config_rebuilds_the_model(tmp_path: Path) -> None:

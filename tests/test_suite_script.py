@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,18 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "suite.py"
 
 
 def _suite() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("suite_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # puts benchmarks/ on sys.path for suite_models
-    return module
+    return load_script(SCRIPT, "suite_under_test")  # puts benchmarks/ on sys.path for suite_models
 
 
 @pytest.mark.slow

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 from types import ModuleType
+
+from tests.conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "advise_walltime.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("walltime_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "walltime_under_test")
 
 
 def test_pick_labels_name_settings_and_counted_layers() -> None:

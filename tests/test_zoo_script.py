@@ -14,18 +14,15 @@ from types import ModuleType
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "zoo.py"
 TINY = ROOT / "tests" / "data" / "tiny_cnn.py"
 
 
 def _zoo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("zoo_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks the module up
-    spec.loader.exec_module(module)  # puts benchmarks/ on sys.path for fresh_retime
-    return module
+    return load_script(SCRIPT, "zoo_under_test")  # puts benchmarks/ on sys.path for fresh_retime
 
 
 def _table(text: str) -> list[list[str]]:
