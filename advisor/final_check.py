@@ -18,7 +18,9 @@ workload no other process can rebuild (a live model) or an in-process run is che
 process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
 a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
 torch thread, and the change must win there too. Its time comes out of the run's budget
-(`budget.budget_plan` reserves it); it always gets at least 5 rounds.
+(`budget.budget_plan` reserves it); it always gets at least 5 rounds. For a model file, the
+fresh process is started beside the probe and loads the file while the probe does
+(`FreshProcess`): it runs nothing else before the check, which then costs its timing only.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import torch
 
 from advisor.candidate import Mode
 from advisor.config import FinalCheck
-from advisor.errors import first_line
+from advisor.errors import AdvisorError, first_line
 from advisor.machine_load import CpuUsage
 from advisor.probe import receive
 from advisor.results import TrialResult
@@ -48,7 +50,7 @@ from advisor.streams import fd_stdout_to_stderr
 from advisor.timing import TimingPolicy, interleave
 from advisor.workload import Workload
 
-__all__ = ["CheckFailed", "check_policy", "final_check", "measure_pair"]
+__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair"]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
@@ -140,54 +142,122 @@ def final_check(
     fresh: bool,
     busy: bool,
     timeout_s: float,
+    spare: FreshProcess | None = None,
 ) -> FinalCheck:
     """The check of `winner` against `baseline` (see the module's docstring): in a fresh process
-    when `fresh` (the workload must be recreatable), else here. Raises CheckFailed with the
-    reason when it cannot be made (the process fails, crashes or takes over `timeout_s`)."""
+    when `fresh` (the workload must be recreatable; `spare`, a `FreshProcess` started early
+    that loaded it, when there is one), else here. Raises CheckFailed with the reason when it
+    cannot be made (the process fails, crashes or takes over `timeout_s`)."""
     pair = [baseline, winner]
     if not fresh:
         try:
             return check_here(workload, pair, device, mode, policy, busy, "this process")
         except (RuntimeError, torch.OutOfMemoryError) as e:
             raise CheckFailed(first_line(e, with_type=False)) from None
-    from advisor.worker_process import main_hidden
-
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    args = (child, workload.info.model_dump_json(), str(device), mode,
-            [r.model_dump_json() for r in pair], dataclasses.asdict(policy), busy)  # fmt: skip
-    proc: Any = ctx.Process(target=_child, args=args, daemon=True)
-    with main_hidden(), fd_stdout_to_stderr():
-        proc.start()
-    child.close()
+    info = workload.info.model_dump_json()
+    proc = spare if spare is not None and spare.ready(0.0) is None else None
+    if proc is None:
+        proc = FreshProcess(("info", info))
+        why = proc.ready(STARTUP_S)
+        if why is not None:
+            proc.close()
+            raise CheckFailed(why)
     try:
-        msg = receive(parent, proc, STARTUP_S + timeout_s)
+        return proc.check(info, device, mode, pair, policy, busy, timeout_s)
     finally:
-        proc.join(timeout=5)  # it ends after its reply
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-        parent.close()
-    if isinstance(msg, tuple) and msg[0] == "checked":
-        return FinalCheck.model_validate_json(msg[1])
-    if isinstance(msg, tuple) and msg[0] == "error":
-        raise CheckFailed(msg[1])
-    if msg == "timeout":
-        raise CheckFailed(f"did not finish within {STARTUP_S + timeout_s:g} s (killed)")
-    code = proc.exitcode
-    raise CheckFailed(f"its process ended (exit code {code})")
+        proc.close()
 
 
-def _child(
-    conn: Connection,
-    info_json: str,
-    device: str,
-    mode: Mode,
-    pair_json: list[str],
-    policy: dict[str, Any],
-    busy: bool,
-) -> None:
-    """The fresh process: load the workload, build both as `advisor.apply` does, check."""
+class FreshProcess:
+    """A fresh process for the final check: it loads the workload (a model file: its import,
+    its factories, one forward, as `advisor.apply`'s user's script does) and waits for the
+    check, running nothing else.
+
+    Started early, beside the probe (`service.run_advise`), it loads the model file while the
+    probe's child does: the check then pays neither an interpreter, torch's import nor the
+    model file's (MONAI's import alone takes 6 s on a 2-core CPU), only its own timing. Nothing
+    is timed while it loads: the run waits until it is ready (`ready`) before the first trial.
+    `source` is ("args", make_workload's arguments) or ("info", a workload info's JSON)."""
+
+    def __init__(self, source: tuple[str, Any]) -> None:
+        from advisor.worker_process import main_hidden
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc: Any = ctx.Process(target=_child, args=(child, source), daemon=True)
+        with main_hidden(), fd_stdout_to_stderr():
+            self.proc.start()
+        child.close()
+        self._state: str | None = "loading"  # None: ready; else why not ("loading" meanwhile)
+
+    def ready(self, timeout_s: float) -> str | None:
+        """None once the process has loaded the workload (waiting up to `timeout_s` for it);
+        else why it is not ready ("loading" while it still is)."""
+        if self._state == "loading":
+            if not self.proc.is_alive() and not self.conn.poll(0):
+                self._state = f"its process ended while loading (exit code {self.proc.exitcode})"
+            elif timeout_s > 0 or self.conn.poll(0):
+                msg = receive(self.conn, self.proc, timeout_s)
+                if msg == ("ready",):
+                    self._state = None
+                elif isinstance(msg, tuple) and msg[0] == "error":
+                    self._state = f"loading the workload failed: {msg[1]}"
+                elif msg == "dead":
+                    self._state = f"its process ended while loading (exit code {self._code()})"
+                elif msg != "timeout":
+                    self._state = f"unexpected message {msg!r}"
+                elif timeout_s >= STARTUP_S:
+                    self._state = f"loading did not finish within {timeout_s:g} s (killed)"
+        return self._state
+
+    def check(
+        self,
+        info_json: str,
+        device: torch.device,
+        mode: Mode,
+        pair: list[TrialResult],
+        policy: TimingPolicy,
+        busy: bool,
+        timeout_s: float,
+    ) -> FinalCheck:
+        """The check in this process (which must be ready); CheckFailed with the reason."""
+        job = ("check", info_json, str(device), mode, [r.model_dump_json() for r in pair],
+               dataclasses.asdict(policy), busy)  # fmt: skip
+        try:
+            self.conn.send(job)
+        except (OSError, BrokenPipeError):
+            raise CheckFailed(f"its process ended (exit code {self._code()})") from None
+        msg = receive(self.conn, self.proc, STARTUP_S + timeout_s)
+        self._state = "used"
+        if isinstance(msg, tuple) and msg[0] == "checked":
+            return FinalCheck.model_validate_json(msg[1])
+        if isinstance(msg, tuple) and msg[0] == "error":
+            raise CheckFailed(msg[1])
+        if msg == "timeout":
+            raise CheckFailed(f"did not finish within {STARTUP_S + timeout_s:g} s (killed)")
+        raise CheckFailed(f"its process ended (exit code {self._code()})")
+
+    def close(self) -> None:
+        """End the process: told to when it waits, killed when it is still busy (a load
+        that hangs in the user's code) or does not end at once."""
+        if self._state is None:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self.conn.send(None)
+            self.proc.join(timeout=2)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+        self._state = "closed"
+
+    def _code(self) -> int | None:
+        self.proc.join(timeout=5)
+        return self.proc.exitcode
+
+
+def _child(conn: Connection, source: tuple[str, Any]) -> None:
+    """The fresh process: load the workload, then (if asked) build both as `advisor.apply`
+    does and check."""
     from advisor.worker_process import die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
@@ -195,14 +265,35 @@ def _child(
     with contextlib.suppress(OSError):  # the user's prints never reach the parent's stdout
         sys.stdout.flush()
         os.dup2(2, 1)
+    from advisor.workload import workload_from_info
+    from advisor.workload_args import make_workload
+
+    kind, what = source
+    try:
+        workload = make_workload(**what) if kind == "args" else workload_from_info(json.loads(what))
+    except AdvisorError as e:  # already one line naming the problem
+        conn.send(("error", str(e)))
+        return
+    except BaseException as e:  # noqa: BLE001 - the user's code: any failure, one line
+        conn.send(("error", f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit)
+                   else first_line(e)))  # fmt: skip
+        return
+    conn.send(("ready",))
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        return
+    if msg is None:
+        return
+    _, info_json, device, mode, pair_json, policy, busy = msg
     try:
         from advisor.device_ops import cuda_ops
-        from advisor.workload import workload_from_info
 
+        if workload.info.model_dump_json() != info_json:  # loaded from other arguments
+            workload = workload_from_info(json.loads(info_json))
         dev = torch.device(device)
         if dev.type == "cuda":
             cuda_ops().make_current(dev)
-        workload = workload_from_info(json.loads(info_json))
         pair = [TrialResult.model_validate_json(j) for j in pair_json]
         check = check_here(workload, pair, dev, mode, TimingPolicy(**policy), busy,
                            "fresh process")  # fmt: skip

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -24,7 +24,7 @@ from advisor.config import FinalCheck
 from advisor.environment import resolve_device
 from advisor.errors import AdvisorError, first_line
 from advisor.evaluators import Evaluator, Lent
-from advisor.final_check import CheckFailed, check_policy, final_check
+from advisor.final_check import CheckFailed, FreshProcess, check_policy, final_check
 from advisor.global_state import global_state, restore_global_state
 from advisor.machine_load import BUSY_SHARE, CpuUsage, busy_warning
 from advisor.ownership import owner_id
@@ -52,6 +52,19 @@ from advisor.workload import (
 from advisor.workload_args import make_workload
 
 log = logging.getLogger("advisor")
+
+# How long, beyond the time the run has taken so far, the first trial waits for the final
+# check's process to finish loading: it loads beside the probe and the run's own load, so it is
+# nearly always ready by then; one that is not (a load that hangs) is ended, not waited for.
+SPARE_WAIT_S = 5.0
+
+
+@contextlib.contextmanager
+def _closing(proc: FreshProcess) -> Iterator[FreshProcess]:
+    try:
+        yield proc
+    finally:
+        proc.close()
 
 
 def per_layer_stage(
@@ -239,9 +252,14 @@ def run_advise(
     compiles = bool(compile_modes(sp, dev)[0])
     # Compiled candidates' caches are shared by the run's processes: a re-time or the final
     # check compiles warm from what a trial compiled cold.
-    with shared_measurement_cache() if compiles else contextlib.nullcontext():
-        probed = None
+    with contextlib.ExitStack() as stack:
+        if compiles:
+            stack.enter_context(shared_measurement_cache())
+        probed, spare = None, None
         if isolate and workload_args.get("model_file") is not None:
+            # The final check's fresh process loads the model file beside the probe (both
+            # isolated), so the check later pays for its timing only (final_check.FreshProcess).
+            spare = stack.enter_context(_closing(FreshProcess(("args", workload_args))))
             # The user's code runs here only after it ran once, isolated, under the trial
             # limit; the child that ran it goes on as the run's worker.
             probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
@@ -275,6 +293,9 @@ def run_advise(
         # costs an interpreter, torch's import and the model's set-up (about 4 s on 2 cores).
         evaluator = make_evaluator(workload, dev, sp, options)
         hand_over(probed, evaluator)
+        if spare is not None and spare.ready(SPARE_WAIT_S + time.perf_counter() - start):
+            spare.close()  # not loaded yet (or failed): the check starts its own, as it would
+            spare = None
         try:
             outcome = search(workload, dev, sp, options, evaluator=evaluator)
             trial_baseline = outcome.baseline
@@ -289,7 +310,7 @@ def run_advise(
         check, check_error = None, None
         if retime_error is None and unsettled is None:
             check, check_error = _final_check(workload, outcome, dev, sp, options, steps, plan,
-                                              share, notes)  # fmt: skip
+                                              share, notes, spare)  # fmt: skip
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
     share = usage.others_share()
     warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
@@ -359,6 +380,7 @@ def _final_check(
     plan: BudgetPlan,
     share: float | None,
     notes: list[str],
+    spare: FreshProcess | None = None,
 ) -> tuple[FinalCheck | None, str | None]:
     """The recommendation re-timed against the default where the user runs it (a fresh
     process for a recreatable workload in an isolated run; else this process): the check, or
@@ -390,6 +412,7 @@ def _final_check(
                 fresh=options.isolate and workload.info.recreatable,
                 busy=share is not None and share > BUSY_SHARE,
                 timeout_s=options.trial_timeout_s,
+                spare=spare,
             )  # fmt: skip
         except CheckFailed as e:
             log.warning("final check failed: %s", e)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import advisor
 from advisor.advice import build_advice
 from advisor.config import FinalCheck
 from advisor.environment import current_environment
-from advisor.final_check import check_policy, final_check
+from advisor.final_check import CheckFailed, FreshProcess, check_policy, final_check
 from advisor.knobs import Settings
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
@@ -120,3 +121,55 @@ def test_the_fresh_check_on_cuda_makes_the_device_current_and_times_with_events(
     log = [json.loads(line) for line in cuda_standin.read_text().splitlines()]
     child = {e["pid"] for e in log if e["call"] == "set_device"}
     assert len(child) == 1 and child <= {e["pid"] for e in log if e["call"] == "event"}
+
+
+@pytest.mark.slow
+def test_a_process_started_early_makes_the_check_as_a_fresh_one_would() -> None:
+    # Started beside the probe, it loads the model file and waits: it is still a fresh process
+    # (here channels_last is no faster: the model was built fewer than four times in it).
+    spare = FreshProcess(("args", {"model_file": WORN}))
+    try:
+        assert spare.ready(120) is None
+        workload = make_workload(model_file=WORN)
+        pair = [_r(Settings(), 50.0), _r(CL, 5.0)]
+        check = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
+                            timeout_s=120, spare=spare)  # fmt: skip
+        assert check.where == "fresh process" and not check.held, check
+        assert not spare.proc.is_alive()  # used once, then ended
+    finally:
+        spare.close()
+
+
+def test_a_spare_loads_the_workload_it_is_sent_when_it_loaded_another() -> None:
+    spare = FreshProcess(("args", {"model_file": str(DATA / "tiny_cnn.py")}))
+    try:
+        assert spare.ready(120) is None
+        info = make_workload(model_file=str(DATA / "tiny_cnn.py")).info
+        other = info.model_copy(update={"target": str(DATA / "no_such_model.py")})
+        with pytest.raises(CheckFailed, match="model file not found: .*no_such_model.py"):
+            spare.check(other.model_dump_json(), CPU, "infer",
+                        [_r(Settings(), 1.0), _r(CL, 1.0)], POLICY, False, 60)  # fmt: skip
+    finally:
+        spare.close()
+
+
+def test_a_spare_that_failed_to_load_is_replaced_by_a_process_of_the_checks_own() -> None:
+    spare = FreshProcess(("args", {"model_file": str(DATA / "no_such_model.py")}))
+    why = spare.ready(120)
+    assert why is not None and why.startswith("loading the workload failed: model file not found")
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    pair = [_r(Settings(), 1.0), _r(CL, 1.0)]
+    check = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
+                        timeout_s=120, spare=spare)  # fmt: skip
+    assert check.where == "fresh process" and check.rounds == 9
+    spare.close()
+
+
+def test_a_spare_whose_load_hangs_is_killed_not_waited_for(tmp_path: Path) -> None:
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import time\ntime.sleep(600)\n")
+    spare = FreshProcess(("args", {"model_file": str(hangs)}))
+    assert spare.ready(1.0) == "loading"  # still loading: the run goes on without it
+    start = time.monotonic()
+    spare.close()
+    assert time.monotonic() - start < 5 and not spare.proc.is_alive()

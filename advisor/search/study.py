@@ -166,8 +166,12 @@ def open_plan(
     impls = applicable_impls(workload, device)
     cands, dropped = candidates(space, device, impls, workload.param_dtype)
     # Cheap things first: the default, each single change, then combinations (a time budget
-    # that runs out has then measured what matters most; racing has a leader early).
-    cands = [cands[0], *sorted(cands[1:], key=lambda s: len(s.changes()))]
+    # that runs out has then measured what matters most; racing has a leader early). Among as
+    # many changes, autocast first: where a half precision is fast it is the largest win, and
+    # once it is judged and leads, a slower reduced precision (oneDNN's bf16 fp32 convs, TF32)
+    # cannot win and is not judged (`Race.judge_below_ms`); where it is slow it is raced out in
+    # a few samples.
+    cands = [cands[0], *sorted(cands[1:], key=lambda s: (len(s.changes()), s.amp == "off"))]
     if not workload.is_layer:
         # A model's implementations are chosen per layer after this search, not dropped.
         dropped = [d for d in dropped if not d.what.startswith("conv_impl=")]
