@@ -116,7 +116,7 @@ def test_a_first_call_past_the_budget_stops_a_raced_candidate(slow_impl: None) -
 
 def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
     """A bf16 candidate measured as the budget runs out is not judged on a half-done training
-    check (32 steps x several runs: seconds on a real model, past any budget's end): it stops,
+    check (16 steps x several runs: seconds on a real model, past any budget's end): it stops,
     unjudged and unpickable, the check is not kept, and with time left it is judged in full."""
     from advisor.layer_spec import layer_spec
     from advisor.precision_verdict import OUT_OF_TIME
