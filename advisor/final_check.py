@@ -29,9 +29,6 @@ import contextlib
 import dataclasses
 import json
 import multiprocessing as mp
-import os
-import signal
-import sys
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -42,7 +39,7 @@ from advisor.candidate import Mode
 from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
 from advisor.machine_load import CpuUsage
-from advisor.probe import receive
+from advisor.probe import receive, user_failure
 from advisor.results import TrialResult
 from advisor.retime import RetimeSession, retimed_results, rounds
 from advisor.stats import paired_speedup
@@ -258,13 +255,9 @@ class FreshProcess:
 def _child(conn: Connection, source: tuple[str, Any]) -> None:
     """The fresh process: load the workload, then (if asked) build both as `advisor.apply`
     does and check."""
-    from advisor.worker_process import die_with_parent
+    from advisor.worker_process import become_child
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    die_with_parent()
-    with contextlib.suppress(OSError):  # the user's prints never reach the parent's stdout
-        sys.stdout.flush()
-        os.dup2(2, 1)
+    become_child()
     from advisor.workload import workload_from_info
     from advisor.workload_args import make_workload
 
@@ -275,8 +268,7 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
         conn.send(("error", str(e)))
         return
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure, one line
-        conn.send(("error", f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit)
-                   else first_line(e)))  # fmt: skip
+        conn.send(("error", user_failure(e)))
         return
     conn.send(("ready",))
     try:

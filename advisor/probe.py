@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -27,9 +25,9 @@ from typing import Any
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
 from advisor.streams import fd_stdout_to_stderr
-from advisor.worker_process import die_with_parent, main_hidden, worker_main
+from advisor.worker_process import become_child, main_hidden, worker_main
 
-__all__ = ["ProbeChild", "hand_over", "probe_model", "receive"]
+__all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 
 
 @dataclass
@@ -127,12 +125,13 @@ def receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
     return "timeout"
 
 
+def user_failure(e: BaseException) -> str:
+    """One line for a failure of the user's code: the exit it called, or its first line."""
+    return f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else first_line(e)
+
+
 def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    die_with_parent()
-    with contextlib.suppress(OSError):  # the user's prints never reach the parent's stdout
-        sys.stdout.flush()
-        os.dup2(2, 1)
+    become_child()
     import torch
 
     from advisor.candidate import Candidate
@@ -156,10 +155,8 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
         del outputs
     except AdvisorError as e:  # already one line naming the problem
         reply = ("advisor_error", str(e))
-    except SystemExit as e:
-        reply = ("error", f"it called sys.exit({e.code!r})")
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
-        reply = ("error", first_line(e))
+        reply = ("error", user_failure(e))
     conn.send(reply)
     if reply != ("ok",):
         return

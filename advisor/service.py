@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -57,14 +57,6 @@ log = logging.getLogger("advisor")
 # check's process to finish loading: it loads beside the probe and the run's own load, so it is
 # nearly always ready by then; one that is not (a load that hangs) is ended, not waited for.
 SPARE_WAIT_S = 5.0
-
-
-@contextlib.contextmanager
-def _closing(proc: FreshProcess) -> Iterator[FreshProcess]:
-    try:
-        yield proc
-    finally:
-        proc.close()
 
 
 def per_layer_stage(
@@ -259,7 +251,7 @@ def run_advise(
         if isolate and workload_args.get("model_file") is not None:
             # The final check's fresh process loads the model file beside the probe (both
             # isolated), so the check later pays for its timing only (final_check.FreshProcess).
-            spare = stack.enter_context(_closing(FreshProcess(("args", workload_args))))
+            spare = stack.enter_context(contextlib.closing(FreshProcess(("args", workload_args))))
             # The user's code runs here only after it ran once, isolated, under the trial
             # limit; the child that ran it goes on as the run's worker.
             probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)

@@ -42,6 +42,18 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def become_child() -> None:
+    """What every child the advisor spawns does first: Ctrl-C is the parent's to handle, the
+    child dies with its parent, and the user's code prints as it likes but never on our stdout,
+    which may be someone's JSON. (The parent starts children with stdout on stderr already, so
+    prints at import time are covered too.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        os.dup2(2, 1)
+
+
 @contextlib.contextmanager
 def main_hidden() -> Iterator[None]:
     """Spawn would re-run the caller's main script in the worker (a training script run twice,
@@ -74,13 +86,7 @@ def worker_main(
     `pristine`: the global state to start every trial from, when this process ran user code
     before it became a worker (the probe's child); by default, the state found here at start.
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    die_with_parent()
-    # The user's code prints as it likes; our stdout may be someone's JSON. (The parent starts
-    # workers with stdout on stderr already, so prints at import time are covered too.)
-    with contextlib.suppress(OSError):
-        sys.stdout.flush()
-        os.dup2(2, 1)
+    become_child()
     from advisor.retime import RetimeSession, retime, retime_policy
     from advisor.runner import Gate, evaluate
     from advisor.workload import workload_from_info
