@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings  # noqa: E402
-from advisor.config import Config, config_schema, load_config, save_config  # noqa: E402
-from advisor.environment import Environment, current_environment  # noqa: E402
-from advisor.errors import AdvisorError  # noqa: E402
-from advisor.knobs import Settings  # noqa: E402
-from advisor.layer_spec import LayerSpec, layer_spec  # noqa: E402
+from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings
+from advisor.config import Config, config_schema, load_config, save_config
+from advisor.environment import Environment, current_environment
+from advisor.errors import AdvisorError
+from advisor.knobs import Settings
+from advisor.layer_spec import LayerSpec, layer_spec
+from advisor.version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,8 +74,8 @@ def advise(
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
     discards it first).
     """
+    from advisor.preflight import check_workload_sizes
     from advisor.service import run_advise  # the search engine: optuna and pandas load here
-    from advisor.sizes import check_workload_sizes
 
     # Absurd sizes are a one-line SpecError here, before anything is allocated.
     check_workload_sizes(

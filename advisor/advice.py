@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor import __version__
 from advisor.compile_bill import compile_note
 from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
 from advisor.knobs import Settings
@@ -16,6 +15,7 @@ from advisor.precision_verdict import OUT_OF_TIME, own_path, path_name
 from advisor.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.stats import Measurement
+from advisor.version import __version__
 from advisor.workload_info import WorkloadInfo
 
 if TYPE_CHECKING:

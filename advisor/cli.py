@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_advise(args: argparse.Namespace) -> int:
     from advisor.config import check_outputs, output_paths
+    from advisor.preflight import check_workload_sizes
     from advisor.progress import ProgressReporter
     from advisor.service import run_advise
-    from advisor.sizes import check_workload_sizes
     from advisor.streams import stdout_to_stderr
 
     check_workload_args(args)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["CudaOps", "Event", "cuda_ops", "placement"]
+__all__ = ["CudaOps", "Event", "autocast_type", "cuda_ops", "device_guard", "placement"]
 
 ENV = "ADVISOR_DEVICE_OPS"
 
@@ -133,3 +133,12 @@ def placement(device: torch.device) -> torch.device:
 def autocast_type(device: torch.device) -> str:
     """The device type for `torch.autocast` / `torch.amp.GradScaler` on `device`."""
     return cuda_ops().autocast_type(device) if device.type == "cuda" else device.type
+
+
+def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Make `device` the current CUDA device inside: CUDA events, streams and Triton launches use
+    the current device, so with `--device cuda:1` and nothing set they would time (and run on)
+    device 0. Nothing on other devices."""
+    if device.type == "cuda":
+        return cuda_ops().guard(device)
+    return contextlib.nullcontext()

@@ -1,25 +1,26 @@
 """Evaluators: what runs candidates. In this process (`InProcessEvaluator`) or in a worker
-subprocess with a time limit (`advisor.isolate.IsolatedEvaluator`); both satisfy `Evaluator`."""
+subprocess with a time limit (`advisor.isolate.IsolatedEvaluator`); both satisfy `Evaluator`.
+`new_evaluator` (advisor.make_evaluator) chooses one for a run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from advisor.candidate import Mode
+from advisor.global_state import global_state, restore_global_state
+from advisor.isolate import classify
 from advisor.knobs import Settings
 from advisor.precision_verdict import PrecisionCheck
 from advisor.results import TrialResult
+from advisor.retime import retime, retime_policy
 from advisor.runner import Gate, evaluate
 from advisor.space import SearchSpace
 from advisor.stats import Race
 from advisor.workload import Workload
 
-if TYPE_CHECKING:
-    from advisor.isolate import IsolatedEvaluator
-
-__all__ = ["Evaluator", "InProcessEvaluator", "Lent", "new_evaluator"]
+__all__ = ["Evaluator", "InProcessEvaluator", "Lent"]
 
 
 class Evaluator(Protocol):
@@ -56,8 +57,6 @@ class InProcessEvaluator:
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
-        from advisor.global_state import global_state, restore_global_state
-        from advisor.isolate import classify
 
         saved = global_state()
         try:
@@ -82,8 +81,6 @@ class InProcessEvaluator:
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in this process (advisor.retime)."""
-        from advisor.global_state import global_state, restore_global_state
-        from advisor.retime import retime, retime_policy
 
         saved = global_state()
         try:
@@ -138,29 +135,3 @@ class Lent:
 
     def close(self) -> None:
         self._evaluator.use(self._home)
-
-
-def new_evaluator(
-    workload: Workload,
-    device: torch.device,
-    space: SearchSpace,
-    mode: Mode,
-    *,
-    isolate: bool = False,
-    timeout_s: float = 600.0,
-) -> Evaluator:
-    """Isolated (a worker subprocess per candidate stream) where the workload can be rebuilt in a
-    worker and the user did not ask for in-process trials; in-process otherwise. On CUDA, with
-    both `cudnn_benchmark` values in the space, `True` gets a worker process of its own
-    (`advisor.benchmark_processes`)."""
-    from advisor.benchmark_processes import needs_split, split_by_benchmark
-    from advisor.isolate import IsolatedEvaluator
-
-    ev: InProcessEvaluator | IsolatedEvaluator
-    if isolate and workload.info.recreatable:
-        ev = IsolatedEvaluator(workload.info, device, mode, space, timeout_s)
-    else:
-        ev = InProcessEvaluator(workload, device, mode, space)
-    if needs_split(device, space):
-        return split_by_benchmark(ev, workload, device, space, mode, timeout_s)
-    return ev

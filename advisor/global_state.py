@@ -2,7 +2,8 @@
 
 A user's `forward` may call `torch.set_num_threads(1)`, switch deterministic algorithms on, leave
 autocast enabled or change the default dtype; without this, every later trial (and the re-time)
-would run under it. The flags the advisor sets itself go through `knobs.GlobalFlags`.
+would run under it. The flags the advisor sets itself go through `knobs.GlobalFlags`; this module puts them back
+too, with everything else a step could change.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from advisor.knobs import GlobalFlags
+from advisor.precision_flags import read_flags, write_flags
 
 __all__ = ["global_state", "restore_global_state"]
 
@@ -22,7 +23,7 @@ _AUTOCAST_DEVICES = ("cpu", "cuda")
 def global_state() -> dict[str, Any]:
     """Everything `restore_global_state` puts back, as plain values (comparable with ==)."""
     state: dict[str, Any] = {
-        **GlobalFlags.read(),
+        **read_flags(),
         "default_dtype": torch.get_default_dtype(),
         "grad_enabled": torch.is_grad_enabled(),
         "threads": torch.get_num_threads(),
@@ -49,7 +50,7 @@ def restore_global_state(saved: dict[str, Any]) -> None:
     now = global_state()
     if now == saved:
         return
-    GlobalFlags.write(saved)
+    write_flags(saved)
     torch.set_default_dtype(saved["default_dtype"])
     torch.set_grad_enabled(saved["grad_enabled"])
     if now["threads"] != saved["threads"]:

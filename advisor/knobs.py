@@ -51,7 +51,7 @@ class Settings(BaseModel):
             "bf16 products and fp32 sums: the CPU's TF32; CPUs with bf16 units only)."
         ),
     )
-    cudnn_benchmark: bool = Field(False, description="torch.backends.cudnn.benchmark")
+    cudnn_benchmark: bool = Field(False, description="cuDNN times its algorithms per shape")
     conv_impl: str = Field("native", description="implementation for conv layers not in `layers`")
     layers: dict[str, str] = Field(
         default_factory=dict, description="per-layer implementation: module name -> impl name"
@@ -190,7 +190,7 @@ def cpu_fp32_why_not(device: torch.device) -> str | None:
     if device.type != "cpu":
         return "CPU only"
     if not precision_flags.has_mkldnn_conv_precision():
-        return "this torch has no torch.backends.mkldnn.conv.fp32_precision"
+        return "this torch has no oneDNN conv fp32_precision setting"
     if not cpu_has_bf16_units():
         return "this CPU has no bf16 units (avx512_bf16 or amx_bf16): oneDNN would ignore it"
     return None
@@ -241,15 +241,8 @@ class GlobalFlags:
     def __init__(self) -> None:
         self._saved: dict[str, Any] | None = None
 
-    @staticmethod
-    def read() -> dict[str, Any]:
-        """The flags now: a summary (whether convs and matmuls may use TF32) and what it takes to
-        restore them exactly."""
-        return {
-            "tf32": {"conv": precision_flags.conv_tf32(), "matmul": precision_flags.matmul_tf32()},
-            "tf32_raw": precision_flags.read_raw(),
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        }
+    read = staticmethod(precision_flags.read_flags)
+    write = staticmethod(precision_flags.write_flags)
 
     @staticmethod
     def matmul_tf32() -> bool:
@@ -261,17 +254,6 @@ class GlobalFlags:
         """Whether TF32 is in force for fp32 convs: cuDNN's, and the conv implementations that
         replace them (Triton, unfold+GEMM), which follow this flag, not the matmul one."""
         return precision_flags.conv_tf32()
-
-    @staticmethod
-    def write(state: dict[str, Any]) -> None:
-        """Set the flags to a state `read()` returned (restored exactly) or `wanted()` made."""
-        if "tf32_raw" in state:
-            precision_flags.restore_raw(state["tf32_raw"])
-        elif state["tf32"] is not None:
-            precision_flags.write_tf32(state["tf32"]["conv"], state["tf32"]["matmul"])
-        if "mkldnn_conv" in state:
-            precision_flags.write_mkldnn_conv(state["mkldnn_conv"])
-        torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
 
     @staticmethod
     def wanted(settings: Settings, device: torch.device | None = None) -> dict[str, Any]:

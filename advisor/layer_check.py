@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from advisor import impls
-from advisor.candidate import Candidate, ConvInput, to_layout
+from advisor.candidate import Candidate, ConvInput, Mode, to_layout
 from advisor.check import global_rel_error, rel_error
 from advisor.device_ops import autocast_type, cuda_ops, placement
 from advisor.knobs import Settings
+from advisor.space import SearchSpace
 
-if TYPE_CHECKING:
-    from advisor.gate import Gate
-
-__all__ = ["LayerCheck", "LayerVerdict"]
+__all__ = ["GateContext", "LayerCheck", "LayerVerdict"]
 
 _CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate (CPU RAM)
 _CACHE_SHARE = 0.025  # on a GPU: this share of its memory, up to 2 GiB (a float64 conv on a
@@ -47,11 +45,25 @@ class LayerVerdict:
         return self.error <= self.tolerance
 
 
+class GateContext(Protocol):
+    """What a layer check needs of its gate (`gate.Gate` is one): where and how the candidates
+    run, and which precision class and own path a candidate has."""
+
+    device: torch.device
+    mode: Mode
+    seed: int
+    space: SearchSpace
+
+    def precision(self, settings: Settings) -> str: ...
+
+    def own_path(self, settings: Settings) -> Settings: ...
+
+
 class LayerCheck:
     """Each conv layer of a candidate alone against float64, for one gate: the float64
     references are kept (within a budget) for the candidates after the first."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: GateContext) -> None:
         self.gate = gate
         self._layer_refs: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
         self._layer_ref_bytes = 0

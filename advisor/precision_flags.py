@@ -26,10 +26,13 @@ import torch
 __all__ = [
     "conv_tf32",
     "has_mkldnn_conv_precision",
+    "cudnn_benchmark",
+    "read_flags",
     "matmul_tf32",
     "read_raw",
     "restore_raw",
     "write_mkldnn_conv",
+    "write_flags",
     "write_tf32",
 ]
 
@@ -172,3 +175,31 @@ def write_mkldnn_conv(value: str) -> None:
     node = _node("mkldnn.conv")
     if node is not None and node.fp32_precision != value:
         node.fp32_precision = value
+
+
+def read_flags() -> dict[str, Any]:
+    """The flags the advisor sets, now: a summary (whether convs and matmuls may use TF32) and
+    what it takes to restore them exactly."""
+    return {
+        "tf32": {"conv": conv_tf32(), "matmul": matmul_tf32()},
+        "tf32_raw": read_raw(),
+        "cudnn_benchmark": cudnn_benchmark(),
+    }
+
+
+def write_flags(state: dict[str, Any]) -> None:
+    """Set the flags to a state `read_flags()` returned (restored exactly) or one made of a
+    summary (`tf32`: None leaves TF32 as it is), `cudnn_benchmark` and optionally
+    `mkldnn_conv`."""
+    if "tf32_raw" in state:
+        restore_raw(state["tf32_raw"])
+    elif state["tf32"] is not None:
+        write_tf32(state["tf32"]["conv"], state["tf32"]["matmul"])
+    if "mkldnn_conv" in state:
+        write_mkldnn_conv(state["mkldnn_conv"])
+    torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
+
+
+def cudnn_benchmark() -> bool:
+    """Whether cuDNN times its algorithms per shape now (torch.backends.cudnn.benchmark)."""
+    return bool(torch.backends.cudnn.benchmark)

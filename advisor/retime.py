@@ -22,6 +22,7 @@ import torch
 from advisor.apply import Tuned
 from advisor.candidate import Candidate, Mode
 from advisor.compiled import inductor_caches, measurement_cache, recompile_guard
+from advisor.device_ops import device_guard
 from advisor.global_state import global_state, restore_global_state
 from advisor.knobs import GlobalFlags
 from advisor.results import TrialResult
@@ -30,7 +31,6 @@ from advisor.timing import (
     Clock,
     Sampler,
     TimingPolicy,
-    device_guard,
     interleave,
     l2_flusher,
     synchronize,

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from advisor.device_ops import cuda_ops
 from advisor.impls.base import ConvSignature
 
 
@@ -76,7 +77,7 @@ def roofline_fraction(time_s: float, flops: float, bytes: float, peaks: Peaks) -
 
 
 def _median_time(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = (lambda: cuda_ops().synchronize(device)) if device.type == "cuda" else (lambda: None)
     fn()  # warm-up: lazy init, allocator, library handles
     sync()
     times = []

@@ -26,7 +26,7 @@ from advisor.compiled import (
     recompile_reason,
     start_inductor,
 )
-from advisor.device_ops import cuda_ops
+from advisor.device_ops import cuda_ops, device_guard
 from advisor.errors import first_line
 from advisor.gate import Errors, Gate, compare, round_up
 from advisor.knobs import Settings
@@ -37,7 +37,6 @@ from advisor.space import SearchSpace
 from advisor.stats import Measurement, Race, combine
 from advisor.timing import (
     TimingPolicy,
-    device_guard,
     l2_flusher,
     measure,
     synchronize,

@@ -11,17 +11,15 @@ by launch latency or clock overhead.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
-from advisor.device_ops import cuda_ops, placement
+from advisor.device_ops import cuda_ops, device_guard, placement
 from advisor.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
@@ -30,15 +28,6 @@ Clock = Callable[[], float]
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         cuda_ops().synchronize(device)
-
-
-def device_guard(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Make `device` the current CUDA device while measuring: CUDA events, streams and Triton
-    launches use the current device, so with `--device cuda:1` and nothing set they would time
-    (and run on) device 0."""
-    if device.type == "cuda":
-        return cuda_ops().guard(device)
-    return contextlib.nullcontext()
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ def cli_worker(args: argparse.Namespace) -> int:
         )
     check_workload_args(args)
     from advisor.environment import resolve_device
+    from advisor.preflight import check_workload_sizes
     from advisor.probe import hand_over, probe_model
     from advisor.search import SearchOptions, make_evaluator, work
-    from advisor.sizes import check_workload_sizes
     from advisor.space import load_space, with_tolerances
     from advisor.streams import stdout_to_stderr
     from advisor.workload_args import make_workload

@@ -158,8 +158,8 @@ def test_cudnn_benchmark_values_never_share_a_process(
     # candidate in a process that ran the same convs without it never benchmarks (gpu_audit #4).
     # Each value gets its own process, references included; finalists of both kinds are
     # re-timed in rounds, each sample taken where its finalist lives.
-    from advisor.evaluators import new_evaluator
     from advisor.knobs import Settings
+    from advisor.make_evaluator import new_evaluator
     from advisor.space import load_space
     from advisor.workload_args import make_workload
 

@@ -8,7 +8,8 @@ import pytest
 import advisor
 from advisor.errors import SpecError
 from advisor.layer_spec import layer_spec, parse_layer_call
-from advisor.sizes import check_workload_sizes, format_bytes
+from advisor.preflight import check_workload_sizes
+from advisor.sizes import format_bytes
 
 
 def test_format_bytes() -> None:

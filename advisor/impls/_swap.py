@@ -92,8 +92,8 @@ def _swapped_forward(
 
 
 def _rebuild(original: type[nn.Module], impl_name: str) -> nn.Module:
-    if impl_name not in _FORWARDS:
-        import advisor.impls  # noqa: F401  (registers every implementation's forward)
+    # Unpickling imports this module, and so the `advisor.impls` package first, which registers
+    # every built-in implementation's forward.
     cls = swapped_class(original, impl_name)
     return cls.__new__(cls)
 

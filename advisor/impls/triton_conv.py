@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from advisor.device_ops import cuda_ops, device_guard
 from advisor.impls._swap import (
     SwappingImpl,
     cast_for_autocast,
@@ -36,7 +37,6 @@ from advisor.impls.triton_loader import (
     triton_import_problem,
 )
 from advisor.impls.unfold_gemm import is_channels_last
-from advisor.timing import device_guard
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_GRID_YZ = 65535  # CUDA limit on grid axes 1 and 2
@@ -173,7 +173,8 @@ def _grad_input(
 def _split_count(p: int, base_programs: int, device: torch.device) -> int:
     """How many ways to split the grad-weight reduction so the GPU has enough programs."""
     if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        ops = cuda_ops()
+        sms = ops.properties(ops.index_of(device)).multi_processor_count
         want = max(1, (4 * sms) // max(base_programs, 1))
         return max(1, min(want, p // 1024, 128))
     # Interpreter: split in two whenever there is enough work, so the split path is exercised.
@@ -382,7 +383,7 @@ class TritonImpl(SwappingImpl):
             return "triton runs on CPU tensors only under TRITON_INTERPRET=1 (for testing)"
         if device.type not in ("cpu", "cuda"):
             return f"triton kernels need a CUDA device, not {device.type}"
-        if device.type == "cuda" and not torch.cuda.is_available():
+        if device.type == "cuda" and not cuda_ops().is_available():
             return "CUDA is not available"
         problem = kernels_problem(interpreting())
         if problem is not None:

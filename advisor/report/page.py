@@ -273,7 +273,7 @@ def _plot_html(plots: Plots, name: str) -> str:
 
 
 def render_html(data: ReportData, plots: Plots, png_names: dict[str, str]) -> str:
-    from advisor import __version__
+    from advisor.version import __version__
 
     files = ", ".join(png_names.values())
     sections = [

@@ -14,8 +14,9 @@ import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from advisor.errors import AdvisorError, StorageError
-from advisor.evaluators import Evaluator, new_evaluator
+from advisor.evaluators import Evaluator
 from advisor.knobs import Settings
+from advisor.make_evaluator import new_evaluator
 from advisor.ownership import owner_id
 from advisor.pick import pareto_front
 from advisor.precision_verdict import OUT_OF_TIME, PrecisionCheck
