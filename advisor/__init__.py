@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings
 from advisor.config import Config, config_schema, load_config, save_config
-from advisor.environment import Environment, current_environment
+from advisor.device.environment import Environment, current_environment
 from advisor.errors import AdvisorError
 from advisor.knobs import Settings
-from advisor.layer_spec import LayerSpec, layer_spec
 from advisor.version import __version__
+from advisor.workload.layer_spec import LayerSpec, layer_spec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,8 +74,8 @@ def advise(
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
     discards it first).
     """
-    from advisor.preflight import check_workload_sizes
     from advisor.service import run_advise  # the search engine: optuna and pandas load here
+    from advisor.workload.preflight import check_workload_sizes
 
     # Absurd sizes are a one-line SpecError here, before anything is allocated.
     check_workload_sizes(

@@ -6,17 +6,17 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor.compile_bill import compile_note
 from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
 from advisor.knobs import Settings
-from advisor.per_layer import LayerChoice
-from advisor.pick import Pick, pick_for_steps, speedup_over
-from advisor.precision_verdict import OUT_OF_TIME, own_path, path_name
-from advisor.results import TrialResult
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
 from advisor.search import SearchOutcome
-from advisor.stats import Measurement
+from advisor.search.compile_bill import compile_note
+from advisor.search.pick import Pick, pick_for_steps, speedup_over
+from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
-from advisor.workload_info import WorkloadInfo
+from advisor.workload.info import WorkloadInfo
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -217,7 +217,7 @@ def rejected_faster(results: list[TrialResult], chosen: TrialResult) -> list[str
 
 
 def precision_verdicts(results: list[TrialResult]) -> list[str]:
-    """How each reduced precision was judged on this model, once each (advisor.precision_check)."""
+    """How each reduced precision was judged on this model, once each (advisor.gate.precision)."""
     seen: dict[str, str] = {}
     for r in results:
         check = r.precision_check

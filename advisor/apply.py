@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from advisor import impls
-from advisor.allocator import settle_cpu_allocator
 from advisor.compiled import compile_model
 from advisor.config import Config, load_config
-from advisor.device_ops import autocast_type, cuda_ops, placement
-from advisor.environment import current_environment, resolve_device
+from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.environment import current_environment, resolve_device
+from advisor.device.ops import autocast_type, cuda_ops, placement
 from advisor.errors import first_line
 from advisor.knobs import GlobalFlags, Settings, memory_format_for
 

@@ -81,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_advise(args: argparse.Namespace) -> int:
     from advisor.config import check_outputs, output_paths
-    from advisor.preflight import check_workload_sizes
-    from advisor.progress import ProgressReporter
+    from advisor.execute.streams import stdout_to_stderr
+    from advisor.report.progress import ProgressReporter
     from advisor.service import run_advise
-    from advisor.streams import stdout_to_stderr
+    from advisor.workload.preflight import check_workload_sizes
 
     check_workload_args(args)
     out = Path(args.out)
@@ -129,14 +129,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from advisor.describe import describe_config
+    from advisor.report.describe import describe_config
 
     print(describe_config(args.config))
     return 0
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from advisor.describe import describe_env, env_dict
+    from advisor.report.describe import describe_env, env_dict
 
     if args.json:
         print(json.dumps(env_dict(args.device), indent=2))

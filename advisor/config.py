@@ -14,10 +14,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from advisor.environment import Environment
+from advisor.device.environment import Environment
 from advisor.errors import ConfigError, OutputError, first_line, validation_message
 from advisor.knobs import Settings
-from advisor.workload_info import WorkloadInfo, parse_info
+from advisor.workload.info import WorkloadInfo, parse_info
 
 CONFIG_SCHEMA_VERSION: Final = 1
 
@@ -143,7 +143,7 @@ class Config(BaseModel):
     mode: Literal["infer", "train"]
     settings: Settings
     environment: Environment
-    # The workload's info as JSON (advisor.workload_info) plus the study's name; kept a plain
+    # The workload's info as JSON (advisor.workload.info) plus the study's name; kept a plain
     # mapping in the file so configs of any workload kind load. Typed: `workload_info`.
     workload: dict[str, Any]
     space: str

@@ -14,8 +14,8 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from advisor import precision_flags
-from advisor.device_ops import cuda_ops
+from advisor.device import flags
+from advisor.device.ops import cuda_ops
 
 MemoryFormat = Literal["contiguous", "channels_last"]
 Tf32 = Literal["off", "conv", "on"]
@@ -185,11 +185,11 @@ def compile_why_not(mode: str, device: torch.device) -> str | None:
 def cpu_fp32_why_not(device: torch.device) -> str | None:
     """Where oneDNN's bf16 fp32 convs cannot run: on a GPU, on a torch without the setting, and
     on a CPU without bf16 units (oneDNN then ignores the setting: nothing to measure)."""
-    from advisor.environment import cpu_has_bf16_units
+    from advisor.device.environment import cpu_has_bf16_units
 
     if device.type != "cpu":
         return "CPU only"
-    if not precision_flags.has_mkldnn_conv_precision():
+    if not flags.has_mkldnn_conv_precision():
         return "this torch has no oneDNN conv fp32_precision setting"
     if not cpu_has_bf16_units():
         return "this CPU has no bf16 units (avx512_bf16 or amx_bf16): oneDNN would ignore it"
@@ -232,7 +232,7 @@ def precision_of(
 class GlobalFlags:
     """Sets TF32 and cudnn.benchmark for a Settings, remembering the old values to restore.
 
-    TF32 goes through `advisor.precision_flags`: written with PyTorch's legacy setters, which keep
+    TF32 goes through `advisor.device.flags`: written with PyTorch's legacy setters, which keep
     the new `fp32_precision` values in step, so every reader works afterwards (`torch.compile`,
     Lightning); the saved state is put back exactly. On a CPU device TF32 is not applicable and
     its flags are left as they are.
@@ -241,19 +241,19 @@ class GlobalFlags:
     def __init__(self) -> None:
         self._saved: dict[str, Any] | None = None
 
-    read = staticmethod(precision_flags.read_flags)
-    write = staticmethod(precision_flags.write_flags)
+    read = staticmethod(flags.read_flags)
+    write = staticmethod(flags.write_flags)
 
     @staticmethod
     def matmul_tf32() -> bool:
         """Whether TF32 is in force for fp32 matmuls (Triton's tl.dot follows it); never raises."""
-        return precision_flags.matmul_tf32()
+        return flags.matmul_tf32()
 
     @staticmethod
     def conv_tf32() -> bool:
         """Whether TF32 is in force for fp32 convs: cuDNN's, and the conv implementations that
         replace them (Triton, unfold+GEMM), which follow this flag, not the matmul one."""
-        return precision_flags.conv_tf32()
+        return flags.conv_tf32()
 
     @staticmethod
     def wanted(settings: Settings, device: torch.device | None = None) -> dict[str, Any]:

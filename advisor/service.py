@@ -17,39 +17,39 @@ from typing import Any, TypeVar
 import torch
 
 from advisor.advice import Advice, build_advice
-from advisor.budget import BudgetPlan, budget_notes, budget_plan
-from advisor.compile_stage import compile_candidates, run_compile_stage
 from advisor.compiled import shared_measurement_cache
 from advisor.config import FinalCheck
-from advisor.environment import resolve_device
+from advisor.device.environment import resolve_device
+from advisor.device.global_state import global_state, restore_global_state
 from advisor.errors import AdvisorError, first_line
-from advisor.evaluators import Evaluator, Lent
-from advisor.final_check import CheckFailed, FreshProcess, check_policy, final_check
-from advisor.global_state import global_state, restore_global_state
-from advisor.machine_load import BUSY_SHARE, CpuUsage, busy_warning
-from advisor.ownership import owner_id
-from advisor.per_layer import (
-    LayerChoice,
-    choose_layer_impls,
-    layers_map,
-)
-from advisor.pick import pick_final, pick_for_steps
-from advisor.probe import hand_over, probe_model
-from advisor.results import TrialResult
-from advisor.retime import finalists
+from advisor.execute.evaluators import Evaluator, Lent
+from advisor.execute.ownership import owner_id
+from advisor.execute.probe import hand_over, probe_model
+from advisor.execute.retime import finalists
+from advisor.measure.machine_load import BUSY_SHARE, CpuUsage, busy_warning
+from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
-from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
-from advisor.storage import (
+from advisor.search.pick import pick_final, pick_for_steps
+from advisor.search.storage import (
     FinalCheckRecord,
     LayerStore,
     RetimeRecord,
     SharedRecord,
     open_storage,
 )
-from advisor.workload import (
+from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
+from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
+from advisor.stages.compiling import compile_candidates, run_compile_stage
+from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.stages.per_layer import (
+    LayerChoice,
+    choose_layer_impls,
+    layers_map,
+)
+from advisor.workload.args import make_workload
+from advisor.workload.build import (
     Workload,
 )
-from advisor.workload_args import make_workload
 
 log = logging.getLogger("advisor")
 
@@ -382,7 +382,7 @@ def _final_check(
         return None, None
     if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
         # One process cannot time it against the default: cuDNN's plan cache ignores the flag
-        # (advisor/benchmark_processes.py), so the re-time compared them a process each.
+        # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
         notes.append(
             "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
             "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "

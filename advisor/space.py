@@ -27,9 +27,9 @@ from pydantic import (
 from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
-from advisor.precision_verdict import PrecisionCheckSettings
-from advisor.stats import Race
-from advisor.timing import TimingPolicy
+from advisor.measure.stats import Race
+from advisor.measure.timing import TimingPolicy
+from advisor.measure.verdict import PrecisionCheckSettings
 
 SPACE_SCHEMA_VERSION: Literal[1] = 1
 
@@ -54,7 +54,7 @@ class Tolerances(BaseModel):
 
 
 class GateSettings(BaseModel):
-    """How the model-level tolerance is calibrated on the model itself (see advisor/gate.py)."""
+    """How the model-level tolerance is calibrated on the model itself (see advisor/gate/numeric.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     perturbations: int = Field(
@@ -124,7 +124,7 @@ class SearchSpace(BaseModel):
     precision_check: PrecisionCheckSettings = Field(
         PrecisionCheckSettings(),
         description="whether a reduced precision trains like fp32 on the model "
-        "(advisor/precision_check.py)",
+        "(advisor/gate/precision.py)",
     )
     timing: TimingSettings = TimingSettings()
     min_gain: float = Field(
@@ -357,7 +357,7 @@ def candidates(
 def compile_modes(space: SearchSpace, device: torch.device) -> tuple[list[str], list[Dropped]]:
     """The torch.compile modes the space lists that mean something on `device` (in the space's
     order, "off" left out), and those left out, why. They are tried after the eager search, on
-    the best eager settings (`advisor.compile_stage`), not crossed with every eager candidate."""
+    the best eager settings (`advisor.stages.compiling`), not crossed with every eager candidate."""
     modes, dropped = [], []
     for mode in space.knobs.get("compile", []):
         if mode == "off":

@@ -28,13 +28,13 @@ def cli_worker(args: argparse.Namespace) -> int:
             "(many machines), or a sqlite:/// file or journal path (one machine)"
         )
     check_workload_args(args)
-    from advisor.environment import resolve_device
-    from advisor.preflight import check_workload_sizes
-    from advisor.probe import hand_over, probe_model
+    from advisor.device.environment import resolve_device
+    from advisor.execute.probe import hand_over, probe_model
+    from advisor.execute.streams import stdout_to_stderr
     from advisor.search import SearchOptions, make_evaluator, work
     from advisor.space import load_space, with_tolerances
-    from advisor.streams import stdout_to_stderr
-    from advisor.workload_args import make_workload
+    from advisor.workload.args import make_workload
+    from advisor.workload.preflight import check_workload_sizes
 
     device = resolve_device(args.device)
     space = with_tolerances(load_space(args.space, device), tolerance_overrides(args))

@@ -103,7 +103,7 @@ def _shorten(label: str) -> str:
 
 
 def _environment_line(device: str) -> str:
-    from advisor.environment import current_environment
+    from advisor.device.environment import current_environment
 
     env = current_environment(device)
     return (

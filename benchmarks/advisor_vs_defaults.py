@@ -76,7 +76,7 @@ def main() -> int:
         + ", ".join(f"{k}={v}" for k, v in everything_on(args.device).items())
         + ". Plain PyTorch: the untouched model in a bare loop in its own fresh process, without "
         "`advisor.apply` (on a CPU, apply also settles glibc malloc, as every measurement does: "
-        "see advisor/allocator.py); advisor vs plain is what a user's script gains from "
+        "see advisor/device/allocator.py); advisor vs plain is what a user's script gains from "
         "`advisor.apply` as a whole.",
         "",
         "| case | mode | input | advisor's pick | plain PyTorch ms | default ms | advisor ms "

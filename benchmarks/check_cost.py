@@ -1,7 +1,7 @@
 """What the training check's fp32 side costs, and which of its runs sets the band.
 
 For each model and input draw, the fp32 side of a precision's training check
-(`advisor.precision_check.fp32_runs`: the learning-rate probe, the reference, and the band's
+(`advisor.gate.precision.fp32_runs`: the learning-rate probe, the reference, and the band's
 runs) is trained with every band run the space allows switched on (`--jitter-runs`,
 `--batch-runs`), and timed. The table shows its seconds, the learning rate the reference kept,
 each band run's gap (its largest loss difference from the reference per pass, over the
@@ -29,10 +29,10 @@ sys.path[:0] = [p for p in (str(HERE), str(ROOT)) if p not in sys.path]
 
 from zoo import MODELS  # noqa: E402
 
-from advisor.environment import current_environment  # noqa: E402
-from advisor.precision_check import _gap, fp32_runs  # noqa: E402
+from advisor.device.environment import current_environment  # noqa: E402
+from advisor.gate.precision import _gap, fp32_runs  # noqa: E402
 from advisor.space import load_space  # noqa: E402
-from advisor.workload import model_workload  # noqa: E402
+from advisor.workload.build import model_workload  # noqa: E402
 
 DEFAULT_MODELS = [m.name for m in MODELS if not m.cuda_only]
 

@@ -1,8 +1,8 @@
 """Does a ranking measured on a busy CPU hold? PyTorch's default against channels_last, in one
-process, interleaved and paired by round (`advisor.timing.sample_interleaved`,
-`advisor.stats.paired_speedup`), at 2 torch threads and at 1, with the machine as it is
+process, interleaved and paired by round (`advisor.measure.timing.sample_interleaved`,
+`advisor.measure.stats.paired_speedup`), at 2 torch threads and at 1, with the machine as it is
 ("ambient") and with one busy loop per core started beside it. Other processes' share of the CPU
-is measured for every condition (`advisor.machine_load`).
+is measured for every condition (`advisor.measure.machine_load`).
 
     python benchmarks/contention.py --model benchmarks/models/resnet18.py --mode infer \
         --out benchmarks/results/contention_cpu.md
@@ -31,13 +31,13 @@ sys.path[:0] = [p for p in (str(ROOT),) if p not in sys.path]
 def run(model: str, mode: str, budget_s: float, reps: int) -> list[dict[str, Any]]:
     import torch
 
-    from advisor.allocator import settle_cpu_allocator
-    from advisor.candidate import Candidate
+    from advisor.device.allocator import settle_cpu_allocator
     from advisor.knobs import Settings
-    from advisor.machine_load import CpuUsage
-    from advisor.stats import Measurement, paired_speedup
-    from advisor.timing import Sampler, sample_interleaved
-    from advisor.workload_args import make_workload
+    from advisor.measure.candidate import Candidate
+    from advisor.measure.machine_load import CpuUsage
+    from advisor.measure.stats import Measurement, paired_speedup
+    from advisor.measure.timing import Sampler, sample_interleaved
+    from advisor.workload.args import make_workload
 
     settle_cpu_allocator()
     workload = make_workload(model_file=model)

@@ -28,10 +28,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import impls, roofline  # noqa: E402
-from advisor.allocator import settle_cpu_allocator  # noqa: E402
+from advisor import impls  # noqa: E402
+from advisor.device.allocator import settle_cpu_allocator  # noqa: E402
 from advisor.impls.base import ConvSignature  # noqa: E402
-from advisor.timing import Sampler, sample_interleaved  # noqa: E402
+from advisor.measure import roofline
+from advisor.measure.timing import Sampler, sample_interleaved  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Used by advisor_vs_defaults.py, model_retime.py and zoo.py. The child process rebuilds the
 workload from the config, applies each variant with `advisor.apply` to its own copy of the model
 (same weights), compares outputs and gradients with the untuned fp32 model, then times the steps
-with the advisor's one interleaving sampler (`advisor.timing.sample_interleaved`: rounds A B C,
+with the advisor's one interleaving sampler (`advisor.measure.timing.sample_interleaved`: rounds A B C,
 C B A, ...) so drift hits every variant alike. Returns, per variant, the median, IQR and 95% CI
 of its samples, the samples, and the errors.
 
@@ -13,7 +13,7 @@ untouched model under PyTorch's default settings, wrapped in `torch.compile(mode
 the rival's baseline. Its first call (with
 max-autotune on CUDA, its first three: compilation, autotuning, CUDA-graph capture) is timed apart
 as `compile_s` / `first3_s` and kept out of the samples. The model is called as the workload says
-(positional and keyword inputs: advisor.model_file's convention); dropout is seeded alike before
+(positional and keyword inputs: advisor.workload.model_file's convention); dropout is seeded alike before
 every error check.
 
     python benchmarks/fresh_retime.py tuned.json train cpu '{"default": {}, "advisor": {...}}'
@@ -61,7 +61,7 @@ def retime_variants(
 
     With `plain`, also time PyTorch untouched ("plain") in a second fresh process: the model and
     a bare training/inference loop, without `advisor.apply` and so without its CPU allocator
-    settling (see advisor/allocator.py): what a user's script gets before it applies anything.
+    settling (see advisor/device/allocator.py): what a user's script gets before it applies anything.
     """
     args = [str(config), mode, device, json.dumps(variants), str(rounds), str(min_run_time_s)]
     out = _run([*args], timeout_s, env)
@@ -100,7 +100,7 @@ def _rival(variant: dict[str, Any]) -> bool:
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
-    from advisor.stats import Measurement
+    from advisor.measure.stats import Measurement
 
     m = Measurement(samples_ms=samples)
     return {
@@ -117,9 +117,9 @@ def _plain_child(argv: list[str]) -> dict[str, Any]:
     import torch
 
     from advisor.config import load_config
-    from advisor.runner import flatten_tensors
-    from advisor.timing import TimingPolicy, measure
-    from advisor.workload import workload_from_info
+    from advisor.execute.runner import flatten_tensors
+    from advisor.measure.timing import TimingPolicy, measure
+    from advisor.workload.build import workload_from_info
 
     cfg_path, mode, device, _variants, rounds, min_run = argv
     dev = torch.device(device)
@@ -143,7 +143,7 @@ def _plain_child(argv: list[str]) -> dict[str, Any]:
     budget = float(min_run) * int(rounds)
     # Warm up for a quarter of the budget: a fresh process's first calls (thread pools, lazy
     # init) are not the steady state. glibc's page faults on large buffers are: they recur on
-    # every call until a large block is freed (advisor/allocator.py), so warming up keeps them.
+    # every call until a large block is freed (advisor/device/allocator.py), so warming up keeps them.
     policy = TimingPolicy(
         warmup_runs=3,
         warmup_s=budget / 4,
@@ -164,13 +164,13 @@ def _child(argv: list[str]) -> dict[str, Any]:
     import torch
 
     import advisor
-    from advisor.allocator import settle_cpu_allocator
     from advisor.config import load_config
+    from advisor.device.allocator import settle_cpu_allocator
     from advisor.errors import first_line
+    from advisor.execute.runner import flatten_tensors
     from advisor.knobs import GlobalFlags, Settings
-    from advisor.runner import flatten_tensors
-    from advisor.timing import Sampler, sample_interleaved, synchronize
-    from advisor.workload import workload_from_info
+    from advisor.measure.timing import Sampler, sample_interleaved, synchronize
+    from advisor.workload.build import workload_from_info
 
     warnings.simplefilter("ignore")
     settle_cpu_allocator()  # every variant timed from the allocator state of a training loop
@@ -290,6 +290,9 @@ def _child(argv: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) >= 2 else 2)
     if sys.argv[1] == "--plain":
         print(json.dumps(_plain_child(sys.argv[2:])))
     else:

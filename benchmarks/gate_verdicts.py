@@ -1,9 +1,9 @@
 """The advisor's numeric gate, verdict by verdict, over several input draws of real networks.
 
-For each model and each input seed, the gate (`advisor.gate.Gate`, as `advisor advise` builds it
+For each model and each input seed, the gate (`advisor.gate.numeric.Gate`, as `advisor advise` builds it
 from a space) judges: exact-fp32 channels_last, bf16 autocast, bf16 + channels_last, and two conv
 implementations that are wrong on purpose (weights off by 1e-3 relative; one kernel tap dropped,
-from tests/plugins/faulty_impls.py); the bf16 column's training check (advisor/precision_check.py:
+from tests/plugins/faulty_impls.py); the bf16 column's training check (advisor/gate/precision.py:
 its largest loss gap against the fp32 band) is shown beside. Then the two negative controls of
 that check (tests/data/below_bf16.py in bf16, tests/data/fp16_overflow.py in fp16), which must be
 rejected on every draw. A verdict that changes with the seed is the lottery this gate exists to
@@ -25,11 +25,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from advisor.execute.runner import Gate, evaluate  # noqa: E402
 from advisor.knobs import Settings  # noqa: E402
-from advisor.runner import Gate, evaluate  # noqa: E402
+from advisor.measure.timing import TimingPolicy  # noqa: E402
 from advisor.space import load_space  # noqa: E402
-from advisor.timing import TimingPolicy  # noqa: E402
-from advisor.workload import model_workload  # noqa: E402
+from advisor.workload.build import model_workload  # noqa: E402
 
 MODELS = ["relu_bn_block", "resnet18", "mobilenet_v3_small", "monai_unet3d"]
 # Negative controls of the training check: (model file, the precision it must reject).

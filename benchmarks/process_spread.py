@@ -6,7 +6,7 @@ interval, and the change is recommended when that interval excludes 1.0x. If fre
 the same model disagree beyond those intervals (memory layout, thread pools, the allocator's
 state differ from process to process), a small win can be recommended by one run and refused by
 the next. This script measures that spread: per process, the speedup (default median / change
-median) with the advisor's conservative interval (`advisor.stats.speedup`), and whether the
+median) with the advisor's conservative interval (`advisor.measure.stats.speedup`), and whether the
 interval excludes 1.0x.
 
     python benchmarks/process_spread.py --models relu_bn_block small_cnn --processes 6 \
@@ -35,9 +35,9 @@ def _config(model: Path, mode: str, device: str, into: Path) -> Path:
 
     import advisor
     from advisor.config import Config, save_config
-    from advisor.environment import current_environment
+    from advisor.device.environment import current_environment
     from advisor.knobs import Settings
-    from advisor.workload import model_workload
+    from advisor.workload.build import model_workload
 
     cfg = Config(
         advisor_version=advisor.__version__,
@@ -51,7 +51,7 @@ def _config(model: Path, mode: str, device: str, into: Path) -> Path:
 
 
 def _speedup(default: dict[str, Any], change: dict[str, Any]) -> tuple[float, float, float]:
-    from advisor.stats import Measurement, speedup
+    from advisor.measure.stats import Measurement, speedup
 
     return speedup(
         Measurement(samples_ms=default["samples_ms"]), Measurement(samples_ms=change["samples_ms"])
@@ -114,7 +114,7 @@ def render(data: dict[str, Any], started: str, argv: str) -> str:
         "",
         f"Change: `{json.dumps(data['change'])}`, mode {data['mode']}, device {data['device']}. "
         "Each process: default and change interleaved (fresh_retime.py); speedup = default "
-        "median / change median, interval from the two 95% CIs (advisor.stats.speedup), as the "
+        "median / change median, interval from the two 95% CIs (advisor.measure.stats.speedup), as the "
         "advisor's pick rule uses it.",
         "",
         "| model | per process: speedup [interval] | median | min-max | excludes 1.0x |",

@@ -69,7 +69,7 @@ def _env_job(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import advisor
-    from advisor.roofline import precision_peaks
+    from advisor.measure.roofline import precision_peaks
 
     dev = torch.device(job["device"])
     env = advisor.current_environment(dev).model_dump(mode="json")
@@ -149,8 +149,8 @@ def _time_job(job: dict[str, Any]) -> dict[str, Any]:
     train = case.mode == "train"
     if not cuda:
         # The glibc malloc state every advisor measurement and advisor.apply use (see
-        # advisor/allocator.py): put every configuration there alike.
-        from advisor.allocator import settle_cpu_allocator
+        # advisor/device/allocator.py): put every configuration there alike.
+        from advisor.device.allocator import settle_cpu_allocator
 
         settle_cpu_allocator()
     model = case.make_model(quick).train(train)
@@ -271,7 +271,7 @@ def _conv_types() -> tuple[type, ...]:
 
 def worker_main(job_text: str) -> int:
     job = json.loads(job_text)
-    from advisor.allocator import settle_cpu_allocator
+    from advisor.device.allocator import settle_cpu_allocator
 
     settle_cpu_allocator()  # CPU runs: timed from the allocator state of a training loop
     jobs = {"env": _env_job, "advise": _advise_job, "time": _time_job}
@@ -322,7 +322,7 @@ def conv_stats(case: Any, quick: bool) -> list[list[float]]:
     import torch
 
     from advisor.impls.base import ConvSignature
-    from advisor.roofline import conv_flops, conv_min_bytes
+    from advisor.measure.roofline import conv_flops, conv_min_bytes
 
     train = case.mode == "train"
     rows: list[list[float]] = []
@@ -489,7 +489,7 @@ def run_case(
 
 
 def _ms(samples: list[float]) -> str:
-    from advisor.stats import Measurement
+    from advisor.measure.stats import Measurement
 
     m = Measurement(samples_ms=samples)
     return f"{m.median_ms:.3f} ms (IQR {m.iqr_ms:.3f}, {len(samples)} samples)"
@@ -508,7 +508,7 @@ TITLES = {
 
 
 def _stats(cfg: dict[str, Any]) -> tuple[float, float] | None:
-    from advisor.stats import Measurement
+    from advisor.measure.stats import Measurement
 
     if not cfg.get("samples_ms"):
         return None
@@ -529,7 +529,7 @@ def _flop(x: float) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    from advisor.stats import Measurement, clearly_faster
+    from advisor.measure.stats import Measurement, clearly_faster
 
     env, opts = data["environment"], data["options"]
     cuda = env.get("device_type") == "cuda"
@@ -676,7 +676,7 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Gap = advisor's pick / exhaustive best - 1, both re-timed in fresh processes (above 0: "
         "the pick is slower). 'Beyond noise' = faster by at least 2% with Mann-Whitney p < 0.05 "
-        "on the re-timed samples (`advisor.stats.clearly_faster`).",
+        "on the re-timed samples (`advisor.measure.stats.clearly_faster`).",
         "",
         "| case | advisor's pick | advisor ms | exhaustive best | gap | beat the advisor beyond "
         "noise | advise s | compile s |",

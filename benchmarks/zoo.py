@@ -18,8 +18,8 @@ For each model and mode:
    its first call recorded as `first_call_s`). Each
    variant's outputs (and gradients in train mode) are compared with the untuned fp32 model.
 3. a row: the advise wall time, the pick, the speedups with 95% intervals (from both medians'
-   CIs, `advisor.stats.speedup`), the pick's numeric error, the pick against torch.compile; a
-   note where other processes used over 10% of the CPU during the row (`advisor.machine_load`)
+   CIs, `advisor.measure.stats.speedup`), the pick's numeric error, the pick against torch.compile; a
+   note where other processes used over 10% of the CPU during the row (`advisor.measure.machine_load`)
    or the advisor's final check kept the default.
 
 Models: on a CPU the pure-PyTorch ones in benchmarks/models/ (resnet18, mobilenet_v3_small,
@@ -74,7 +74,7 @@ sys.path[:0] = [p for p in (str(HERE), str(ROOT)) if p not in sys.path]
 
 from fresh_retime import compile_variant, everything_on, retime_variants  # noqa: E402
 
-from advisor.machine_load import BUSY_SHARE, CpuUsage  # noqa: E402
+from advisor.measure.machine_load import BUSY_SHARE, CpuUsage  # noqa: E402
 
 MODES = ("infer", "train")
 # What is re-timed. default and the pick always are: every ratio is against one of them.
@@ -147,7 +147,7 @@ def _cpu_model() -> str:
 def missing(model: ZooModel) -> str | None:
     """Why the model cannot be built here (a package it imports is missing), or None."""
     from advisor.errors import ModelFileError
-    from advisor.model_file import build_model
+    from advisor.workload.model_file import build_model
 
     try:
         build_model(model.path)
@@ -279,7 +279,7 @@ def _shown_path(path: Path) -> str:
 
 
 def _measurement(v: dict[str, Any] | None) -> Any:
-    from advisor.stats import Measurement
+    from advisor.measure.stats import Measurement
 
     if not v or not v.get("samples_ms"):
         return None
@@ -288,7 +288,7 @@ def _measurement(v: dict[str, Any] | None) -> Any:
 
 def speedup_of(base: dict[str, Any] | None, other: dict[str, Any] | None) -> list[float] | None:
     """base time / other time with its 95% interval: above 1, `other` is faster."""
-    from advisor.stats import speedup
+    from advisor.measure.stats import speedup
 
     b, o = _measurement(base), _measurement(other)
     if b is None or o is None:
@@ -367,7 +367,7 @@ def render(data: dict[str, Any]) -> str:
         "the samples). Plain = the untouched model in a bare loop in its own fresh process, "
         "without `advisor.apply` (which on a CPU also settles glibc malloc). Speedups are "
         "baseline time / time, above 1.00x faster, with a 95% interval from both medians' CIs "
-        "(`advisor.stats.speedup`); `advise's own estimate` is the pick vs default the advisor "
+        "(`advisor.measure.stats.speedup`); `advise's own estimate` is the pick vs default the advisor "
         "measured during its search. Errors: outputs / parameter gradients relative to the "
         "untuned fp32 model.",
         "",

@@ -103,7 +103,7 @@ def quickstart() -> nbformat.NotebookNode:
         ),
         new_code_cell(
             "from rich.console import Console\n\n"
-            "from advisor.progress import summary_tables\n\n"
+            "from advisor.report.progress import summary_tables\n\n"
             "console = Console(width=120)\n"
             "for table in summary_tables(advice):\n"
             "    console.print(table)\n"
@@ -113,7 +113,7 @@ def quickstart() -> nbformat.NotebookNode:
             "## 3. Save the config\n\nJSON, validated on load; `settings` may be edited by hand."
         ),
         new_code_cell(
-            "from advisor.describe import describe_config\n\n"
+            "from advisor.report.describe import describe_config\n\n"
             "path = advice.save('tuned.json')\n"
             "print(describe_config(str(path)))"
         ),

@@ -16,7 +16,7 @@ from tests.conftest import run_env
 _LAUNCHER = """
 import contextlib, pathlib, sys, time
 import optuna, sqlalchemy, torch
-import advisor.cli, advisor.search, advisor.service, advisor.storage, advisor.worker
+import advisor.cli, advisor.search, advisor.service, advisor.search.storage, advisor.worker
 with contextlib.suppress(ImportError):
     import psycopg
 ready, go = map(pathlib.Path, sys.argv[1:3])

@@ -16,7 +16,7 @@ from hypothesis import settings
 
 import advisor
 from advisor.config import Config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.knobs import Settings
 
 # Property tests explore fixed example sequences: CI must not fail on a new random draw.
@@ -98,8 +98,8 @@ def run_env() -> dict[str, str]:
 def cuda_standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The advisor talks to the CPU stand-in for CUDA (tests/standins/cuda_on_cpu.py), here and
     in the workers it spawns; yields the stand-in's call log. Proves control flow, not speed."""
-    from advisor.device_ops import cuda_ops
-    from advisor.environment import _environment
+    from advisor.device.environment import _environment
+    from advisor.device.ops import cuda_ops
 
     log = tmp_path / "standin.log"
     monkeypatch.setenv("ADVISOR_DEVICE_OPS", CUDA_STANDIN)

@@ -15,14 +15,14 @@ import pytest
 
 import advisor
 from advisor.config import Config, save_config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.knobs import Settings
 from tests.conftest import run_env
 
 PROBE = r"""
 import ctypes, ctypes.util, json, sys
 import torch
-from advisor.allocator import settle_cpu_allocator
+from advisor.device.allocator import settle_cpu_allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

@@ -15,7 +15,7 @@ import torch
 import advisor
 from advisor.apply import AdvisorWarning
 from advisor.config import Config, save_config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.knobs import GlobalFlags, Settings
 from tests.conftest import run_env
 

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from advisor.check import global_rel_error, max_rel_error, rel_error
+from advisor.gate.metrics import global_rel_error, max_rel_error, rel_error
 
 
 def test_rel_error_basics() -> None:

@@ -86,7 +86,7 @@ def test_advise_model_file_isolated_and_resumed(
     assert again["settings"].keys() == first["settings"].keys()
     import optuna
 
-    from advisor.storage import open_storage
+    from advisor.search.storage import open_storage
 
     study = optuna.load_study(
         study_name=f"cli-test@{first['environment']['fingerprint']}", storage=open_storage(None)

@@ -12,20 +12,20 @@ import torch
 
 import advisor
 import advisor.compiled
-from advisor.budget import budget_plan
-from advisor.candidate import Candidate
-from advisor.compile_bill import bill, compile_note, paying
-from advisor.compile_stage import compile_candidates
 from advisor.compiled import recompile_reason
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
-from advisor.pick import pick_for_steps
-from advisor.results import TrialResult
-from advisor.runner import Gate, evaluate
+from advisor.measure.candidate import Candidate
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
 from advisor.search import SearchOutcome
+from advisor.search.compile_bill import bill, compile_note, paying
+from advisor.search.pick import pick_for_steps
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
-from advisor.stats import Measurement
-from advisor.workload_args import make_workload
+from advisor.stages.budget import budget_plan
+from advisor.stages.compiling import compile_candidates
+from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")

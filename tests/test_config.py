@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from advisor.config import Config, config_schema, load_config, save_config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.errors import ConfigError
 from advisor.knobs import Settings
 

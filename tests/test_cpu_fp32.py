@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 import advisor
-from advisor import environment
 from advisor.apply import apply_settings
-from advisor.gate import Gate
+from advisor.device import environment
+from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, cpu_fp32_why_not, precision_of
 from advisor.space import SearchSpace, candidates
 from tests.conftest import DATA

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from advisor.config import load_config
-from advisor.device_ops import CudaOps, cuda_ops
-from advisor.environment import resolve_device
+from advisor.device.environment import resolve_device
+from advisor.device.ops import CudaOps, cuda_ops
 from tests.conftest import DATA
 from tests.hostile._cli import advisor_cli
 
@@ -83,10 +83,10 @@ def test_advise_on_cuda_runs_isolated_through_the_cuda_paths(
 def test_a_sticky_cuda_error_keeps_its_reason_and_the_worker_is_replaced() -> None:
     # After an illegal memory access every CUDA call fails, closing the candidate included: the
     # worker died as "exited with code 1" and the reason was lost (gpu_audit #13).
-    from advisor.isolate import IsolatedEvaluator
+    from advisor.execute.isolate import IsolatedEvaluator
     from advisor.knobs import Settings
     from advisor.space import load_space
-    from advisor.workload_args import make_workload
+    from advisor.workload.args import make_workload
 
     cuda = torch.device("cuda")
     workload = make_workload(model_file=str(DATA / "poisons_on_channels_last.py"))
@@ -158,10 +158,10 @@ def test_cudnn_benchmark_values_never_share_a_process(
     # candidate in a process that ran the same convs without it never benchmarks (gpu_audit #4).
     # Each value gets its own process, references included; finalists of both kinds are
     # re-timed in rounds, each sample taken where its finalist lives.
+    from advisor.execute.make_evaluator import new_evaluator
     from advisor.knobs import Settings
-    from advisor.make_evaluator import new_evaluator
     from advisor.space import load_space
-    from advisor.workload_args import make_workload
+    from advisor.workload.args import make_workload
 
     net, log = tmp_path / "bench_net.py", tmp_path / "bench.log"
     net.write_text(BENCH_NET)

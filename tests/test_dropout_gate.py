@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from advisor.candidate import Candidate
-from advisor.gate import REFERENCE, Gate, compare
+from advisor.gate.numeric import REFERENCE, Gate, compare
 from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate
 from advisor.space import SearchSpace
-from advisor.workload_args import make_workload
+from advisor.workload.args import make_workload
 
 
 def _net() -> nn.Module:

@@ -16,14 +16,14 @@ import torch
 import advisor
 from advisor.advice import build_advice
 from advisor.config import FinalCheck
-from advisor.environment import current_environment
-from advisor.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.device.environment import current_environment
 from advisor.knobs import Settings
-from advisor.results import TrialResult
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.measure.timing import TimingPolicy
 from advisor.search import SearchOutcome
-from advisor.stats import Measurement
-from advisor.timing import TimingPolicy
-from advisor.workload_args import make_workload
+from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"
 WORN = str(DATA / "wins_when_worn.py")

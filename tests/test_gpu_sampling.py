@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from advisor.candidate import Candidate
-from advisor.gate import Gate
+from advisor.execute.runner import evaluate
+from advisor.gate.numeric import Gate
 from advisor.knobs import Settings
-from advisor.runner import evaluate
+from advisor.measure.candidate import Candidate
+from advisor.measure.timing import Sampler, TimingPolicy, measure
 from advisor.space import SearchSpace
-from advisor.timing import Sampler, TimingPolicy, measure
-from advisor.workload_args import make_workload
+from advisor.workload.args import make_workload
 from tests.conftest import DATA
 
 CUDA = torch.device("cuda")
@@ -111,8 +111,8 @@ def test_per_layer_check_inputs_are_drawn_where_the_layer_runs(
     # A CPU generator's draw (and its copy) of a large layer's input and output gradient cost
     # seconds per candidate on a GPU (#12): drawn with a generator on the layer's device now,
     # and the float64 references get a GPU-sized cache.
-    from advisor import layer_check
-    from advisor.device_ops import cuda_ops, placement
+    from advisor.device.ops import cuda_ops, placement
+    from advisor.gate.numeric import layer as layer_check
 
     devices: list[object] = []
     real = torch.Generator

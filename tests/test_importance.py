@@ -14,10 +14,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
 from advisor.report import importance_title, write_report
 from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
-from advisor.results import TrialResult
-from advisor.stats import Measurement
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -18,16 +18,16 @@ import pandas as pd
 import pytest
 import torch
 
-from advisor.evaluators import InProcessEvaluator
-from advisor.global_state import global_state
-from advisor.isolate import IsolatedEvaluator, RetimeFailed, classify
+from advisor.device.global_state import global_state
+from advisor.execute.evaluators import InProcessEvaluator
+from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed, classify
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.per_layer import layer_groups
-from advisor.results import TrialResult
+from advisor.measure.results import TrialResult
 from advisor.space import SearchSpace
-from advisor.workload import layer_workload, model_workload
-from advisor.workload_info import LayerInfo
+from advisor.stages.per_layer import layer_groups
+from advisor.workload.build import layer_workload, model_workload
+from advisor.workload.info import LayerInfo
+from advisor.workload.layer_spec import layer_spec
 from tests.conftest import DATA, run_env
 
 PLUGINS = "tests.plugins.faulty_impls"
@@ -182,10 +182,10 @@ def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptur
     """A finalist that ran cleanly as a trial but crashes when re-timed: a warning, and PyTorch's
     default stays (a recommendation is never one that was not re-timed against the default)."""
     from advisor.advice import build_advice
-    from advisor.environment import current_environment
+    from advisor.device.environment import current_environment
+    from advisor.measure.stats import Measurement
     from advisor.search import SearchOptions, SearchOutcome
     from advisor.service import retime_finalists
-    from advisor.stats import Measurement
 
     w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     ev = InProcessEvaluator(w, CPU, "infer", SPACE)

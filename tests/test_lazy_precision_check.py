@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from advisor.advice import precision_verdicts
-from advisor.evaluators import InProcessEvaluator
-from advisor.isolate import IsolatedEvaluator
+from advisor.execute.evaluators import InProcessEvaluator
+from advisor.execute.isolate import IsolatedEvaluator
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.precision_verdict import CANNOT_WIN, OUT_OF_TIME
-from advisor.runner import Gate, evaluate
+from advisor.measure.stats import Race
+from advisor.measure.timing import TimingPolicy
+from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME
 from advisor.space import SearchSpace
-from advisor.stats import Race
-from advisor.timing import TimingPolicy
-from advisor.workload import layer_workload
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 
 CPU = torch.device("cpu")
 QUICK = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=5, max_time_s=0.05)
@@ -113,7 +113,7 @@ def test_the_advice_says_a_precision_was_not_judged_and_why() -> None:
 
 def test_the_search_races_against_the_leader_with_the_finalists_rule() -> None:
     """The search's race: stopped beyond the margin; unjudged above the leader's CI upper end plus
-    min_gain, the bound `advisor.retime.finalists` drops a candidate at."""
+    min_gain, the bound `advisor.execute.retime.finalists` drops a candidate at."""
     space = SearchSpace(name="t", knobs={}, min_gain=0.02, race_margin=1.5)
     race = space.race_against(10.0)
     assert race.judge_below_ms == pytest.approx(10.2)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from advisor.machine_load import BUSY_SHARE, CpuUsage, busy_warning, own_cpu_s
+from advisor.measure.machine_load import BUSY_SHARE, CpuUsage, busy_warning, own_cpu_s
 
 
 class Counter:

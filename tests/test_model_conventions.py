@@ -10,11 +10,16 @@ import torch
 from torch import nn
 
 import advisor
-from advisor.candidate import Candidate, flatten_tensors
 from advisor.errors import ModelFileError
 from advisor.knobs import Settings
-from advisor.per_layer import conv_inputs
-from advisor.workload import model_workload, object_workload, with_shape_set, workload_from_info
+from advisor.measure.candidate import Candidate, flatten_tensors
+from advisor.stages.per_layer import conv_inputs
+from advisor.workload.build import (
+    model_workload,
+    object_workload,
+    with_shape_set,
+    workload_from_info,
+)
 
 DATA = Path(__file__).parent / "data"
 KW = str(DATA / "kwargs_model.py")

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 import advisor
-from advisor.evaluators import InProcessEvaluator, Lent
-from advisor.global_state import global_state, restore_global_state
-from advisor.isolate import IsolatedEvaluator
+from advisor.device.global_state import global_state, restore_global_state
+from advisor.execute.evaluators import InProcessEvaluator, Lent
+from advisor.execute.isolate import IsolatedEvaluator
+from advisor.execute.probe import probe_model
 from advisor.knobs import Settings
-from advisor.per_layer import layer_groups
-from advisor.probe import probe_model
 from advisor.space import SearchSpace
-from advisor.workload import model_workload
+from advisor.stages.per_layer import layer_groups
+from advisor.workload.build import model_workload
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")

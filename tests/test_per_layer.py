@@ -13,10 +13,10 @@ import torch
 import advisor
 from advisor.apply import AdvisorWarning
 from advisor.config import Config, save_config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.knobs import Settings
-from advisor.per_layer import layer_groups, layers_map
-from advisor.workload import model_workload
+from advisor.stages.per_layer import layer_groups, layers_map
+from advisor.workload.build import model_workload
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")
@@ -159,7 +159,7 @@ def test_unknown_layer_names_warn(tmp_path: Path) -> None:
 
 def test_layers_map_only_lists_non_default_choices() -> None:
     groups = layer_groups(model_workload(TWIN), Settings(), CPU)
-    from advisor.per_layer import LayerChoice
+    from advisor.stages.per_layer import LayerChoice
 
     choices = [
         LayerChoice(g, {}, "fold_time" if len(g.names) == 2 else "native", "", {}) for g in groups
@@ -170,7 +170,7 @@ def test_layers_map_only_lists_non_default_choices() -> None:
 def test_resumed_per_layer_stage_measures_nothing_again(tmp_path: Path) -> None:
     import optuna
 
-    from advisor.storage import open_storage
+    from advisor.search.storage import open_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     kw = dict(model_file=TWIN, mode="train", device="cpu", space=SPACE, storage=url,
@@ -195,10 +195,10 @@ def test_resumed_per_layer_stage_measures_nothing_again(tmp_path: Path) -> None:
 def test_layer_measurements_are_reused_only_under_the_same_global_settings(tmp_path: Path) -> None:
     import optuna
 
-    from advisor.per_layer import choose_layer_impls
     from advisor.search import SearchOptions, make_evaluator
+    from advisor.search.storage import open_storage
     from advisor.space import load_space
-    from advisor.storage import open_storage
+    from advisor.stages.per_layer import choose_layer_impls
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     storage = open_storage(url)
@@ -234,7 +234,7 @@ def test_layer_measurements_are_reused_by_another_study_in_the_same_storage(
     study in the storage is not measured again, and the output says so."""
     import optuna
 
-    from advisor.storage import open_storage
+    from advisor.search.storage import open_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     kw = dict(model_file=TWIN, mode="train", device="cpu", space=SPACE, storage=url)

@@ -7,9 +7,9 @@ import random
 import pytest
 
 from advisor.knobs import Settings
-from advisor.pick import pick_best, pick_final
-from advisor.results import TrialResult
-from advisor.stats import Measurement, clearly_faster, paired_speedup, speedup
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement, clearly_faster, paired_speedup, speedup
+from advisor.search.pick import pick_best, pick_final
 
 
 def _r(settings: Settings, samples: list[float], retimed: bool = False) -> TrialResult:

@@ -22,12 +22,12 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-from advisor.layer_spec import layer_spec
 from advisor.search import SearchOptions, enqueue_missing, open_plan, search
 from advisor.search.point_lock import PointLocks
+from advisor.search.storage import open_storage
 from advisor.space import load_space
-from advisor.storage import open_storage
-from advisor.workload import layer_workload
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 from tests._together import start_together
 from tests.conftest import DATA, run_env
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import advisor
-from advisor import gate as gate_module
-from advisor import precision_check
+from advisor.gate.numeric import numeric as gate_module
+from advisor.gate.numeric import precision as precision_check
+from advisor.gate.precision import check_precision
 from advisor.knobs import Settings
-from advisor.precision_check import check_precision
-from advisor.precision_verdict import PrecisionCheckSettings
-from advisor.workload_args import make_workload
+from advisor.measure.verdict import PrecisionCheckSettings
+from advisor.workload.args import make_workload
 from tests.conftest import DATA
 
 CPU = torch.device("cpu")

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 import advisor
-from advisor.progress import failure_kind, summary_tables
+from advisor.report.progress import failure_kind, summary_tables
 from tests.conftest import run_env
 from tests.test_report import strict_bf16_space
 

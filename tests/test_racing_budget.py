@@ -12,9 +12,9 @@ import torch
 import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
+from advisor.measure.stats import Race, sign_test_p
+from advisor.measure.timing import TimingPolicy, measure
 from advisor.search import Progress
-from advisor.stats import Race, sign_test_p
-from advisor.timing import TimingPolicy, measure
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")
@@ -87,10 +87,10 @@ def test_a_first_call_past_the_budget_stops_a_raced_candidate(slow_impl: None) -
     autotunes. With 0.3 s left a raced candidate stops right after it: no warm-up, no samples,
     no gate. With time left it is measured in full; without a race (a reference the run needs)
     it is measured despite the budget."""
-    from advisor.layer_spec import layer_spec
-    from advisor.runner import Gate, evaluate
+    from advisor.execute.runner import Gate, evaluate
     from advisor.space import SearchSpace
-    from advisor.workload import layer_workload
+    from advisor.workload.build import layer_workload
+    from advisor.workload.layer_spec import layer_spec
     from tests.plugins.faulty_impls import COLD_S
 
     w = layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="1,4,8,8"))
@@ -118,11 +118,11 @@ def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
     """A bf16 candidate measured as the budget runs out is not judged on a half-done training
     check (16 steps x several runs: seconds on a real model, past any budget's end): it stops,
     unjudged and unpickable, the check is not kept, and with time left it is judged in full."""
-    from advisor.layer_spec import layer_spec
-    from advisor.precision_verdict import OUT_OF_TIME
-    from advisor.runner import Gate, evaluate
+    from advisor.execute.runner import Gate, evaluate
+    from advisor.measure.verdict import OUT_OF_TIME
     from advisor.space import SearchSpace
-    from advisor.workload import layer_workload
+    from advisor.workload.build import layer_workload
+    from advisor.workload.layer_spec import layer_spec
 
     w = layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8"))
     space = SearchSpace(name="t", knobs={}, precision_check={"steps": 8, "batches": 2})

@@ -108,7 +108,7 @@ def test_report_from_config_with_study(tuned: tuple[Path, str, str], tmp_path: P
     cfg = json.loads(config.read_text())
     assert f"{cfg['result']['speedup']:.2f}x" in text
     assert cfg["environment"]["fingerprint"] in text
-    if importlib.util.find_spec("advisor.roofline") is not None:  # an optional column
+    if importlib.util.find_spec("advisor.measure.roofline") is not None:  # an optional column
         assert "Roofline fraction" in text
     pngs = sorted(png_dir(out).glob("*.png"))
     assert {p.stem for p in pngs} >= {"time", "history"}
@@ -207,8 +207,8 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | N
     from optuna.trial import create_trial
 
     from advisor.knobs import Settings
-    from advisor.results import TrialResult
-    from advisor.stats import Measurement
+    from advisor.measure.results import TrialResult
+    from advisor.measure.stats import Measurement
 
     def result(ms: float, **knobs: str) -> TrialResult:
         samples = [ms * (1 + 0.001 * i) for i in range(-10, 11)]
@@ -237,15 +237,15 @@ def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
     import optuna
     from optuna.trial import create_trial
 
-    from advisor import roofline
-    from advisor.environment import current_environment
-    from advisor.layer_spec import layer_spec
+    from advisor.device.environment import current_environment
+    from advisor.execute.runner import Gate, evaluate
+    from advisor.measure import roofline
+    from advisor.measure.timing import TimingPolicy
     from advisor.report.load import ReportData, _layer_rows
     from advisor.report.page import _layers_html
-    from advisor.runner import Gate, evaluate
     from advisor.space import SearchSpace
-    from advisor.timing import TimingPolicy
-    from advisor.workload import layer_workload
+    from advisor.workload.build import layer_workload
+    from advisor.workload.layer_spec import layer_spec
 
     spec = layer_spec("Conv2d(4, 8, 3, padding=1)", input_shape="1,4,12,12")
     w = layer_workload(spec)

@@ -18,12 +18,12 @@ import pytest
 import torch
 
 import advisor
-from advisor.environment import current_environment
-from advisor.layer_spec import layer_spec
+from advisor.device.environment import current_environment
 from advisor.search import study_name_for
+from advisor.search.storage import GRACE_S, RETRIES, open_storage
 from advisor.space import load_space
-from advisor.storage import GRACE_S, RETRIES, open_storage
-from advisor.workload import layer_workload
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 from tests.conftest import DATA, run_env
 
 GRID8 = str(DATA / "grid8_cpu.yaml")

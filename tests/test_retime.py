@@ -2,13 +2,13 @@
 
 import torch
 
+from advisor.execute.retime import finalists, retime
 from advisor.knobs import GlobalFlags, Settings
-from advisor.layer_spec import layer_spec
-from advisor.results import TrialResult
-from advisor.retime import finalists, retime
-from advisor.stats import Measurement
-from advisor.timing import TimingPolicy
-from advisor.workload import layer_workload, with_shape_set
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.measure.timing import TimingPolicy
+from advisor.workload.build import layer_workload, with_shape_set
+from advisor.workload.layer_spec import layer_spec
 
 CPU = torch.device("cpu")
 

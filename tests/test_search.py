@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import advisor
+from advisor.execute.runner import Candidate, Gate, evaluate
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.runner import Candidate, Gate, evaluate
 from advisor.space import SearchSpace, load_space
-from advisor.workload import layer_workload
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 
 CPU = torch.device("cpu")
 
@@ -110,4 +110,4 @@ def test_unknown_device_and_mode(fast_space: str) -> None:
     with pytest.raises(advisor.AdvisorError, match="CUDA is not available"):
         if torch.cuda.is_available():
             raise advisor.AdvisorError("CUDA is not available (skipped: CUDA present)")
-        load_space(None, advisor.environment.resolve_device("cuda"))
+        load_space(None, advisor.device.environment.resolve_device("cuda"))

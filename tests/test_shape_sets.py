@@ -5,17 +5,17 @@ import torch
 
 import advisor
 from advisor.errors import SpecError
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.runner import Gate, evaluate
+from advisor.measure.stats import Measurement, combine
 from advisor.space import load_space
-from advisor.stats import Measurement, combine
-from advisor.workload import (
+from advisor.workload.build import (
     layer_workload,
     model_workload,
     with_shape_set,
     workload_from_info,
 )
+from advisor.workload.layer_spec import layer_spec
 
 CPU = torch.device("cpu")
 
@@ -82,7 +82,7 @@ def test_model_workload_rebuilds_from_info(small_model_file: str) -> None:
 
 def test_benchmark_note_counts_the_per_shape_search() -> None:
     from advisor.advice import benchmark_note
-    from advisor.results import TrialResult
+    from advisor.measure.results import TrialResult
 
     off = TrialResult(
         settings=Settings(),

@@ -7,9 +7,9 @@ import pytest
 
 import advisor
 from advisor.errors import SpecError
-from advisor.layer_spec import layer_spec, parse_layer_call
-from advisor.preflight import check_workload_sizes
-from advisor.sizes import format_bytes
+from advisor.workload.layer_spec import layer_spec, parse_layer_call
+from advisor.workload.preflight import check_workload_sizes
+from advisor.workload.sizes import format_bytes
 
 
 def test_format_bytes() -> None:
@@ -66,7 +66,7 @@ def test_advise_rejects_absurd_sizes_before_allocating() -> None:
 def test_on_cuda_the_device_memory_bounds_too(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from advisor import sizes
+    from advisor.workload.build import sizes
 
     def limit(device: str | torch.device) -> tuple[int, str]:
         if torch.device(device).type == "cuda":

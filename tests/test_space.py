@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from advisor import environment, precision_flags
+from advisor.device import environment, flags
 from advisor.errors import SpaceError
 from advisor.knobs import Settings
 from advisor.space import SearchSpace, builtin_space_names, candidates, load_space
@@ -26,7 +26,7 @@ def test_cpu_candidates_drop_cuda_knobs_with_reasons(
     space = load_space("cpu", CPU)
     cands, dropped = candidates(space, CPU, impls=["native"])
     assert cands[0] == Settings()  # PyTorch's default first
-    offers_bf16_fp32 = units and precision_flags.has_mkldnn_conv_precision()
+    offers_bf16_fp32 = units and flags.has_mkldnn_conv_precision()
     # 2 layouts x 2 amp, and 2 layouts with cpu_fp32=bf16 where oneDNN can compute fp32 convs
     # with bf16 units (not under bf16 autocast: every conv is bf16 there already)
     assert len(cands) == (6 if offers_bf16_fp32 else 4)

@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 
 from advisor.search.sqlite_claim import TrialClaims
-from advisor.storage import open_storage
+from advisor.search.storage import open_storage
 
 
 def test_a_trial_popped_by_two_processes_is_claimed_by_one(tmp_path: Path) -> None:

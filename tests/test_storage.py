@@ -12,7 +12,7 @@ import pytest
 
 import advisor
 from advisor.errors import StorageError
-from advisor.storage import _rdb_url, _redact, default_storage_url, open_storage
+from advisor.search.storage import _rdb_url, _redact, default_storage_url, open_storage
 from tests.conftest import DATA, run_env
 
 LAYER = ["--layer", "Conv2d(3, 4, 3)", "--input-shape", "1,3,16,16", "--device", "cpu"]
@@ -93,7 +93,7 @@ def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path:
     """Two runs of one study make one final check: the first to claim it stores it, the other
     reads it back unchanged (each checking a small win on a busy machine disagreed)."""
     from advisor.config import FinalCheck
-    from advisor.storage import FinalCheckRecord, RetimeRecord
+    from advisor.search.storage import FinalCheckRecord, RetimeRecord
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     optuna.create_study(study_name="s", storage=open_storage(url))

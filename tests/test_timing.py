@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from advisor.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
-from advisor.timing import TimingPolicy, measure, reps_for
+from advisor.measure.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
+from advisor.measure.timing import TimingPolicy, measure, reps_for
 from tests.conftest import FakeClock
 
 CPU = torch.device("cpu")
@@ -115,11 +115,11 @@ def test_a_short_step_is_repeated_back_to_back_within_a_sample() -> None:
 def test_trials_and_re_time_share_one_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
     """The re-time samples with the same Sampler as the trials, each finalist with the calls per
     sample its trial used, under the device guard."""
-    from advisor import retime as retime_mod
+    from advisor.execute import retime as retime_mod
     from advisor.knobs import Settings
-    from advisor.layer_spec import layer_spec
-    from advisor.results import TrialResult
-    from advisor.workload import layer_workload
+    from advisor.measure.results import TrialResult
+    from advisor.workload.build import layer_workload
+    from advisor.workload.layer_spec import layer_spec
 
     seen: list[tuple[str, int]] = []
     real = retime_mod.Sampler.__call__
@@ -148,7 +148,7 @@ def test_trials_and_re_time_share_one_sampler(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_measure_runs_under_the_device_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    import advisor.timing as timing
+    import advisor.measure.timing as timing
 
     entered: list[str] = []
     real = timing.device_guard

@@ -12,13 +12,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import advisor
-from advisor.candidate import Candidate
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.runner import Gate, evaluate
+from advisor.measure.candidate import Candidate
+from advisor.measure.timing import TimingPolicy
 from advisor.space import load_space
-from advisor.timing import TimingPolicy
-from advisor.workload import layer_workload, model_workload
+from advisor.workload.build import layer_workload, model_workload
+from advisor.workload.layer_spec import layer_spec
 from tests.conftest import DATA
 
 CPU = torch.device("cpu")
@@ -187,8 +187,8 @@ def test_a_rejected_candidate_names_the_setting_that_accepts_it(
 
 def test_rejected_candidates_faster_than_the_pick_are_listed() -> None:
     from advisor.advice import rejected_faster
-    from advisor.results import TrialResult
-    from advisor.stats import Measurement
+    from advisor.measure.results import TrialResult
+    from advisor.measure.stats import Measurement
 
     def r(settings: Settings, ms: float, **kw: object) -> TrialResult:
         return TrialResult(settings=settings, measurement=Measurement(samples_ms=[ms] * 5), **kw)

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from advisor.errors import ModelFileError, SpecError
-from advisor.layer_spec import layer_spec, parse_layer_call
-from advisor.workload import layer_workload, model_workload
-from advisor.workload_info import ModelFileInfo
+from advisor.workload.build import layer_workload, model_workload
+from advisor.workload.info import ModelFileInfo
+from advisor.workload.layer_spec import layer_spec, parse_layer_call
 
 
 @pytest.mark.parametrize(

@@ -12,19 +12,19 @@ import torch
 from torch import nn
 
 from advisor.config import Config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.errors import ConfigError, ModelFileError
 from advisor.knobs import Settings
-from advisor.layer_spec import layer_spec
-from advisor.per_layer import layer_groups
-from advisor.workload import (
+from advisor.stages.per_layer import layer_groups
+from advisor.workload.build import (
     layer_workload,
     model_workload,
     object_workload,
     with_shape_set,
     workload_from_info,
 )
-from advisor.workload_info import LayerInfo, ModelFileInfo, ObjectInfo, parse_info
+from advisor.workload.info import LayerInfo, ModelFileInfo, ObjectInfo, parse_info
+from advisor.workload.layer_spec import layer_spec
 from tests.conftest import DATA
 
 CPU = torch.device("cpu")
@@ -145,7 +145,7 @@ def test_the_environment_follows_the_thread_count() -> None:
     # count in its configs (a report in a fresh process then found "another machine").
     import torch
 
-    from advisor.environment import current_environment
+    from advisor.device.environment import current_environment
 
     threads = torch.get_num_threads()
     before = current_environment("cpu")

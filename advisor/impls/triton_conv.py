@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from advisor.device_ops import cuda_ops, device_guard
+from advisor.device.ops import cuda_ops, device_guard
 from advisor.impls._swap import (
     SwappingImpl,
     cast_for_autocast,

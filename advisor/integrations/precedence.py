@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from advisor import impls, precision_flags
+from advisor import impls
 from advisor.apply import AdvisorWarning, Tuned, apply
 from advisor.config import Config, load_config
+from advisor.device import flags
 from advisor.knobs import GlobalFlags, Settings
 
 
@@ -67,7 +68,7 @@ def user_flags() -> dict[str, UserValue]:
     """The global flags changed from PyTorch's defaults before training starts, by Settings
     field: a framework's own flag arguments (`Trainer(benchmark=True)`,
     `TrainingArguments(tf32=...)`) have been written to PyTorch by then."""
-    now = {"tf32": _tf32_now(), "cudnn_benchmark": precision_flags.cudnn_benchmark()}
+    now = {"tf32": _tf32_now(), "cudnn_benchmark": flags.cudnn_benchmark()}
     return {
         k: (v, "torch.backends (set before training)")
         for k, v in now.items()

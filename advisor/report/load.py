@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-    from advisor.results import TrialResult
+    from advisor.measure.results import TrialResult
 
 REQUIRED_CSV_COLUMNS = ("label", "status", "median_ms", "ci_low_ms", "ci_high_ms")
 # Studies made before the search recorded its space's min_gain were picked with this one.
@@ -157,7 +157,7 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
     StorageError."""
     import optuna
 
-    from advisor.storage import default_storage_url, open_storage
+    from advisor.search.storage import default_storage_url, open_storage
 
     url = storage_url or default_storage_url()
     if url == "memory":
@@ -190,7 +190,7 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
 def _results(stored: StoredStudy) -> list[tuple[int, TrialResult]]:
     """Every measured candidate: the study's trials, then the whole-model measurements of
     per-layer combinations kept in the companion study (numbered -1: not trials of this study)."""
-    from advisor.results import TrialResult
+    from advisor.measure.results import TrialResult
 
     out = [
         (t.number, TrialResult.model_validate(t.user_attrs["result"]))
@@ -258,7 +258,7 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
     """What the search would have recommended from these trials (same pick rule as `advise`,
     with the search space's `min_gain`)."""
     from advisor.advice import precision_verdicts
-    from advisor.pick import pick_final, speedup_over
+    from advisor.search.pick import pick_final, speedup_over
 
     base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:
@@ -339,7 +339,7 @@ def _layer_rows(
     layers: optuna.Study | None, mode: str, env: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Per-layer measurements from the companion study: one row per layer group and impl."""
-    from advisor.results import TrialResult
+    from advisor.measure.results import TrialResult
 
     if layers is None:
         return []
@@ -374,9 +374,9 @@ def roofline_of(
     when this is the machine it was tuned on (peaks measured elsewhere would be meaningless).
     (None, why) where there is no such peak here, e.g. 'tf32 n/a on cpu'; (None, '') when the
     machine differs or the spec does not load."""
-    from advisor import roofline
-    from advisor.environment import current_environment
-    from advisor.layer_spec import DTYPES
+    from advisor.device.environment import current_environment
+    from advisor.measure import roofline
+    from advisor.workload.layer_spec import DTYPES
 
     try:
         device = str(env.get("device_type", "cpu"))
@@ -396,7 +396,7 @@ def default_precision(spec: dict[str, Any], env: dict[str, Any]) -> str:
     import torch
 
     from advisor.knobs import Settings, precision_of
-    from advisor.layer_spec import DTYPES
+    from advisor.workload.layer_spec import DTYPES
 
     device = torch.device(str(env.get("device_type", "cpu")))
     return precision_of(Settings(), device, DTYPES[str(spec.get("dtype", "float32"))])

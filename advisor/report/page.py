@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from advisor.progress import failure_kind
 from advisor.report.load import default_precision, roofline_of
+from advisor.report.progress import failure_kind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,7 +117,7 @@ def _single_changes_html(df: pd.DataFrame) -> str:
 
 
 def _ratio_text(base: pd.Series | None, row: pd.Series) -> str:
-    """Default/candidate medians with the conservative interval advisor.stats.speedup uses."""
+    """Default/candidate medians with the conservative interval advisor.measure.stats.speedup uses."""
     if base is None or math.isnan(float(row["median_ms"])):  # no timing
         return "-"
     ratio = base["median_ms"] / row["median_ms"]

@@ -1,4 +1,4 @@
-"""The optuna search. With `advisor.storage` (and the report, which reads studies), the only
+"""The optuna search. With `advisor.search.storage` (and the report, which reads studies), the only
 code that imports optuna: `options` (what is asked and returned), `study` (the study and its
 grid), `run` (the trials).
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from advisor.candidate import Mode
-from advisor.environment import Environment
-from advisor.results import TrialResult
+from advisor.device.environment import Environment
+from advisor.measure.candidate import Mode
+from advisor.measure.results import TrialResult
 from advisor.space import Dropped
 
 WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again

@@ -14,13 +14,12 @@ import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from advisor.errors import AdvisorError, StorageError
-from advisor.evaluators import Evaluator
+from advisor.execute.evaluators import Evaluator
+from advisor.execute.make_evaluator import new_evaluator
+from advisor.execute.ownership import owner_id
 from advisor.knobs import Settings
-from advisor.make_evaluator import new_evaluator
-from advisor.ownership import owner_id
-from advisor.pick import pareto_front
-from advisor.precision_verdict import OUT_OF_TIME, PrecisionCheck
-from advisor.results import TrialResult
+from advisor.measure.results import TrialResult
+from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck
 from advisor.search.options import (
     CandidateFailed,
     Progress,
@@ -28,6 +27,7 @@ from advisor.search.options import (
     SearchOutcome,
     WorkSummary,
 )
+from advisor.search.pick import pareto_front
 from advisor.search.point_lock import PointLocks
 from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
@@ -43,7 +43,7 @@ from advisor.search.study import (
     trial_params,
 )
 from advisor.space import SearchSpace
-from advisor.workload import Workload
+from advisor.workload.build import Workload
 
 log = logging.getLogger("advisor")
 WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again
@@ -52,7 +52,7 @@ WAIT_S = 1.0  # how often a process waiting for other workers' trials looks agai
 def make_evaluator(
     workload: Workload, device: torch.device, space: SearchSpace, options: SearchOptions
 ) -> Evaluator:
-    """The evaluator these options ask for (see `advisor.evaluators`)."""
+    """The evaluator these options ask for (see `advisor.execute.evaluators`)."""
     return new_evaluator(
         workload,
         device,

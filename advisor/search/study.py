@@ -17,19 +17,19 @@ import torch
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from advisor.candidate import Mode
-from advisor.environment import Environment, current_environment
+from advisor.device.environment import Environment, current_environment
 from advisor.errors import StorageError, first_line
+from advisor.execute.ownership import owner_dead
 from advisor.impls import conv_modules
 from advisor.impls import names as impl_names
 from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
-from advisor.ownership import owner_dead
-from advisor.results import TrialResult
+from advisor.measure.candidate import Mode
+from advisor.measure.results import TrialResult
 from advisor.search.options import SearchOptions
+from advisor.search.storage import GRACE_S, RETRIES, open_storage
 from advisor.space import Dropped, SearchSpace, candidates
-from advisor.storage import GRACE_S, RETRIES, open_storage
-from advisor.workload import Workload
+from advisor.workload.build import Workload
 
 log = logging.getLogger("advisor")
 

@@ -5,7 +5,7 @@ tests (tests/standins/cuda_on_cpu.py)."""
 import torch
 from torch import nn
 
-from advisor.device_ops import cuda_ops
+from advisor.device.ops import cuda_ops
 from tests.standins.cuda_on_cpu import STICKY
 
 

@@ -5,7 +5,7 @@ TF32 convs on a GPU do, only more. For the gate's policy on PyTorch's default pr
 import torch
 from torch import nn
 
-from advisor.precision_flags import conv_tf32
+from advisor.device.flags import conv_tf32
 
 
 class RoundingConv(nn.Conv2d):

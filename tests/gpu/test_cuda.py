@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import advisor
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import GlobalFlags, Settings
-from advisor.layer_spec import layer_spec
-from advisor.runner import Gate, evaluate
+from advisor.measure.timing import TimingPolicy, l2_flusher, measure
 from advisor.space import load_space
-from advisor.timing import TimingPolicy, l2_flusher, measure
-from advisor.workload import layer_workload
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda") if torch.cuda.is_available() else None
@@ -84,8 +84,8 @@ def test_triton_impl_matches_cudnn() -> None:
 
 
 def test_fp16_training_of_a_model_passes_the_gate_with_its_scaler() -> None:
-    from advisor.candidate import Candidate
-    from advisor.workload import model_workload
+    from advisor.measure.candidate import Candidate
+    from advisor.workload.build import model_workload
     from tests.conftest import DATA
 
     w = model_workload(str(DATA / "relu_bn_block.py"))

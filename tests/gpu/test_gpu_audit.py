@@ -14,14 +14,14 @@ import torch
 from torch import nn
 
 import advisor
-from advisor.candidate import Candidate
-from advisor.canonical_dropout import canonical_dropout
 from advisor.config import load_config
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
-from advisor.runner import Gate, evaluate
+from advisor.measure.candidate import Candidate
+from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.timing import TimingPolicy, l2_flusher, measure
 from advisor.space import SearchSpace
-from advisor.timing import TimingPolicy, l2_flusher, measure
-from advisor.workload_args import make_workload
+from advisor.workload.args import make_workload
 from tests.conftest import DATA, run_env
 from tests.hostile._cli import advisor_cli
 
@@ -82,10 +82,10 @@ def test_the_default_is_accepted_on_every_suite_model(case) -> None:  # noqa: AN
 
 FRESH = """
 import sys, torch
-from advisor.candidate import Candidate
+from advisor.measure.candidate import Candidate
 from advisor.knobs import Settings
-from advisor.timing import TimingPolicy, measure
-from advisor.workload_args import make_workload
+from advisor.measure.timing import TimingPolicy, measure
+from advisor.workload.args import make_workload
 layer, shape, bench = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 w = make_workload(layer=layer, input_shape=shape)
 c = Candidate(w, Settings(cudnn_benchmark=bench), torch.device("cuda"), "train")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import advisor
 from advisor.knobs import Settings
-from advisor.machine_load import BUSY_SHARE
-from advisor.results import TrialResult
+from advisor.measure.machine_load import BUSY_SHARE
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
 from advisor.service import machine_moved
-from advisor.stats import Measurement
 
 MODEL = str(Path(__file__).parent / "models" / "slows_down.py")
 DATA = Path(__file__).parent.parent / "data"

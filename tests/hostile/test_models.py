@@ -19,7 +19,7 @@ MODELS = Path(__file__).parent / "models"
 TIMEOUT_S = 5  # --trial-timeout: the limit the first run of the user's code gets
 # Interpreter and torch start-up, twice, for 8 runs started together on a 2-core machine that
 # may be busy besides (97 s beside two busy loops and other tests): generous, since what the
-# limit is tested against is the start-up's own, 300 s (advisor.isolate.STARTUP_TIMEOUT_S).
+# limit is tested against is the start-up's own, 300 s (advisor.execute.isolate.STARTUP_TIMEOUT_S).
 MARGIN_S = 180
 BAD = {
     "exits": (["infer"], "sys.exit(3)"),

@@ -11,7 +11,7 @@ import pytest
 
 import advisor
 from advisor.config import Config, save_config
-from advisor.environment import current_environment
+from advisor.device.environment import current_environment
 from advisor.knobs import Settings
 from tests.hostile._cli import advisor_cli_many, one_line_error
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from advisor import roofline
 from advisor.impls.base import ConvSignature
+from advisor.measure import roofline
 
 
 def _sig(module: nn.Module) -> ConvSignature:

@@ -1,4 +1,4 @@
-"""A CPU stand-in for the CUDA calls the advisor makes (`advisor.device_ops.CudaOps`).
+"""A CPU stand-in for the CUDA calls the advisor makes (`advisor.device.ops.CudaOps`).
 
 It proves control flow, not speed: with `ADVISOR_DEVICE_OPS=tests.standins.cuda_on_cpu:CudaOnCpu`
 the advisor takes every CUDA branch (device resolution, the worker's `set_device`, events,
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.cuda._utils import _get_device_index
 
-from advisor.device_ops import CudaOps
+from advisor.device.ops import CudaOps
 
 STICKY = "CUDA error: an illegal memory access was encountered"
 

@@ -1,0 +1,10 @@
+"""Running candidates: in this process or in isolated workers that survive the user's code.
+
+- `runner`: `evaluate()`, timing and gating one candidate on every shape.
+- `evaluators`: the `Evaluator` protocol, in-process evaluation, `Lent`; `make_evaluator` chooses.
+- `isolate`, `worker_process`, `probe`: worker subprocesses (time limits, crashes, hangs), the
+  loop they run, and the first run of a model file's code in one.
+- `retime`: the finalists re-timed together, interleaved; `benchmark_processes`: a process per
+  `cudnn.benchmark` value on CUDA.
+- `ownership`: which process owns a running trial; `streams`: user prints kept off stdout.
+"""

@@ -1,0 +1,137 @@
+"""Evaluators: what runs candidates. In this process (`InProcessEvaluator`) or in a worker
+subprocess with a time limit (`advisor.execute.isolate.IsolatedEvaluator`); both satisfy `Evaluator`.
+`new_evaluator` (advisor.execute.make_evaluator) chooses one for a run."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from advisor.device.global_state import global_state, restore_global_state
+from advisor.execute.isolate import classify
+from advisor.execute.retime import retime, retime_policy
+from advisor.execute.runner import Gate, evaluate
+from advisor.knobs import Settings
+from advisor.measure.candidate import Mode
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.measure.verdict import PrecisionCheck
+from advisor.space import SearchSpace
+from advisor.workload.build import Workload
+
+__all__ = ["Evaluator", "InProcessEvaluator", "Lent"]
+
+
+class Evaluator(Protocol):
+    """Measures and gates candidates of one workload; `close()` releases what it holds."""
+
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult: ...
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]: ...
+
+    def use(self, workload: Workload) -> None: ...
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        """Precision verdicts measured elsewhere: not measured again (advisor.gate.precision)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcessEvaluator:
+    """Evaluates candidates in this process, computing the gate's references once. Global state
+    is put back after every candidate, so nothing leaks into the next one (or the caller)."""
+
+    def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
+        self.workload, self.device, self.mode, self.space = workload, device, mode, space
+        self._gate: Gate | None = None
+        self._home: Workload = workload  # the first workload: its references are kept
+        self._home_gate: Gate | None = None
+        self._known: list[PrecisionCheck] = []
+
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
+
+        saved = global_state()
+        try:
+            if self._gate is None:
+                self._gate = Gate(self.workload, self.device, self.mode, self.space)
+                self._gate.know(self._known)
+            result = evaluate(
+                self.workload,
+                settings,
+                self.device,
+                self.mode,
+                self.space,
+                self._gate,
+                race=race,
+                time_left_s=time_left_s,
+            )
+        finally:
+            restore_global_state(saved)
+        return classify(result)
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
+        """The finalists re-timed together, interleaved, in this process (advisor.execute.retime)."""
+
+        saved = global_state()
+        try:
+            policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
+            return retime(self.workload, results, self.device, self.mode, policy)
+        finally:
+            restore_global_state(saved)
+
+    def use(self, workload: Workload) -> None:
+        """Evaluate another workload from now on (its references are computed on first use;
+        the first workload's are kept, for a stage that switches to layers and back)."""
+        if self.workload is self._home:
+            self._home_gate = self._gate
+        self.workload = workload
+        self._gate = self._home_gate if workload is self._home else None
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        self._known += checks
+        for gate in (self._gate, self._home_gate):
+            if gate is not None:
+                gate.know(checks)
+
+    def close(self) -> None:
+        self._gate = self._home_gate = None
+
+
+class Lent:
+    """The run's evaluator, lent to a stage that closes what it is given (the per-layer stage):
+    closing it switches it back to `home` instead of ending it, so one worker process serves
+    every stage of a run (each start costs an interpreter, torch's import and the model's
+    set-up)."""
+
+    def __init__(self, evaluator: Evaluator, workload: Workload, home: Workload) -> None:
+        self._evaluator, self._home = evaluator, home
+        evaluator.use(workload)
+
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
+        return self._evaluator(settings, race=race, time_left_s=time_left_s)
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
+        return self._evaluator.retime(results, time_left_s=time_left_s)
+
+    def use(self, workload: Workload) -> None:
+        self._evaluator.use(workload)
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        self._evaluator.know(checks)
+
+    def close(self) -> None:
+        self._evaluator.use(self._home)

@@ -1,0 +1,339 @@
+"""Isolated trials: candidates run in a spawned worker process with a time limit.
+
+A crash (segfault, abort, CUDA illegal address), a hang (killed at the limit) or an out-of-memory
+becomes a failed trial with its reason, and the worker is replaced where its state may be bad; the
+study goes on. Workers are spawned, never forked, so a parent that already initialised CUDA is safe.
+
+Protocol over a pipe: the worker starts (imports, rebuilds the workload from its info's JSON,
+computes the fp32 reference) and sends ("ready", pid) or ("error", reason); then for each
+settings JSON it receives it sends ("result", TrialResult JSON). The time limit covers a
+candidate's own evaluation only: start-up has its own, larger limit, so the first trial does not
+pay for importing torch. Workers are started with stdout on stderr: whatever the user's code
+prints there (at import, in its factories, in forward) never reaches a caller's stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing as mp
+import signal
+import time
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from advisor.execute.streams import fd_stdout_to_stderr
+from advisor.execute.worker_process import main_hidden, worker_main
+from advisor.gate.numeric import Gate
+from advisor.knobs import Settings, precision_of
+from advisor.measure.candidate import Mode
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.measure.verdict import PrecisionCheck
+from advisor.space import SearchSpace
+from advisor.workload.info import WorkloadInfo
+
+if TYPE_CHECKING:
+    from advisor.workload.build import Workload
+
+# Messages after which a CUDA context cannot be trusted: the worker is replaced.
+_POISONED = (
+    "CUDA error",
+    "illegal memory access",
+    "device-side assert",
+    "CUBLAS_STATUS",
+    "cuDNN error",
+    "CUDNN_STATUS",
+)
+
+
+class RetimeFailed(RuntimeError):
+    """The interleaved re-time of the finalists could not finish; the message says why."""
+
+
+_OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
+STARTUP_TIMEOUT_S = 300.0  # importing torch, building the workload and the fp32 reference
+
+
+def classify(result: TrialResult) -> TrialResult:
+    """Name an out-of-memory failure as such, whatever library raised it."""
+    reason = result.reason or ""
+    if result.status != "failed" or reason.startswith("out of memory"):
+        return result
+    for marker in _OOM:
+        at = reason.find(marker)
+        if at >= 0:
+            detail = reason[at:].split(". Error", 1)[0][:160]
+            return result.model_copy(update={"reason": f"out of memory ({detail})"})
+    return result
+
+
+def poisoned(result: TrialResult) -> bool:
+    """Whether the failure may have left the process's CUDA context unusable."""
+    return result.status == "failed" and any(s in (result.reason or "") for s in _POISONED)
+
+
+class IsolatedEvaluator:
+    """Evaluates each candidate in a worker subprocess, replacing it after a crash or hang.
+
+    `info` must be recreatable (`info.recreatable`): the worker rebuilds the workload from it."""
+
+    def __init__(
+        self,
+        info: WorkloadInfo,
+        device: torch.device,
+        mode: Mode,
+        space: SearchSpace,
+        timeout_s: float = 600.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        cudnn_benchmark: bool = False,
+    ) -> None:
+        self.info, self.device, self.mode, self.space = info, device, mode, space
+        self.cudnn_benchmark = cudnn_benchmark  # the value of every candidate it is given
+        self._known: dict[str, str] = {}  # precision verdicts: own path's JSON -> check's JSON
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = max(startup_timeout_s, timeout_s)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._switch = False  # the live worker must load `info` before its next task
+        self._adopted = False  # the process is the probe's child, not serving yet
+        self.starts = 0  # workers started so far (or adopted); > 1 means one was replaced
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def adopt(self, proc: Any, conn: Connection) -> None:
+        """Take a live process that waits for ("serve", ...) as the first worker: the probe's
+        child (`advisor.execute.probe`), which has already imported torch and run the model once, so the
+        run does not pay a second start-up. It is told what to serve at the first task (a run
+        that finds everything stored measures nothing); if it cannot, it is ended and a fresh
+        worker is started, which then says what went wrong."""
+        self._kill()
+        self._proc, self._conn, self._switch = proc, conn, False
+        self._adopted = True
+
+    def _serve(self) -> None:
+        """Turn the adopted process into this evaluator's worker, or end it."""
+        self._adopted = False
+        assert self._conn is not None
+        try:
+            self._conn.send(("serve", self.info.model_dump_json(), self.space.model_dump_json()))
+            msg = self._receive(self.startup_timeout_s)
+        except (BrokenPipeError, OSError):
+            msg = "dead"
+        if isinstance(msg, tuple) and msg[0] == "ready":
+            self.starts += 1
+        else:
+            self._kill()
+
+    def _live(self) -> str | None:
+        """Make sure a worker is running on `info`: switch the live one to it, or start one.
+        None, or why no worker could start."""
+        if self._adopted and self._proc is not None and self._proc.is_alive():
+            self._serve()
+        if self._switch and self._proc is not None and self._proc.is_alive():
+            self._switch = False
+            assert self._conn is not None
+            try:
+                self._conn.send(("workload", self.info.model_dump_json()))
+                msg = self._receive(self.startup_timeout_s)
+            except (BrokenPipeError, OSError):
+                msg = "dead"
+            if not (isinstance(msg, tuple) and msg[0] == "ready"):
+                self._kill()  # a fresh worker on the new workload says what went wrong
+        if self._proc is None or not self._proc.is_alive():
+            self._kill()
+            return self._start()
+        return None
+
+    def _start(self) -> str | None:
+        """Start a worker and wait until it is ready; None, or why it could not start."""
+        self._switch = False
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(
+            target=worker_main,
+            args=(
+                child,
+                self.info.model_dump_json(),  # the same JSON a config file holds
+                str(self.device),
+                self.mode,
+                self.space.model_dump_json(),
+                None,
+                self.cudnn_benchmark,
+            ),
+            daemon=True,
+        )
+        # The worker inherits this process's descriptors: started with stdout on stderr, whatever
+        # the user's code prints there (at import, in build_model, in forward) stays off stdout.
+        with main_hidden(), fd_stdout_to_stderr():
+            self._proc.start()
+        self.starts += 1
+        child.close()
+        self._conn = parent
+        msg = self._receive(self.startup_timeout_s)
+        if isinstance(msg, tuple) and msg[0] == "ready":
+            return None
+        if isinstance(msg, tuple) and msg[0] == "error":
+            why = f"worker failed to start: {msg[1]}"
+        elif msg == "timeout":
+            why = f"worker did not start within {self.startup_timeout_s:g} s"
+        else:
+            why = f"worker failed to start: {self._exit_reason()}"
+        self._kill()
+        return why
+
+    def _receive(self, timeout_s: float) -> Any:
+        """The worker's next message, 'timeout', or 'dead' when it died or closed the pipe."""
+        assert self._conn is not None and self._proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._conn.poll(0.1):
+                try:
+                    return self._conn.recv()
+                except (EOFError, OSError):
+                    return "dead"
+            if not self._proc.is_alive():
+                # It may have sent its last message just before exiting.
+                return self._conn.recv() if self._conn.poll(0) else "dead"
+        return "timeout"
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn, self._adopted = None, None, False
+
+    def _failed(self, settings: Settings, reason: str) -> TrialResult:
+        return TrialResult(
+            settings=settings,
+            status="failed",
+            reason=reason,
+            precision=precision_of(settings, self.device),
+        )
+
+    def __call__(
+        self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
+    ) -> TrialResult:
+        why = self._live()
+        if why is not None:
+            return self._failed(settings, why)
+        assert self._conn is not None
+        race_kw = dataclasses.asdict(race) if race is not None else None
+        known = list(self._known.values())
+        try:
+            self._conn.send(("evaluate", settings.model_dump_json(), race_kw, time_left_s, known))
+        except (BrokenPipeError, OSError):
+            return self._crashed(settings)
+        # A precision not judged yet on this model is judged in this trial (a short training
+        # run: advisor.gate.precision): it gets a second trial limit.
+        own = Gate.own_path(settings).model_dump_json()
+        judged = precision_of(settings, self.device) == "fp32" or own in self._known
+        limit = self.timeout_s * (1 if judged else 2)
+        msg = self._receive(limit)
+        if msg == "timeout":
+            self._kill()
+            return self._failed(settings, f"timed out after {limit:g} s (killed)")
+        if not (isinstance(msg, tuple) and msg[0] == "result"):
+            return self._crashed(settings)
+        result = classify(TrialResult.model_validate_json(msg[1]))
+        if poisoned(result):
+            self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
+        return result
+
+    def know(self, checks: list[PrecisionCheck]) -> None:
+        """Precision verdicts sent along with every later candidate (not measured again)."""
+        for check in checks:
+            self._known.setdefault(check.own_path.model_dump_json(), check.model_dump_json())
+
+    def use(self, workload: Workload) -> None:
+        """Evaluate another workload from now on, in the same worker when it is alive. The
+        worker loads it at the next task, not before (a stage may find everything stored and
+        measure nothing); one that cannot switch is replaced then, and the fresh one reports
+        why. Switching back to the first workload reuses what the worker kept of it."""
+        if workload.info != self.info:
+            self.info = workload.info
+            self._switch = self._proc is not None and not self._adopted  # else served as is
+
+    def retime(
+        self, results: list[TrialResult], *, time_left_s: float | None = None
+    ) -> list[TrialResult]:
+        """The finalists re-timed together, interleaved, in a worker (advisor.execute.retime).
+
+        Raises RetimeFailed with the reason when the worker fails, crashes or runs out of time
+        (the trial limit once per finalist)."""
+        why = self._live()
+        if why is not None:
+            raise RetimeFailed(why)
+        assert self._conn is not None
+        try:
+            self._conn.send(("retime", [r.model_dump_json() for r in results], time_left_s))
+        except (BrokenPipeError, OSError):
+            raise RetimeFailed(self._exit_reason()) from None
+        limit = self.timeout_s * len(results)
+        msg = self._receive(limit)
+        if isinstance(msg, tuple) and msg[0] == "retimed":
+            return [TrialResult.model_validate_json(j) for j in msg[1]]
+        if isinstance(msg, tuple) and msg[0] == "retime_error":
+            raise RetimeFailed(msg[1])
+        why = f"timed out after {limit:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        self._kill()
+        raise RetimeFailed(why)
+
+    def ask(self, message: tuple[Any, ...], timeout_s: float) -> tuple[Any, ...]:
+        """Send the worker one message and return its reply; RetimeFailed with the reason when
+        it cannot start, dies or does not answer within `timeout_s` (it is then ended)."""
+        why = self._live()
+        if why is not None:
+            raise RetimeFailed(why)
+        assert self._conn is not None
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError):
+            raise RetimeFailed(self._exit_reason()) from None
+        msg = self._receive(timeout_s)
+        if isinstance(msg, tuple):
+            return msg
+        why = (
+            f"timed out after {timeout_s:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        )
+        self._kill()
+        raise RetimeFailed(why)
+
+    def _exit_reason(self) -> str:
+        proc = self._proc
+        if proc is not None:
+            proc.join(timeout=5)
+        code = proc.exitcode if proc is not None else None
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            why = f"worker crashed ({name})"
+            if -code == signal.SIGKILL:
+                why += ": killed, possibly by the out-of-memory killer"
+            return why
+        return f"worker exited with code {code}"
+
+    def _crashed(self, settings: Settings) -> TrialResult:
+        why = self._exit_reason()
+        self._kill()
+        return self._failed(settings, why)
+
+    def close(self) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self._conn.send(None)
+                self._proc.join(timeout=5)
+        self._kill()

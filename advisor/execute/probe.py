@@ -1,0 +1,168 @@
+"""The first run of the user's code, isolated and under a trial's time limit.
+
+A model file is code the advisor does not control: importing it, calling its factories and
+running one step may end the process (`sys.exit`, `os._exit`), hang, crash or raise. Before the
+advise process runs any of it itself, a spawned child does all of it once (import, example inputs,
+build, one step of the mode: in train mode with its backward) under the trial time limit; any
+failure becomes one line (a `ModelFileError`: exit code 2) instead of a silent exit or a hang.
+Start-up (importing torch in the child) has its own, larger limit, as a worker's does.
+
+A child that passed can go on as the run's first worker (`keep=True`, then
+`IsolatedEvaluator.adopt`): an interpreter and torch's import cost seconds, and the probe has
+paid them already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from advisor.errors import AdvisorError, ModelFileError, first_line
+from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
+from advisor.execute.streams import fd_stdout_to_stderr
+from advisor.execute.worker_process import become_child, main_hidden, worker_main
+
+__all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
+
+
+@dataclass
+class ProbeChild:
+    """A probe's child that passed and waits: ("serve", info JSON, space JSON) makes it a worker
+    (`IsolatedEvaluator.adopt`); `close()` ends it."""
+
+    proc: Any
+    conn: Connection
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, BrokenPipeError):
+            self.conn.send(None)
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=10)
+        self.conn.close()
+
+
+def hand_over(probed: ProbeChild | None, evaluator: object) -> None:
+    """Give the probe's child to the run's evaluator: an isolated one adopts it as its first
+    worker; any other has no use for it, and it is ended."""
+    if probed is None:
+        return
+    # The probe ran PyTorch's default (cudnn.benchmark off): it serves that value's candidates.
+    evaluator = getattr(evaluator, "off", evaluator)
+    if isinstance(evaluator, IsolatedEvaluator):
+        evaluator.adopt(probed.proc, probed.conn)
+    else:
+        probed.close()
+
+
+def probe_model(
+    workload_args: dict[str, Any],
+    mode: str,
+    device: str,
+    timeout_s: float,
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    keep: bool = False,
+) -> ProbeChild | None:
+    """Load the model and run one step in a child process; raise a one-line error if that
+    fails, exits, crashes or takes longer than `timeout_s`. With `keep`, the child that passed
+    is returned, waiting to become a worker (the caller adopts or closes it)."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc: Any = ctx.Process(target=_child, args=(child, workload_args, mode, device), daemon=True)
+    with main_hidden(), fd_stdout_to_stderr():
+        proc.start()
+    child.close()
+    what = f"the model's code (loading it and one {mode} step, in a separate process)"
+    try:
+        msg = receive(parent, proc, startup_timeout_s)
+        if msg == ("started",):
+            msg = receive(parent, proc, timeout_s)
+        if msg == ("ok",):
+            if not keep:
+                return None
+            kept, proc = ProbeChild(proc, parent), None
+            return kept
+        if isinstance(msg, tuple) and msg[0] == "advisor_error":
+            raise ModelFileError(msg[1])
+        if isinstance(msg, tuple) and msg[0] == "error":
+            raise ModelFileError(f"{what} failed: {msg[1]}")
+        if msg == "timeout":
+            raise ModelFileError(f"{what} did not finish within {timeout_s:g} s: killed")
+        proc.join(timeout=5)
+        code = proc.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            raise ModelFileError(f"{what} crashed ({name})")
+        raise ModelFileError(f"{what} ended the process (exit code {code})")
+    finally:
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=10)
+            parent.close()
+
+
+def receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
+    """The child's next message, 'timeout', or 'dead' when it exited without one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if conn.poll(0.1):
+            try:
+                return conn.recv()
+            except (EOFError, OSError):
+                return "dead"
+        if not proc.is_alive():
+            return conn.recv() if conn.poll(0) else "dead"
+    return "timeout"
+
+
+def user_failure(e: BaseException) -> str:
+    """One line for a failure of the user's code: the exit it called, or its first line."""
+    return f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else first_line(e)
+
+
+def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: str) -> None:
+    become_child()
+    import torch
+
+    from advisor.device.global_state import global_state
+    from advisor.knobs import Settings
+    from advisor.measure.candidate import Candidate
+    from advisor.workload.args import make_workload
+
+    pristine = global_state()  # before any user code: what a worker's trials start from
+    conn.send(("started",))
+    try:
+        workload = make_workload(**workload_args)
+        cand = Candidate(workload, Settings(), torch.device(device), mode)  # type: ignore[arg-type]
+        try:
+            outputs = cand.capture().outputs
+        finally:
+            cand.close()
+        del workload, cand
+        reply: tuple[str, ...] = ("ok",)
+        if not outputs:
+            reply = ("error", "it returned no tensor: there is nothing to time or check")
+        del outputs
+    except AdvisorError as e:  # already one line naming the problem
+        reply = ("advisor_error", str(e))
+    except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
+        reply = ("error", user_failure(e))
+    conn.send(reply)
+    if reply != ("ok",):
+        return
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        return
+    if isinstance(msg, tuple) and msg[0] == "serve":
+        worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]

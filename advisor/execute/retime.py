@@ -1,0 +1,198 @@
+"""Interleaved re-timing of the finalists before the pick.
+
+Candidates measured one after another see different machine states (clock boost, other load,
+thermal drift). The finalists — the fastest few accepted candidates and PyTorch's default — are
+re-timed together in rounds, one sample each per round, in alternating order (A B C, C B A, ...),
+so drift hits them all alike. Every sample is taken by the same `Sampler` as in the trials (CUDA
+events on a GPU, the same calls per sample, the same L2 flush for a single layer), so the fresh
+measurements are comparable with each other and replace the sequential ones: the pick is then made
+among the re-timed finalists only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import torch
+
+from advisor.apply import Tuned
+from advisor.compiled import inductor_caches, measurement_cache, recompile_guard
+from advisor.device.global_state import global_state, restore_global_state
+from advisor.device.ops import device_guard
+from advisor.knobs import GlobalFlags
+from advisor.measure.candidate import Candidate, Mode
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement, combine
+from advisor.measure.timing import (
+    Clock,
+    Sampler,
+    TimingPolicy,
+    interleave,
+    l2_flusher,
+    synchronize,
+    warm_device,
+    warm_up,
+)
+from advisor.workload.build import Workload
+
+
+def finalists(
+    results: Sequence[TrialResult], baseline: TrialResult, top: int, min_gain: float = 0.02
+) -> list[TrialResult]:
+    """The `top` fastest accepted candidates that could still win, plus the baseline.
+
+    A candidate whose whole interval lies above the fastest's interval by more than `min_gain`
+    cannot win the pick, so it is not re-timed (e.g. bf16 on a CPU without bf16 units)."""
+    ok = sorted(
+        (r for r in results if r.status == "ok" and r.measurement), key=lambda r: r.median_ms
+    )
+    if not ok:
+        return [baseline]
+    assert ok[0].measurement is not None
+    limit = ok[0].measurement.ci_high_ms * (1 + min_gain)
+    chosen = [r for r in ok if r.measurement is not None and r.measurement.ci_low_ms <= limit][:top]
+    if all(r.settings != baseline.settings for r in chosen):
+        chosen.append(baseline)
+    return chosen
+
+
+def retime_policy(policy: TimingPolicy, n: int, time_left_s: float | None) -> TimingPolicy:
+    """The trials' policy, with the time per finalist cut to fit what is left of the budget
+    (and, when that is less than the trials had, one warm-up run and three rounds at least)."""
+    if time_left_s is None:
+        return policy
+    share = max(0.05, time_left_s / max(n, 1))
+    if share >= policy.max_time_s:
+        return policy
+    return dataclasses.replace(
+        policy,
+        max_time_s=share,
+        warmup_runs=min(policy.warmup_runs, 1),
+        warmup_s=0.0,
+        min_samples=min(policy.min_samples, 3),
+    )
+
+
+class RetimeSession:
+    """The finalists of one shape case, built and warmed up, sampled one at a time: `sample(i)`
+    is one sample of finalist i after PyTorch's state is put back and its flags set. The rounds
+    may be driven from another process (`advisor.execute.benchmark_processes`: finalists that must not
+    share a process)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        results: Sequence[TrialResult],
+        device: torch.device,
+        mode: Mode,
+        policy: TimingPolicy,
+        case: int = 0,
+        clock: Clock | None = None,
+    ) -> None:
+        warm_device(device)
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(device_guard(device))
+        if any(r.settings.compiled for r in results):
+            # Compiled finalists compile again from the caches their trials filled (warm), in a
+            # fresh compiler state, and fail rather than recompile on every call.
+            self._stack.enter_context(recompile_guard(len(workload.shape_cases)))
+            self._stack.enter_context(inductor_caches(measurement_cache()))
+        self.pristine = global_state()  # what each sample starts from (threads, flags, ...)
+        single = workload.is_layer
+        self.sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
+        self.reps = [_reps(r, case) for r in results]
+        self.cands: list[Candidate] = []
+        try:
+            for r in results:
+                self.cands.append(Candidate(workload, r.settings, device, mode, case=case))
+            self.before = [partial(_prepare, self.pristine, c.tuned) for c in self.cands]
+            steps = [c.step for c in self.cands]
+            self.first_ms: list[float] = []  # each finalist's first call here (a compile)
+            self.launch_ms = warm_up(
+                steps, self.before, policy.warmup_runs, self.sampler.clock, self.first_ms
+            )
+            synchronize(device)
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, i: int) -> float:
+        self.before[i]()
+        self.sampler.launch_ms = self.launch_ms[i]
+        return self.sampler(self.cands[i].step, self.reps[i])
+
+    def close(self) -> None:
+        try:
+            for c in reversed(self.cands):  # flags were saved in creation order: restore reversed
+                c.close()
+            self.cands = []
+        finally:
+            self._stack.close()
+
+
+def retime(
+    workload: Workload,
+    results: Sequence[TrialResult],
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+    *,
+    clock: Clock | None = None,
+) -> list[TrialResult]:
+    """`results` with fresh, interleaved measurements (weighted over a shape set), marked
+    `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
+    per_case: list[list[list[float]]] = []
+    for case in range(len(workload.shape_cases)):
+        session = RetimeSession(workload, results, device, mode, policy, case, clock)
+        try:
+            samplers = [partial(session.sample, i) for i in range(len(results))]
+            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+        finally:
+            session.close()
+    return retimed_results(workload, results, per_case)
+
+
+def rounds(policy: TimingPolicy) -> dict[str, Any]:
+    """`interleave`'s rounds for a policy: the same time per candidate as a trial."""
+    return {
+        "min_rounds": policy.min_samples,
+        "max_rounds": policy.max_samples,
+        "budget_s": policy.max_time_s,
+    }
+
+
+def retimed_results(
+    workload: Workload, results: Sequence[TrialResult], per_case: list[list[list[float]]]
+) -> list[TrialResult]:
+    """`results` with the interleaved samples (per shape case, per finalist) as their
+    measurements, weighted over the shape set, marked `retimed`."""
+    weights = [c.weight for c in workload.shape_cases]
+    out = []
+    for i, r in enumerate(results):
+        ms = [Measurement(samples_ms=samples[i], reps=_reps(r, case))
+              for case, samples in enumerate(per_case)]  # fmt: skip
+        m = combine(ms, weights)
+        first = r.measurement.first_call_ms if r.measurement else None
+        m = m.model_copy(update={"first_call_ms": first})
+        out.append(
+            r.model_copy(
+                update={"measurement": m, "per_shape": ms if len(ms) > 1 else None, "retimed": True}
+            )
+        )
+    return out
+
+
+def _prepare(pristine: dict[str, Any], tuned: Tuned) -> None:
+    """Before each finalist's sample: PyTorch's state as it was, then that finalist's flags."""
+    restore_global_state(pristine)
+    GlobalFlags.switch_to(tuned.settings, tuned.device)
+
+
+def _reps(result: TrialResult, case: int) -> int:
+    if result.per_shape is not None and case < len(result.per_shape):
+        return result.per_shape[case].reps
+    return result.measurement.reps if result.measurement is not None else 1

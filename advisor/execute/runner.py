@@ -1,0 +1,368 @@
+"""Run one candidate: apply its settings to a fresh model, time its step, gate its numerics.
+
+Used by the search (in process or in a worker subprocess) and by the benchmarks. The step is what a
+training loop does under `advisor.apply` (see `advisor.measure.candidate`); the gate is `advisor.gate.numeric`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from advisor.compiled import (
+    cold_cache,
+    inductor_caches,
+    keep_artifacts,
+    recompile_guard,
+    recompile_reason,
+    start_inductor,
+)
+from advisor.device.allocator import release_free_heap, settle_cpu_allocator
+from advisor.device.ops import cuda_ops, device_guard
+from advisor.errors import first_line
+from advisor.gate.numeric import Errors, Gate, compare, round_up
+from advisor.gate.precision import CheckOutOfTime
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
+from advisor.measure.results import Status, TrialResult
+from advisor.measure.stats import Measurement, Race, combine
+from advisor.measure.timing import (
+    TimingPolicy,
+    l2_flusher,
+    measure,
+    synchronize,
+    warm_device,
+)
+from advisor.measure.verdict import CANNOT_WIN
+from advisor.space import SearchSpace
+from advisor.workload.build import Workload
+
+__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
+
+
+def _reset_peak_rss() -> None:
+    """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
+    trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""
+    release_free_heap()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+class _PeakMemory:
+    """A trial's own peak memory above what was in use when it started: CUDA allocations on a
+    GPU, resident memory on a CPU. The first call's one-off buffers (Triton autotuning's 256 MiB
+    benchmark buffer, cuDNN's benchmark workspaces) are not the candidate's working set: the
+    peak is restarted after it (`after_first`) and the first call's own peak kept apart."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.first_call_mb = 0.0
+        self._restart()
+        self.rss0 = _peak_rss_mb()
+        self.mem0 = cuda_ops().memory_allocated(device) if device.type == "cuda" else 0
+
+    def _restart(self) -> None:
+        if self.device.type == "cuda":
+            cuda_ops().reset_peak_memory(self.device)
+        else:
+            _reset_peak_rss()
+
+    def growth_mb(self) -> float:
+        if self.device.type == "cuda":
+            return (cuda_ops().max_memory_allocated(self.device) - self.mem0) / 2**20
+        return max(0.0, _peak_rss_mb() - self.rss0)
+
+    def after_first(self) -> None:
+        self.first_call_mb = max(self.first_call_mb, self.growth_mb())
+        self._restart()
+
+
+def _stopped(
+    settings: Settings,
+    precision: str,
+    per_shape: list[Measurement],
+    workload: Workload,
+    why: str,
+) -> TrialResult:
+    """A candidate raced out: its samples so far, no numeric check (it cannot be picked)."""
+    weights = [c.weight for c in workload.shape_cases][: len(per_shape)]
+    return TrialResult(
+        settings=settings,
+        status="stopped",
+        reason=why,
+        measurement=combine(per_shape, weights),
+        per_shape=per_shape if len(per_shape) > 1 else None,
+        precision=precision,
+    )
+
+
+def _close(cand: Candidate) -> str | None:
+    """Close a candidate; why that failed, or None."""
+    try:
+        cand.close()
+    except Exception as e:  # noqa: BLE001 - reported as the trial's failure
+        return first_line(e)
+    return None
+
+
+def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:
+    return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
+
+
+def evaluate(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    gate: Gate,
+    *,
+    policy: TimingPolicy | None = None,
+    clock: Callable[[], float] | None = None,
+    race: Race | None = None,
+    time_left_s: float | None = None,
+) -> TrialResult:
+    """Measure and gate one candidate on every shape of the workload.
+
+    Any failure becomes a failed result with its reason. The objective over a shape set is the
+    weighted sum of the per-shape medians. A single layer is timed as a per-layer decision: L2
+    flushed before each sample and, on a GPU, device time only (see `timing.Sampler`). With a
+    `race`, a candidate that provably cannot win is stopped early and not gated (status
+    "stopped"); `time_left_s` cuts sampling when the run's time budget is spent. It counts from
+    before the model is built: the first call (compilation, autotuning) is inside it, and a raced
+    candidate whose first call runs past it stops there, unmeasured and not gated.
+
+    A compiled candidate (`settings.compile`) compiles with empty caches: each shape's first call
+    is its cold compile, then the first calls of a second compile in a fresh compiler state with
+    the caches filled are its warm one (`compile_cold_s` / `compile_warm_s`, never in the
+    samples). Its numerics are checked at model level only (the per-layer check runs conv
+    modules alone: it cannot see inside a compiled graph, and the eager modules are its eager
+    twin's, checked there); a recompile on every call fails it.
+    """
+    if settings.compiled:
+        now = clock or time.perf_counter
+        start = now()
+        try:
+            start_inductor()  # not the candidate's cost: once per process
+        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
+            return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
+                           gate.precision(settings))  # fmt: skip
+        cold = cold_cache()
+        with recompile_guard(len(gate.cases)):
+            with inductor_caches(cold):
+                result = _evaluate(workload, settings, device, mode, space, gate, policy,
+                                   clock, race, time_left_s)  # fmt: skip
+            left = None if time_left_s is None else time_left_s - (now() - start)
+            if result.status in ("ok", "rejected") and (left is None or left > 0):
+                result = _with_warm_compile(result, workload, device, mode, gate, cold, now)
+        keep_artifacts(cold)
+        return result
+    return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
+                     time_left_s)  # fmt: skip
+
+
+def _evaluate(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    gate: Gate,
+    policy: TimingPolicy | None,
+    clock: Callable[[], float] | None,
+    race: Race | None,
+    time_left_s: float | None,
+) -> TrialResult:
+    now = clock or time.perf_counter
+    deadline = None if time_left_s is None else now() + time_left_s
+    # the precision check's training runs stop on the wall clock, whatever clock times samples
+    check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
+    precision = gate.precision(settings)
+    policy = policy or space.timing.policy()
+    settle_cpu_allocator()
+    warm_device(device)
+    flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
+    memory = _PeakMemory(device)
+    peak = 0.0
+    per_shape: list[Measurement] = []
+    err, grad_err = 0.0, 0.0 if mode == "train" else None
+    layer = None
+    judge_below = race.judge_below_ms if race is not None else None
+    if len(gate.cases) > 1:
+        race = None  # slower on one shape does not mean slower over the weighted set
+    for case, ref in enumerate(gate.cases):
+        cand: Candidate | None = None
+        failure = lost = None
+        try:
+            cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
+            m = measure(
+                cand.step,
+                device,
+                policy,
+                clock=clock,
+                flush=flush,
+                queue_ahead=workload.is_layer,
+                race=race,
+                deadline=deadline,
+                after_first=memory.after_first,
+            )
+            if not m.samples_ms:  # its first call used up the budget: nothing to compare
+                return TrialResult(
+                    settings=settings, status="stopped", reason=m.stopped, precision=precision
+                )
+            per_shape.append(m)
+            if race is not None and m.stopped is not None and "slower than" in m.stopped:
+                lost = m.stopped  # lost the race, or cut by the budget while slower: not gated
+            else:
+                # The candidate's own peak: read before the numeric check allocates its copies.
+                peak = max(peak, memory.growth_mb())
+                # A compiled model: the step as timed, under the canonical dropout masks only
+                # where the reference drew some; no per-layer record (`evaluate`).
+                compiled = settings.compiled
+                got = cand.capture(
+                    record_convs=not compiled, canonical=gate.dropout or not compiled
+                )
+                errors = compare(got, ref, mode)
+                err = max(err, errors.out)
+                if grad_err is not None:
+                    grad_err = max(grad_err, errors.grad or 0.0)
+                if not got.outputs:
+                    raise RuntimeError("the model returned no tensor: nothing to check or time")
+                worst = gate.check_layers(cand, got.convs)
+                if worst is not None and (layer is None or worst.error > layer.error):
+                    layer = worst
+        except torch.OutOfMemoryError:
+            failure = "out of memory"
+        except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
+            failure = recompile_reason(e, len(gate.cases)) or first_line(e)
+        if cand is not None:
+            # After a sticky CUDA error (an illegal memory access) closing raises it again: the
+            # first failure is the reason, and the closing one tells a failure closing found.
+            failure = failure or _close(cand)
+        if failure is not None:
+            return _failed(settings, failure, precision)
+        if lost is not None:
+            return _stopped(settings, precision, per_shape, workload, lost)
+    unjudged = _cannot_win_unjudged(gate, settings, per_shape, workload, judge_below)
+    if unjudged is not None:
+        return _stopped(settings, precision, per_shape, workload, unjudged)
+    status: Status = "ok"
+    reason = rejected_by = None
+    try:
+        tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
+    except CheckOutOfTime as e:  # not judged: it cannot be picked, and a later run checks it
+        return _stopped(settings, precision, per_shape, workload, str(e))
+    finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
+    if not finite or (layer is not None and not math.isfinite(layer.error)):
+        status, reason = "rejected", "NaN or Inf in outputs or gradients"
+    elif layer is not None and not layer.ok:
+        status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
+        where = f"layer {layer.layer!r}" if layer.layer else "the layer"
+        reason = (
+            f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
+            f"{precision} layer tolerance {layer.tolerance:.1e}"
+        )
+    else:
+        verdict = tol.judge(Errors(err, grad_err))
+        if verdict is not None:
+            status = "rejected"
+            reason, rejected_by = verdict
+    weights = [c.weight for c in workload.shape_cases]
+    return TrialResult(
+        settings=settings,
+        status=status,
+        reason=reason,
+        measurement=combine(per_shape, weights),
+        per_shape=per_shape if len(per_shape) > 1 else None,
+        rel_error=err,
+        grad_error=grad_err,
+        grad_tolerance=tol.grad.value if tol.grad else None,
+        precision=precision,
+        tolerance=tol.out.value,
+        tolerance_basis=tol.basis,
+        layer_error=layer.error if layer is not None else None,
+        layer_tolerance=layer.tolerance if layer is not None else None,
+        layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
+        rejected_by=rejected_by,
+        precision_check=tol.out.check,
+        peak_memory_mb=peak,
+        first_call_peak_mb=memory.first_call_mb,
+        compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
+    )
+
+
+def _cannot_win_unjudged(
+    gate: Gate,
+    settings: Settings,
+    per_shape: list[Measurement],
+    workload: Workload,
+    judge_below_ms: float | None,
+) -> str | None:
+    """Why a candidate at a precision not judged yet is stopped before its training check is
+    paid (`Race.judge_below_ms`), or None: measured in full, it cannot win the pick."""
+    if judge_below_ms is None or gate.judged(settings):
+        return None
+    m = combine(per_shape, [c.weight for c in workload.shape_cases])
+    if m.ci_low_ms <= judge_below_ms:
+        return None
+    return (
+        f"{CANNOT_WIN}: {m.ci_low_ms:.3f} ms at best, slower than the best accepted candidate's "
+        f"{judge_below_ms:.3f} ms; {gate.precision(settings)} not judged on this model (its "
+        "training check is paid only for a candidate that could be picked)"
+    )
+
+
+def _first_calls_s(per_shape: list[Measurement]) -> float:
+    return sum(m.first_call_ms or 0.0 for m in per_shape) / 1e3
+
+
+def _with_warm_compile(
+    result: TrialResult,
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    gate: Gate,
+    cache: Path,
+    now: Callable[[], float],
+) -> TrialResult:
+    """`result` with its warm compile cost: every shape's first call again, in a fresh compiler
+    state with `cache` filled by its cold compile (a training run started again on this
+    machine). Left out when it fails (the cold figure stands)."""
+    total = 0.0
+    with inductor_caches(cache), device_guard(device):
+        for case in range(len(gate.cases)):
+            cand = Candidate(workload, result.settings, device, mode, gate.seed, case=case)
+            try:
+                synchronize(device)
+                t0 = now()
+                cand.step()
+                synchronize(device)
+                total += now() - t0
+            except Exception:  # noqa: BLE001 - the cold measurement stands
+                return result
+            finally:
+                with contextlib.suppress(Exception):
+                    cand.close()
+    return result.model_copy(update={"compile_warm_s": total})

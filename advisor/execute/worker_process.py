@@ -1,0 +1,176 @@
+"""The loop a worker process runs: start up (rebuild the workload from its info's JSON, compute
+the fp32 references), then evaluate candidates, re-time finalists or serve a re-time's samples one
+at a time, each from PyTorch's global state as it was, until told to stop. Spawned by
+`advisor.execute.isolate.IsolatedEvaluator` (or entered by the probe's child that becomes a worker)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from advisor.device.global_state import global_state, restore_global_state
+from advisor.device.ops import cuda_ops
+from advisor.errors import first_line
+from advisor.knobs import Settings
+from advisor.measure.candidate import Mode
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.measure.verdict import PrecisionCheck
+from advisor.space import SearchSpace
+
+__all__ = ["die_with_parent", "main_hidden", "worker_main"]
+
+
+def die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when its parent dies (even by kill -9), so no orphan keeps
+    the GPU busy while the study is resumed."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def become_child() -> None:
+    """What every child the advisor spawns does first: Ctrl-C is the parent's to handle, the
+    child dies with its parent, and the user's code prints as it likes but never on our stdout,
+    which may be someone's JSON. (The parent starts children with stdout on stderr already, so
+    prints at import time are covered too.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        os.dup2(2, 1)
+
+
+@contextlib.contextmanager
+def main_hidden() -> Iterator[None]:
+    """Spawn would re-run the caller's main script in the worker (a training script run twice,
+    or an error without an `if __name__ == "__main__"` guard). The worker needs nothing from it:
+    hide it while the process starts."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main and k in main.__dict__}
+    try:
+        for k in saved:
+            setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
+def worker_main(
+    conn: Connection,
+    info_json: str,
+    device: str,
+    mode: Mode,
+    space_json: str,
+    pristine: dict[str, Any] | None = None,
+    cudnn_benchmark: bool = False,
+) -> None:
+    """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
+    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together;
+    or serve one re-time's samples one at a time ("retime_open", "retime_sample", ...).
+
+    `pristine`: the global state to start every trial from, when this process ran user code
+    before it became a worker (the probe's child); by default, the state found here at start.
+    `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
+    become_child()
+    from advisor.execute.retime import RetimeSession, retime, retime_policy
+    from advisor.execute.runner import Gate, evaluate
+    from advisor.workload.build import workload_from_info
+
+    pristine = pristine if pristine is not None else global_state()
+    try:
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            # Events, streams and Triton launches use the current device: make it this one.
+            # (`set_device` needs an index: a bare "cuda", what --device cuda and auto give,
+            # is the current device.)
+            cuda_ops().make_current(dev)
+        space = SearchSpace.model_validate_json(space_json)
+        workload = workload_from_info(json.loads(info_json))
+        restore_global_state(pristine)  # the references too start from it, as the trials do
+        gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        conn.send(("error", first_line(e)))
+        return
+    restore_global_state(pristine)
+    # The first workload (the model) is kept: the per-layer stage switches to its layer groups
+    # and back, and coming back must not rebuild the model and its references.
+    home = (info_json, workload, gate)
+    session: Any = None  # a re-time served one sample at a time
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        if isinstance(msg, tuple) and msg[0] == "workload":
+            # Another workload in the same process (the per-layer stage's layer groups): no new
+            # interpreter, no new imports, only its references.
+            try:
+                if msg[1] == home[0]:
+                    workload, gate = home[1], home[2]
+                else:
+                    workload = workload_from_info(json.loads(msg[1]))
+                    restore_global_state(pristine)
+                    gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
+                reply: tuple[str, Any] = ("ready", None)
+            except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+                reply = ("error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0] == "retime":
+            try:
+                rs = [TrialResult.model_validate_json(j) for j in msg[1]]
+                policy = retime_policy(space.timing.policy(), len(rs), msg[2])
+                fresh = retime(workload, rs, dev, mode, policy)
+                reply = ("retimed", [r.model_dump_json() for r in fresh])
+            except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
+                reply = ("retime_error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0].startswith("retime_"):
+            # One re-time's samples, one at a time: the rounds are driven by the parent, which
+            # interleaves them with another process's (`advisor.execute.benchmark_processes`).
+            try:
+                if msg[0] == "retime_open":
+                    rs = [TrialResult.model_validate_json(j) for j in msg[1]]
+                    policy = dataclasses.replace(space.timing.policy(), warmup_runs=msg[3])
+                    session = RetimeSession(workload, rs, dev, mode, policy, case=msg[2])
+                    reply = ("opened", None)
+                elif msg[0] == "retime_sample":
+                    reply = ("sample", session.sample(msg[1]))
+                    conn.send(reply)  # the global state stays as the sample left it: the
+                    continue  # next sample puts it back itself
+                else:
+                    session.close()
+                    reply = ("closed", None)
+            except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
+                reply = ("retime_error", first_line(e))
+        else:
+            _, settings_json, race_kw, time_left_s, known = msg
+            race = Race(**race_kw) if race_kw is not None else None
+            settings = Settings.model_validate_json(settings_json)
+            gate.know(PrecisionCheck.model_validate_json(j) for j in known)
+            try:
+                result = evaluate(workload, settings, dev, mode, space, gate, race=race,
+                                  time_left_s=time_left_s)  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
+                result = TrialResult(settings=settings, status="failed", reason=first_line(e))
+            reply = ("result", result.model_dump_json())
+        restore_global_state(pristine)  # the next trial starts from the same state
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return

@@ -1,0 +1,171 @@
+"""The numeric gate's sharp check: each conv layer alone, against float64.
+
+A conv is linear, so its output and both gradients on random inputs are a sharp test of an
+implementation or a precision: a kernel tap off or a weight off by 1e-3 shows at once, whatever
+the model around it does. Every conv layer of a candidate's model is run alone with the input it
+receives there (shape, dtype, layout, whether it needs a gradient), under the candidate's flags
+and autocast, and compared with the same layer in float64; the tolerance per precision is the
+space's `layer_tolerances`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from advisor import impls
+from advisor.device.ops import autocast_type, cuda_ops, placement
+from advisor.gate.metrics import global_rel_error, rel_error
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate, ConvInput, Mode, to_layout
+from advisor.space import SearchSpace
+
+__all__ = ["GateContext", "LayerCheck", "LayerVerdict"]
+
+_CACHE_BYTES = 512 * 2**20  # float64 layer references kept for the next candidate (CPU RAM)
+_CACHE_SHARE = 0.025  # on a GPU: this share of its memory, up to 2 GiB (a float64 conv on a
+_CACHE_MAX = 2 * 2**30  # large layer costs each candidate a second otherwise)
+
+
+@dataclass(frozen=True)
+class LayerVerdict:
+    """The worst conv layer of a candidate, checked alone against float64."""
+
+    error: float
+    tolerance: float
+    layer: str
+    what: str  # output, input gradient or weight gradient
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tolerance
+
+
+class GateContext(Protocol):
+    """What a layer check needs of its gate (`gate.Gate` is one): where and how the candidates
+    run, and which precision class and own path a candidate has."""
+
+    device: torch.device
+    mode: Mode
+    seed: int
+    space: SearchSpace
+
+    def precision(self, settings: Settings) -> str: ...
+
+    def own_path(self, settings: Settings) -> Settings: ...
+
+
+class LayerCheck:
+    """Each conv layer of a candidate alone against float64, for one gate: the float64
+    references are kept (within a budget) for the candidates after the first."""
+
+    def __init__(self, gate: GateContext) -> None:
+        self.gate = gate
+        self._layer_refs: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
+        self._layer_ref_bytes = 0
+        self._cache_bytes = _CACHE_BYTES
+        device = gate.device
+        if device.type == "cuda":
+            total = cuda_ops().properties(cuda_ops().index_of(device)).total_memory
+            self._cache_bytes = min(_CACHE_MAX, int(_CACHE_SHARE * total))
+
+    def check(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
+        """The worst conv layer of `cand` run alone against float64 (None: the model has none):
+        a failing layer before any passing one, else the largest error.
+
+        At PyTorch's default precision on this device (TF32 convs on CUDA) a layer may differ as
+        much as `yardstick_factor` x PyTorch's own kernel for it at that precision: the user runs
+        that kernel already (a large-K conv's TF32 error can exceed the space's tolerance)."""
+        settings = cand.tuned.settings
+        tol = self.gate.space.layer_tolerances.for_precision(self.gate.precision(settings))
+        default = (
+            self.gate.precision(settings) != "fp32" and self.gate.own_path(settings) == Settings()
+        )
+        verdicts: list[LayerVerdict] = []
+        for c in convs:
+            errors = self._layer_errors(cand, c, c.module)
+            limit = dict.fromkeys(errors, tol)
+            if default and any(err > tol for err in errors.values()):
+                native = impls.swap(copy.deepcopy(c.module), "native")
+                own = self._layer_errors(cand, c, native)
+                factor = self.gate.space.gate.yardstick_factor
+                limit = {what: max(tol, factor * own[what]) for what in errors}
+            verdicts += [LayerVerdict(err, limit[w], c.name, w) for w, err in errors.items()]
+        failing = [v for v in verdicts if not v.ok]
+        return max(failing or verdicts, key=lambda v: v.error, default=None)
+
+    def _layer_errors(self, cand: Candidate, c: ConvInput, module: nn.Module) -> dict[str, float]:
+        train = self.gate.mode == "train"
+        need_x = train and c.requires_grad
+        # Drawn where the layer runs, from the same seed for every candidate: on a GPU a CPU
+        # draw (and its copy) of a large layer's input and output gradient cost seconds per
+        # candidate (gpu_audit #12).
+        where = placement(self.gate.device)
+        gen = torch.Generator(device=where).manual_seed(self.gate.seed + 17)
+        x = torch.randn(c.shape, generator=gen, dtype=torch.float32, device=where).to(c.dtype)
+        xd = to_layout(x, c.layout).requires_grad_(need_x)
+        params = {
+            n: p for n, p in module.named_parameters(recurse=False) if train and p.requires_grad
+        }
+        with torch.set_grad_enabled(train), cand.tuned.autocast():
+            out = module(xd)
+        got = {"output": out.detach()}
+        g = None
+        if train:
+            g = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where)
+            g = g.to(out.dtype)
+            wrt = [xd] if need_x else []
+            grads = torch.autograd.grad(out, [*wrt, *params.values()], g)
+            if need_x:
+                got["input gradient"] = grads[0]
+            for n, gr in zip(params, grads[len(wrt) :], strict=True):
+                got[f"param.{n}"] = gr
+        ref = self._layer_reference(c, x, g, need_x, list(params))
+        errors = {
+            "output": rel_error(got["output"], ref["output"]),
+        }
+        if "input gradient" in got:
+            errors["input gradient"] = rel_error(got["input gradient"], ref["input gradient"])
+        pgot = {k: v for k, v in got.items() if k.startswith("param.")}
+        if pgot:
+            pref = {k: ref[k] for k in pgot}
+            errors["weight gradient"] = global_rel_error(pgot, pref)
+        return errors
+
+    def _layer_reference(
+        self,
+        c: ConvInput,
+        x: torch.Tensor,
+        g: torch.Tensor | None,
+        need_x: bool,
+        params: list[str],
+    ) -> dict[str, torch.Tensor]:
+        """The layer in float64 with native kernels on the same values (cached, within a budget:
+        candidates in one precision share it)."""
+        key = (c.name, c.shape, x.dtype, None if g is None else g.dtype, need_x, tuple(params))
+        hit = self._layer_refs.get(key)
+        if hit is not None:
+            return hit
+        ref_mod = impls.swap(copy.deepcopy(c.module), "native").to(torch.float64)
+        x64 = x.to(placement(self.gate.device), torch.float64).requires_grad_(need_x)
+        autocast_off = torch.autocast(autocast_type(self.gate.device), enabled=False)
+        with autocast_off, torch.set_grad_enabled(g is not None):
+            out = ref_mod(x64)
+        ref = {"output": out.detach()}
+        if g is not None:
+            named = dict(ref_mod.named_parameters(recurse=False))
+            wrt = ([x64] if need_x else []) + [named[n] for n in params]
+            grads = torch.autograd.grad(out, wrt, g.to(out.device, torch.float64))
+            if need_x:
+                ref["input gradient"] = grads[0]
+            for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
+                ref[f"param.{n}"] = gr
+        size = sum(t.numel() * t.element_size() for t in ref.values())
+        if self._layer_ref_bytes + size <= self._cache_bytes:
+            self._layer_refs[key] = ref
+            self._layer_ref_bytes += size
+        return ref

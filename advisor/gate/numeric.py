@@ -1,0 +1,346 @@
+"""The numeric gate: is a candidate's arithmetic what its precision promises, on this model?
+
+Two checks, each where its question is well posed:
+
+1. **Each conv layer alone, against float64.** A conv is linear, so its output and both gradients
+   on random inputs are a sharp test of an implementation or a precision: a kernel tap off or a
+   weight off by 1e-3 shows at once, whatever the model around it does. Every conv layer of the
+   candidate's model is run alone with the input it receives there (shape, dtype, layout, whether
+   it needs a gradient), under the candidate's flags and autocast, and compared with the same
+   layer in float64; the tolerance per precision is the space's `layer_tolerances`.
+2. **The whole model, against the fp32 reference, with a tolerance calibrated on this model.**
+   Gradients of a ReLU/BatchNorm network in training jump when a unit near zero flips, so two
+   exact-fp32 computations can differ by 1e-6 or 1e-2 depending on the input draw. The yardstick
+   is measured on the same inputs: the noise floor is the largest difference from the reference
+   among fp32 references with the inputs perturbed by a few roundings (and the float64 answer);
+   an fp32-class candidate may differ by the space's `tolerances` / `grad_tolerances`, or by
+   `noise_factor` times that floor where that is more (an exact reordering is as good as fp32
+   gets). For TF32/fp16/bf16 the yardstick is what PyTorch's own path at that precision (autocast
+   or TF32, native kernels, contiguous) differs on this model: the precision is accepted only if
+   that is within the space's tolerance (the precision the user accepts), and then a candidate
+   may differ by the space's tolerance or `yardstick_factor` times the yardstick, whichever is
+   larger (as good as PyTorch's own path at that precision).
+
+NaN or Inf never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from advisor.gate.layer import LayerCheck, LayerVerdict
+from advisor.gate.metrics import global_rel_error, max_rel_error
+from advisor.gate.precision import Fp32Runs, check_precision
+from advisor.knobs import Settings, precision_of
+from advisor.measure.candidate import Candidate, Captured, ConvInput, Mode
+from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings, own_path, path_name
+from advisor.space import SearchSpace
+from advisor.workload.build import Workload
+
+REFERENCE = Settings(tf32="off")  # fp32 everywhere, native kernels, contiguous
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Relative errors of outputs and of all gradients together (None in infer mode)."""
+
+    out: float
+    grad: float | None
+
+    def worst(self, other: Errors) -> Errors:
+        grad = None if self.grad is None else max(self.grad, other.grad or 0.0)
+        return Errors(max(self.out, other.out), grad)
+
+
+def compare(got: Captured, ref: Captured, mode: Mode) -> Errors:
+    return Errors(
+        max_rel_error(got.outputs, ref.outputs),
+        global_rel_error(got.grads, ref.grads) if mode == "train" else None,
+    )
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One model-level check (outputs, or all gradients together) and what sets its limit.
+
+    The limit is the larger of the space's tolerance and `factor` x the yardstick: the model's
+    fp32 noise floor, or for TF32/fp16/bf16 what PyTorch's own path at that precision differs.
+    For those, the precision itself must be acceptable first: `check`, what it does to training
+    on this model (advisor/gate/precision.py), or PyTorch's default on the device.
+    """
+
+    what: str  # "error" or "gradient error"
+    precision: str
+    space_key: str  # e.g. "grad_tolerances.fp32"
+    space_value: float
+    yardstick: float
+    factor: float
+    own: float | None = None  # PyTorch's own path's error (None for the fp32 class)
+    check: PrecisionCheck | None = None  # how the precision was judged (None: fp32 class)
+
+    @property
+    def value(self) -> float:
+        return max(self.space_value, self.factor * self.yardstick)
+
+    @property
+    def basis(self) -> str:
+        if self.factor * self.yardstick <= self.space_value:
+            return f"the space's {self.precision} tolerance"
+        if self.own is None:
+            return f"{self.factor:g} x this model's fp32 noise floor {self.yardstick:.1e}"
+        if self.check is not None and self.check.own_path == Settings():
+            return (
+                f"{self.factor:g} x PyTorch's default path on this device ({self.precision}: "
+                f"{self.yardstick:.1e} on this model, accepted as what PyTorch does anyway)"
+            )
+        return f"{self.factor:g} x PyTorch's own {self.precision} path on this model ({self.yardstick:.1e})"
+
+    def judge(self, error: float) -> tuple[str, str] | None:
+        """None when `error` passes; else (reason, the `key=value` setting that would accept it,
+        or "" when none would)."""
+        p, check = self.precision, self.check
+        if check is not None and not check.accepted:
+            return f"{check.summary}: {p} is not accepted here", _accepting(check)
+        if error > self.value:
+            return (
+                f"{self.what} {error:.2e} over the {p} tolerance {self.value:.1e} ({self.basis})",
+                f"{self.space_key}={round_up(error)}",
+            )
+        return None
+
+
+def _accepting(check: PrecisionCheck) -> str:
+    """The precision_check setting that would have accepted a rejected precision."""
+    if not math.isfinite(check.gap):
+        return ""  # Inf or NaN: nothing accepts it
+    if check.mode == "infer":
+        return f"precision_check.signal_tolerance={round_up(check.gap)}"
+    return f"precision_check.band_factor={round_up(check.gap / max(check.band, 1e-12))}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The model-level checks for one candidate."""
+
+    precision: str
+    out: Bound
+    grad: Bound | None  # None in infer mode
+
+    @property
+    def basis(self) -> str:
+        parts = [self.out.basis] + ([self.grad.basis] if self.grad else [])
+        return "; ".join(dict.fromkeys(parts))
+
+    def judge(self, errors: Errors) -> tuple[str, str] | None:
+        """None when the candidate passes; else (reason, setting that would accept it)."""
+        verdict = self.out.judge(errors.out)
+        if verdict is None and self.grad is not None and errors.grad is not None:
+            verdict = self.grad.judge(errors.grad)
+        return verdict
+
+
+class Gate:
+    """The references every candidate of one workload is judged against (computed once)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        device: torch.device,
+        mode: Mode,
+        space: SearchSpace,
+        seed: int = 0,
+        cudnn_benchmark: bool = False,
+    ) -> None:
+        self.workload, self.device, self.mode, self.space, self.seed = (
+            workload,
+            device,
+            mode,
+            space,
+            seed,
+        )
+        # The cudnn.benchmark value of this process's candidates: the references run with it
+        # too, or they would leave cuDNN's plan cache holding the other kind of plan for the
+        # same convolutions (`advisor.execute.benchmark_processes`).
+        self.cudnn_benchmark = cudnn_benchmark
+        self.param_dtype = workload.param_dtype
+        # The fp32 answer per shape; the noise floor and the yardsticks are computed when a
+        # verdict needs them (most candidates pass on the space's tolerances alone).
+        self.cases = [
+            self._capture(REFERENCE, case, torch.float32)
+            for case in range(len(workload.shape_cases))
+        ]
+        # Whether the step draws dropout masks: a compiled candidate is captured under the
+        # canonical masks only then (Dynamo compiles the model once more for an active mode).
+        self.dropout = any(c.dropouts for c in self.cases)
+        self._noise: Errors | None = None
+        self._yardsticks: dict[str, list[Errors]] = {}
+        self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
+        # the training checks' shared fp32 side, per (seed, check settings)
+        self._fp32_runs: dict[tuple[int, PrecisionCheckSettings], Fp32Runs] = {}
+        self.layers = LayerCheck(self)
+
+    # ---- references ----------------------------------------------------------------------------
+
+    def _capture(
+        self, settings: Settings, case: int, dtype: torch.dtype | None = None, **kw: Any
+    ) -> Captured:
+        settings = settings.model_copy(update={"cudnn_benchmark": self.cudnn_benchmark})
+        cand = Candidate(
+            self.workload, settings, self.device, self.mode, self.seed, dtype, case, **kw
+        )
+        try:
+            return cand.capture()
+        finally:
+            cand.close()
+
+    def noise(self) -> Errors:
+        """The largest difference from the fp32 reference among exact-fp32 answers on the same
+        inputs (float64, and fp32 with the inputs moved by a few roundings), over every shape."""
+        if self._noise is None:
+            g = self.space.gate
+            worst: Errors | None = None
+            for case, ref in enumerate(self.cases):
+                others = [self._capture(REFERENCE, case, torch.float64)] + [
+                    self._capture(
+                        REFERENCE, case, torch.float32, perturb=g.perturbation, perturb_seed=k
+                    )
+                    for k in range(g.perturbations)
+                ]
+                for other in others:
+                    e = compare(other, ref, self.mode)
+                    worst = e if worst is None else worst.worst(e)
+            self._noise = worst or Errors(0.0, None if self.mode == "infer" else 0.0)
+        return self._noise
+
+    def precision(self, settings: Settings) -> str:
+        return precision_of(settings, self.device, self.param_dtype)
+
+    own_path = staticmethod(own_path)
+
+    def _yardstick(self, settings: Settings) -> Errors | None:
+        """How far PyTorch's own path at the candidate's precision is from the fp32 reference."""
+        if self.precision(settings) == "fp32":
+            return None
+        own = self.own_path(settings)
+        key = own.model_dump_json()
+        if key not in self._yardsticks:
+            self._yardsticks[key] = [
+                compare(self._capture(own, case), ref, self.mode)
+                for case, ref in enumerate(self.cases)
+            ]
+        errs = self._yardsticks[key]
+        worst = errs[0]
+        for e in errs[1:]:
+            worst = worst.worst(e)
+        return worst
+
+    def tolerance(
+        self, settings: Settings, errors: Errors | None = None, deadline: float | None = None
+    ) -> Tolerance:
+        """The model-level checks for a candidate with these settings (see `Bound`). Given the
+        candidate's `errors`, the noise floor is computed only when they need it: an error within
+        the space's tolerance (fp32) or within the yardstick's bound passes without it. A
+        precision check still to measure stops at `deadline` (`CheckOutOfTime`)."""
+        precision = self.precision(settings)
+        own = self._yardstick(settings)
+        check = self.precision_check(settings, deadline)
+        zero = Errors(0.0, None if self.mode == "infer" else 0.0)
+        tol = self._tolerance(precision, own, zero, check)
+        if errors is None or tol.judge(errors) is not None:
+            tol = self._tolerance(precision, own, self.noise(), check)
+        return tol
+
+    # ---- whether a precision is acceptable on this model ---------------------------------------
+
+    def know(self, checks: Iterable[PrecisionCheck]) -> None:
+        """Verdicts measured elsewhere (another process, an earlier run of the study): not
+        measured again here."""
+        for check in checks:
+            if check.mode == self.mode:
+                self._checks.setdefault(check.own_path.model_dump_json(), check)
+
+    @property
+    def checks(self) -> list[PrecisionCheck]:
+        return list(self._checks.values())
+
+    def judged(self, settings: Settings) -> bool:
+        """Whether the candidate's precision needs no training check here: the fp32 class,
+        PyTorch's default on the device, or a precision judged already."""
+        own = self.own_path(settings)
+        return (
+            self.precision(settings) == "fp32"
+            or own == Settings()
+            or own.model_dump_json() in self._checks
+        )
+
+    def precision_check(
+        self, settings: Settings, deadline: float | None = None
+    ) -> PrecisionCheck | None:
+        """How the candidate's precision is judged on this model: None for the fp32 class; PyTorch's
+        default on the device (TF32 convs on CUDA) is accepted as what the user runs anyway; any
+        other is measured once (`advisor.gate.precision`) and kept."""
+        precision = self.precision(settings)
+        if precision == "fp32":
+            return None
+        own = self.own_path(settings)
+        key = own.model_dump_json()
+        if key not in self._checks:
+            if own == Settings():
+                self._checks[key] = PrecisionCheck(
+                    precision=precision, own_path=own, mode=self.mode, accepted=True, gap=0.0,
+                    band=0.0, summary=f"{precision}: PyTorch's default on this device, accepted "
+                    "as what PyTorch does anyway",
+                )  # fmt: skip
+            else:
+                self._checks[key] = check_precision(self.workload, own, path_name(own, precision),
+                                                    self.device, self.mode,
+                                                    self.space.precision_check, self.seed,
+                                                    deadline, self._fp32_runs)  # fmt: skip
+        return self._checks[key]
+
+    def _tolerance(
+        self, precision: str, own: Errors | None, noise: Errors, check: PrecisionCheck | None
+    ) -> Tolerance:
+        g = self.space.gate
+        bounds = []
+        for what, key, space_value, floor, own_err in (
+            ("error", "tolerances", self.space.tolerances, noise.out, own and own.out),
+            ("gradient error", "grad_tolerances", self.space.grad_tolerances, noise.grad,
+             own and own.grad),
+        ):  # fmt: skip
+            bounds.append(
+                Bound(
+                    what,
+                    precision,
+                    f"{key}.{precision}",
+                    space_value.for_precision(precision),
+                    max(floor or 0.0, own_err or 0.0),
+                    g.noise_factor if own is None else g.yardstick_factor,
+                    None if own is None else (own_err or 0.0),
+                    check,
+                )
+            )
+        return Tolerance(precision, bounds[0], bounds[1] if self.mode == "train" else None)
+
+    def check_layers(self, cand: Candidate, convs: list[ConvInput]) -> LayerVerdict | None:
+        """The worst conv layer of `cand` run alone against float64 (`advisor.gate.layer`)."""
+        return self.layers.check(cand, convs)
+
+
+def round_up(x: float) -> str:
+    """`x` rounded up to two significant digits, for a setting that accepts it."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    exp = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10**exp) * 10**exp:.2g}"
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)

@@ -1,0 +1,51 @@
+"""What a measured candidate is: a `TrialResult`, stored with its optuna trial and read by the
+pick, the re-time, the advice, the report and the isolated workers."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from advisor.knobs import Settings
+from advisor.measure.stats import Measurement
+from advisor.measure.verdict import PrecisionCheck
+
+__all__ = ["Status", "TrialResult"]
+
+Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: raced out, not gated
+
+
+class TrialResult(BaseModel):
+    """One measured (or failed) candidate. Stored with its optuna trial."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    settings: Settings
+    status: Status
+    reason: str | None = None
+    measurement: Measurement | None = None
+    rel_error: float | None = None  # outputs vs the fp32 reference
+    grad_error: float | None = None  # all parameter and input gradients together (train mode)
+    precision: str = "fp32"
+    tolerance: float | None = None
+    grad_tolerance: float | None = None
+    tolerance_basis: str | None = None  # how the model-level tolerances were set
+    layer_error: float | None = None  # the worst conv layer alone vs float64
+    layer_tolerance: float | None = None
+    layer_detail: str | None = None  # which layer and tensor that was
+    rejected_by: str | None = None  # the space setting that would accept it, as key=value
+    precision_check: PrecisionCheck | None = None  # how its precision was judged on the model
+    peak_memory_mb: float | None = None  # steady state: warm-up and samples
+    first_call_peak_mb: float | None = None  # the first call's (autotuning, benchmark search)
+    per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
+    # torch.compile's cost, kept out of the samples: the first call of every shape with empty
+    # compile caches (cold), and again in a fresh compiler state with the caches filled (warm)
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None
+    retimed: bool = False  # measured in the interleaved re-time of the finalists
+
+    @property
+    def median_ms(self) -> float:
+        return self.measurement.median_ms if self.measurement else math.inf

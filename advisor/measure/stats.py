@@ -1,0 +1,236 @@
+"""The statistics of timing samples: a measurement with its median and confidence interval, the
+tests that decide "faster beyond noise", the speedup interval, and the race rule that stops a
+candidate that cannot win. Pure Python on lists of milliseconds (no torch), so exact to test."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+__all__ = [
+    "Measurement",
+    "Race",
+    "clearly_faster",
+    "combine",
+    "mann_whitney_p",
+    "median_ci",
+    "quantile",
+    "sign_test_p",
+    "paired_speedup",
+    "speedup",
+]
+
+
+def median_ci(sorted_samples: list[float], z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free confidence interval for the median, from order statistics."""
+    n = len(sorted_samples)
+    if n == 0:
+        return (math.nan, math.nan)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return sorted_samples[lo], sorted_samples[max(lo, hi)]
+
+
+def quantile(sorted_samples: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    pos = (len(sorted_samples) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_samples) - 1)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+class Measurement(BaseModel):
+    """Raw samples (ms) and what derives from them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    samples_ms: list[float]  # per call: a sample of `reps` back-to-back calls is divided by reps
+    first_call_ms: float | None = None
+    warmup_runs: int = 0
+    reps: int = 1  # calls per sample
+    stopped: str | None = None  # why sampling stopped before the policy's rule (race, budget)
+
+    @property
+    def _sorted(self) -> list[float]:
+        return sorted(self.samples_ms)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def median_ms(self) -> float:
+        return quantile(self._sorted, 0.5) if self.samples_ms else math.nan
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def iqr_ms(self) -> float:
+        s = self._sorted
+        return quantile(s, 0.75) - quantile(s, 0.25) if s else math.nan
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ci_low_ms(self) -> float:
+        return median_ci(self._sorted)[0]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ci_high_ms(self) -> float:
+        return median_ci(self._sorted)[1]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rel_ci(self) -> float:
+        """Half-width of the median's CI relative to the median."""
+        return (
+            (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.samples_ms else math.inf
+        )
+
+    def overlaps(self, other: Measurement) -> bool:
+        """True when the two medians' intervals overlap: the difference is within noise."""
+        return self.ci_low_ms <= other.ci_high_ms and other.ci_low_ms <= self.ci_high_ms
+
+    def warnings(self) -> list[str]:
+        out = []
+        if len(self.samples_ms) < 5:
+            out.append(f"only {len(self.samples_ms)} samples")
+        if self.samples_ms and max(self.samples_ms) > 3 * self.median_ms:
+            out.append("outliers over 3x the median: the machine may be busy")
+        if self.first_call_ms is not None and self.first_call_ms > 10 * self.median_ms:
+            out.append(f"first call took {self.first_call_ms:.1f} ms (lazy init or autotuning)")
+        return out
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).
+
+    More powerful than comparing median CIs on few samples (7 vs 7 fully separated samples give
+    p ≈ 0.002 while their order-statistic CIs span min..max and may overlap).
+    """
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks = [0.0] * len(pooled)
+    ties = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    r1 = sum(r for r, (_, g) in zip(ranks, pooled, strict=True) if g == 0)
+    u = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(var)  # continuity correction
+    return math.erfc(max(z, 0.0) / math.sqrt(2))
+
+
+def clearly_faster(fast: Measurement, slow: Measurement, min_gain: float = 0.02) -> bool:
+    """`fast` beats `slow` beyond noise: significant (p < 0.05) and by at least `min_gain`."""
+    if fast.median_ms * (1 + min_gain) > slow.median_ms:
+        return False
+    return mann_whitney_p(fast.samples_ms, slow.samples_ms) < 0.05
+
+
+def paired_speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
+    """For samples taken in the same rounds of one interleaved re-time (sample i of each in
+    round i, `timing.sample_interleaved`): the median of the per-round ratios baseline_i /
+    tuned_i, with its order-statistic 95% CI. Drift that hits a whole round (other load, clock
+    changes, a process that is slower throughout) cancels in that round's ratio, so a steady 6%
+    win is decided where the unpaired interval, built from the two CIs' opposite ends, spans 1.0x.
+    Raises ValueError when the samples cannot be paired."""
+    b, t = baseline.samples_ms, tuned.samples_ms
+    if len(b) != len(t) or len(b) < 5 or min(t) <= 0:
+        raise ValueError("paired samples need equal counts of at least 5, all positive")
+    ratios = sorted(x / y for x, y in zip(b, t, strict=True))
+    lo, hi = median_ci(ratios)
+    return statistics.median(ratios), lo, hi
+
+
+def speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
+    """Baseline/tuned medians, with a conservative interval from the two CIs."""
+    return (
+        baseline.median_ms / tuned.median_ms,
+        baseline.ci_low_ms / tuned.ci_high_ms,
+        baseline.ci_high_ms / tuned.ci_low_ms,
+    )
+
+
+@dataclass(frozen=True)
+class Race:
+    """Stop sampling a candidate that cannot win.
+
+    `limit_ms` is the best accepted candidate's CI upper end times (1 + min_gain): a candidate
+    can only be recommended over it when its median is below that. Rule: a one-sided sign test
+    at `alpha` that this candidate's median is above the limit. If its true median were at or
+    below the limit, each steady-state sample would exceed the limit with probability at most
+    1/2, so k or more of n samples above it happen with probability at most P(Bin(n, 1/2) >= k):
+    stopping is wrong at most `alpha` of the time (5%), and far less often for a candidate that
+    could really win (its median is below the best's by min_gain). With every sample above the
+    limit that takes 5 samples. The first call (lazy initialisation, autotuning) never counts;
+    on a CPU a warm-up run (its own synchronous time) counts as one more sample above the limit
+    when it took more than twice the limit: a run after the first is not twice the steady state
+    (on a CPU there is no queue to fill), so such a run is above the limit with probability at
+    most 1/2 under the same hypothesis. A candidate 2x slower than the best stops after its two
+    warm-up runs and three samples.
+
+    The argument needs steady-state samples, and a candidate's first samples after its warm-up
+    are not always: on the 2-core AVX2 CPU, channels_last on a ReLU/BatchNorm block measured
+    1.05-1.45x *slower* than the default in its first samples and 1.08x *faster* once re-timed,
+    and a limit at the best's CI end stopped it in 2 of 4 runs (the default was then recommended
+    over a real win). The search therefore sets the limit `race_margin` (1.5 in the bundled
+    spaces) times higher (`SearchSpace.race_limit_ms`): racing still stops what it was built for
+    (bf16 on a CPU without bf16 units, 3-20x slower).
+    """
+
+    limit_ms: float
+    alpha: float = 0.05
+    min_samples: int = 5
+    # A candidate at a precision not judged yet on this model has its training check (seconds
+    # of training runs, advisor/gate/precision.py) paid only when, measured in full, its
+    # interval's low end is at or below this: the best accepted candidate's CI upper end plus
+    # min_gain. Above it, it cannot win the pick (the leader only gets faster, and
+    # `advisor.execute.retime.finalists` drops it by the same rule), so it is stopped unjudged.
+    judge_below_ms: float | None = None
+
+    def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
+        counted = [w for w in warmups if w > 2 * self.limit_ms]
+        n = len(samples) + len(counted)
+        if n < self.min_samples or len(samples) < 3:
+            return False
+        above = sum(s > self.limit_ms for s in samples) + len(counted)
+        return sign_test_p(n, above) <= self.alpha
+
+
+def sign_test_p(n: int, k: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2): the one-sided sign test's p-value."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def combine(measurements: list[Measurement], weights: list[float]) -> Measurement:
+    """The weighted-sum step time over a shape set, as samples: sample j is the weighted sum of
+    each shape's j-th sample (so the spread reflects every shape's noise)."""
+    if len(measurements) == 1:
+        return measurements[0]
+    n = min(len(m.samples_ms) for m in measurements)
+    samples = [
+        sum(w * m.samples_ms[j] for m, w in zip(measurements, weights, strict=True))
+        for j in range(n)
+    ]
+    first = [m.first_call_ms for m in measurements]
+    return Measurement(
+        samples_ms=samples,
+        first_call_ms=None if None in first else sum(f or 0.0 for f in first),
+        warmup_runs=min(m.warmup_runs for m in measurements),
+        reps=min(m.reps for m in measurements),
+    )

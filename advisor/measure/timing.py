@@ -1,0 +1,351 @@
+"""Honest timing: synchronised, warmed up, repeated until the median is known, raw samples kept.
+
+`measure()` runs a step once (its first-call cost recorded apart: lazy init, cuDNN's benchmark
+search, Triton compilation), warms up, then samples until the median's 95% confidence interval is
+within `target_rel_ci` of it or `max_time_s` is spent. Every sample, in a trial and in the
+interleaved re-time alike, is taken by one `Sampler`: CUDA events on a GPU, a synchronised host
+clock elsewhere (injectable, so tests of the statistics are exact). A step shorter than the
+policy's `min_sample_ms` is repeated back to back within one sample, so a sample is not dominated
+by launch latency or clock overhead.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from advisor.device.ops import cuda_ops, device_guard, placement
+from advisor.measure.stats import Measurement, Race, median_ci, quantile
+
+Clock = Callable[[], float]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        cuda_ops().synchronize(device)
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How long to measure. Search-space files set these (see space.py)."""
+
+    warmup_runs: int = 2
+    warmup_s: float = 0.05
+    min_samples: int = 7
+    max_samples: int = 200
+    target_rel_ci: float = 0.02
+    max_time_s: float = 1.5
+    min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
+    max_reps: int = 100
+
+
+class _L2Flusher:
+    """Writes a buffer larger than L2 so a per-layer sample does not start from a warm cache."""
+
+    def __init__(self, device: torch.device) -> None:
+        ops = cuda_ops()
+        l2 = getattr(ops.properties(ops.index_of(device)), "L2_cache_size", 50 * 2**20)
+        self._buf = torch.zeros(  # written once: its memory is in use before a trial starts
+            max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=placement(device)
+        )
+
+    def __call__(self) -> None:
+        self._buf.zero_()
+
+
+def l2_flusher(device: torch.device) -> Callable[[], None] | None:
+    return _L2Flusher(device) if device.type == "cuda" else None
+
+
+def reps_for(step_ms: float, policy: TimingPolicy) -> int:
+    """Calls per sample: enough back-to-back calls to fill `min_sample_ms` (1 when off)."""
+    if policy.min_sample_ms <= 0 or step_ms >= policy.min_sample_ms:
+        return 1
+    return max(1, min(policy.max_reps, math.ceil(policy.min_sample_ms / max(step_ms, 1e-6))))
+
+
+class Sampler:
+    """Takes one timing sample of a step: the time per call of `reps` back-to-back calls.
+
+    The one clock for trials and the interleaved re-time: CUDA events on a GPU (unless a clock is
+    injected), a host clock between two synchronisations elsewhere. `flush` runs before each
+    sample, outside the timed span (an L2 flush, so per-layer samples start from a cold cache).
+    With `queue_ahead` (CUDA, per-layer timing) the GPU is held by a sleep kernel while the host
+    enqueues the calls, so the sample is the device's time for the layer, as inside a model where
+    the layers before it keep the queue full, not the host's launch latency.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        clock: Clock | None = None,
+        flush: Callable[[], None] | None = None,
+        queue_ahead: bool = False,
+    ) -> None:
+        self.device = device
+        self.use_events = device.type == "cuda" and clock is None
+        self.clock = clock or time.perf_counter
+        self.flush = flush
+        self.queue_ahead = queue_ahead and self.use_events
+        self.launch_ms = 0.0  # host time to enqueue one call (measured during warm-up)
+
+    def __call__(self, fn: Callable[[], object], reps: int = 1) -> float:
+        if self.use_events and self.flush is not None:
+            return self._cold_device_time(fn, reps)
+        if self.flush is not None:
+            self.flush()
+        if self.use_events:
+            ev0, ev1 = cuda_ops().event(), cuda_ops().event()
+            if self.queue_ahead:
+                _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+            else:
+                # A whole step in steady state, as in a training loop: one untimed call first, so
+                # the timed ones start where it ends instead of on an idle GPU that waits for the
+                # host's first launch (that latency was inside every sample: a few % on 1-5 ms
+                # steps). A host-bound step still shows: the GPU then waits for the host.
+                fn()
+            ev0.record()
+            for _ in range(reps):
+                fn()
+            ev1.record()
+            ev1.synchronize()
+            return ev0.elapsed_time(ev1) / reps
+        synchronize(self.device)
+        t = self.clock()
+        for _ in range(reps):
+            fn()
+        synchronize(self.device)
+        return (self.clock() - t) * 1e3 / reps
+
+    def _cold_device_time(self, fn: Callable[[], object], reps: int) -> float:
+        """A per-layer sample on a GPU: every call starts from a cold L2 (flushed before each,
+        outside its events) and the GPU is held while the calls are queued, so each span is the
+        device's time for the layer alone."""
+        assert self.flush is not None
+        ops = cuda_ops()
+        spans = [(ops.event(), ops.event()) for _ in range(reps)]
+        _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+        for start, end in spans:
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+        spans[-1][1].synchronize()
+        return sum(start.elapsed_time(end) for start, end in spans) / reps
+
+
+def warm_device(device: torch.device) -> None:
+    """Bring a GPU to its working clocks once per process before the first measurement: an idle
+    GPU can sit at a few hundred MHz, and the first candidate (PyTorch's default) would be timed
+    while the clocks ramp up."""
+    global _WARMED
+    if device.type != "cuda" or _WARMED:
+        return
+    _WARMED = True
+    seconds = cuda_ops().warm_up_s
+    a = torch.randn(2048, 2048, device=placement(device))
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ a  # noqa: B018 - the work is the point
+        synchronize(device)
+
+
+_WARMED = False
+
+
+def sample_interleaved(
+    steps: Sequence[Callable[[], object]],
+    sampler: Sampler,
+    *,
+    reps: Sequence[int] | None = None,
+    before: Sequence[Callable[[], None]] | None = None,
+    warmup: int = 1,
+    min_rounds: int = 5,
+    max_rounds: int = 200,
+    budget_s: float = 1.0,
+) -> list[list[float]]:
+    """Samples (ms per call) of several steps taken in rounds, one sample of each per round, in
+    alternating order (A B C, C B A, ...), so drift and other load hit every step alike.
+
+    `before[i]` runs before each call of step i outside the timed span (switch the global flags
+    to that candidate's, clear gradients). Stops after `max_rounds`, or after `min_rounds` once
+    `budget_s` per step is spent. The one interleaving sampler: the finalists' re-time and the
+    benchmarks use it.
+    """
+    n = len(steps)
+    reps = list(reps) if reps is not None else [1] * n
+    prepare = list(before) if before is not None else [lambda: None] * n
+    launch_ms = warm_up(steps, prepare, warmup, sampler.clock)
+    synchronize(sampler.device)
+
+    def one(i: int) -> float:
+        prepare[i]()
+        sampler.launch_ms = launch_ms[i]
+        return sampler(steps[i], reps[i])
+
+    return interleave([partial(one, i) for i in range(n)], sampler.clock, min_rounds=min_rounds,
+                      max_rounds=max_rounds, budget_s=budget_s)  # fmt: skip
+
+
+def warm_up(
+    steps: Sequence[Callable[[], object]],
+    before: Sequence[Callable[[], None]],
+    runs: int,
+    clock: Clock,
+    first_ms: list[float] | None = None,
+) -> list[float]:
+    """Run each step `runs` times (at least once), `before[i]` first; the host's time per call
+    of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms` receives
+    each step's first call (host time: a compile, lazy initialisation)."""
+    launch_ms = []
+    for step, prep in zip(steps, before, strict=True):
+        t = 0.0
+        for run in range(max(1, runs)):
+            prep()
+            t0 = clock()
+            step()
+            t += clock() - t0
+            if run == 0 and first_ms is not None:
+                first_ms.append((clock() - t0) * 1e3)
+        launch_ms.append(t * 1e3 / max(1, runs))
+    return launch_ms
+
+
+def interleave(
+    samplers: Sequence[Callable[[], float]],
+    clock: Clock,
+    *,
+    min_rounds: int = 5,
+    max_rounds: int = 200,
+    budget_s: float = 1.0,
+) -> list[list[float]]:
+    """Rounds of one sample from each sampler, in alternating order (A B C, C B A, ...), until
+    `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent. A sampler may take its
+    sample in another process (finalists that must not share one: `cudnn.benchmark`)."""
+    n = len(samplers)
+    samples: list[list[float]] = [[] for _ in samplers]
+    start = clock()
+    rounds = 0
+    while rounds < max_rounds:
+        order = list(range(n)) if rounds % 2 == 0 else list(reversed(range(n)))
+        for i in order:
+            samples[i].append(samplers[i]())
+        rounds += 1
+        if rounds >= min_rounds and clock() - start >= budget_s * n:
+            break
+    return samples
+
+
+def _hold_gpu(device: torch.device, ms: float) -> None:
+    """Keep the current stream busy for about `ms` (capped at 20 ms) with a spin kernel."""
+    ops = cuda_ops()
+    props = ops.properties(ops.index_of(device))
+    khz = getattr(props, "clock_rate", 0) or 1_500_000  # cycles per ms
+    ops.sleep(int(min(ms, 20.0) * khz))
+
+
+def measure(
+    fn: Callable[[], object],
+    device: torch.device,
+    policy: TimingPolicy = TimingPolicy(),
+    *,
+    clock: Clock | None = None,
+    flush: Callable[[], None] | None = None,
+    queue_ahead: bool = False,
+    race: Race | None = None,
+    deadline: float | None = None,
+    after_first: Callable[[], None] | None = None,
+) -> Measurement:
+    """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
+    `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
+    cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent, and
+    a raced candidate whose first call ran past it gets no samples at all; `after_first` runs
+    once the first call (its one-off costs: compilation, autotuning, cuDNN's benchmark search)
+    is done."""
+    with device_guard(device):
+        sampler = Sampler(device, clock, flush, queue_ahead)
+        return _measure(fn, device, policy, sampler, race, deadline, after_first)
+
+
+def _measure(
+    fn: Callable[[], object],
+    device: torch.device,
+    policy: TimingPolicy,
+    sampler: Sampler,
+    race: Race | None = None,
+    deadline: float | None = None,
+    after_first: Callable[[], None] | None = None,
+) -> Measurement:
+    clock = sampler.clock
+    synchronize(device)
+    t0 = clock()
+    fn()
+    synchronize(device)
+    first_ms = (clock() - t0) * 1e3
+    if after_first is not None:
+        after_first()
+    if deadline is not None and race is not None and clock() >= deadline:
+        # The first call holds lazy init, cuDNN's benchmark search, Triton's compile and
+        # autotune: when that alone used up the budget, a raced candidate is not sampled. (One
+        # without a race is a reference the run needs, the default or native: it still is.)
+        why = (
+            f"stopped after its first call ({first_ms / 1e3:.2f} s, compilation and autotuning "
+            "included): the time budget ran out"
+        )
+        return Measurement(samples_ms=[], first_call_ms=first_ms, stopped=why)
+
+    warm_start = clock()
+    warm = 0
+    launch_s = 0.0
+    warm_ms: list[float] = []  # on a CPU, each warm-up run's own time (evidence for a race)
+    while warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s:
+        t = clock()
+        fn()
+        launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
+        if device.type != "cuda":
+            warm_ms.append((clock() - t) * 1e3)
+        warm += 1
+        if warm >= 1000 or (deadline is not None and clock() >= deadline):
+            break  # past the budget: one warm-up run is all it gets
+    synchronize(device)
+    if warm:
+        sampler.launch_ms = launch_s * 1e3 / warm
+        reps = reps_for((clock() - warm_start) * 1e3 / warm, policy)
+    else:
+        reps = reps_for(first_ms, policy)
+
+    samples: list[float] = []
+    start = clock()
+    stopped = None
+    while True:
+        samples.append(sampler(fn, reps))
+        n = len(samples)
+        if n >= policy.max_samples:
+            break
+        if race is not None and race.lost(samples, warm_ms[:2]):
+            stopped = (
+                f"stopped after {n} samples: slower than the best candidate's "
+                f"{race.limit_ms:.3f} ms (sign test, p <= {race.alpha:g})"
+            )
+            break
+        if deadline is not None and clock() >= deadline and n >= 3:
+            stopped = f"stopped after {n} samples: the time budget ran out"
+            if race is not None and quantile(sorted(samples), 0.5) > race.limit_ms:
+                stopped += f", slower than the best candidate's {race.limit_ms:.3f} ms"
+            break
+        if n >= policy.min_samples:
+            s = sorted(samples)
+            lo, hi = median_ci(s)
+            med = quantile(s, 0.5)
+            if med > 0 and (hi - lo) / 2 / med <= policy.target_rel_ci:
+                break
+            if clock() - start >= policy.max_time_s:
+                break
+    return Measurement(
+        samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps, stopped=stopped
+    )

@@ -1,0 +1,96 @@
+"""What the precision check (advisor/gate/precision.py) is told and what it finds: plain
+pydantic models, stored with trial results and in search spaces."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.knobs import Settings
+
+__all__ = [
+    "CANNOT_WIN",
+    "OUT_OF_TIME",
+    "PrecisionCheck",
+    "PrecisionCheckSettings",
+    "own_path",
+    "path_name",
+]
+
+
+# the reason of a trial stopped because the run's budget ran out before its precision check ended
+OUT_OF_TIME = "the budget ran out during its precision check"
+# how the reason of a trial stopped unjudged begins: measured in full at a precision not judged
+# yet, it could not win the pick, so its training check was not paid (`stats.Race.judge_below_ms`)
+CANNOT_WIN = "cannot win"
+
+
+def own_path(settings: Settings) -> Settings:
+    """PyTorch's own path at the candidate's precision: its autocast or TF32 flags, native
+    kernels, contiguous."""
+    if settings.amp != "off":
+        return Settings(amp=settings.amp)
+    return Settings(tf32=settings.tf32, cpu_fp32=settings.cpu_fp32)
+
+
+def path_name(own: Settings, precision: str) -> str:
+    """What a precision verdict calls PyTorch's own path at that precision."""
+    if own.cpu_fp32 == "bf16":
+        return "bf16 fp32 convs (oneDNN)"
+    if own.tf32 == "on" and own.amp == "off":
+        return "tf32 convs and matmuls"
+    return precision
+
+
+class PrecisionCheckSettings(BaseModel):
+    """How a precision is judged on the model (search-space section `precision_check`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # 16: on four networks x 5 input draws and both negative controls every verdict, and all
+    # but four of the gaps and bands, were the same at 16 steps as at 32
+    # (benchmarks/results/gate_verdicts_cpu.md): the largest gap comes in the first passes,
+    # where the loss falls fastest; 32 steps made ResNet-18's check 1.4x as long.
+    steps: int = Field(16, ge=2, description="optimiser steps of each training run")
+    batches: int = Field(4, ge=1, description="fixed synthetic batches, used in turn")
+    lr: float = Field(1e-3, gt=0, description="Adam's learning rate")
+    teacher_noise: float = Field(
+        0.5, gt=0, description="the teacher's parameters: the model's moved by this x their RMS"
+    )
+    jitter: float = Field(1e-5, gt=0, description="fp32 run with inputs moved by this (relative)")
+    # 0 by default: on six CPU networks x 3 input draws the jittered run's gap was at most 9% of
+    # the other batches' run's (benchmarks/results/check_cost_cpu.md), so it never set the band;
+    # leaving it out can only narrow the band (reject more), and saves a third of the fp32 side.
+    jitter_runs: int = Field(0, ge=0, description="fp32 runs with jittered inputs")
+    batch_runs: int = Field(1, ge=0, description="fp32 runs on other batches of the same kind")
+    band_factor: float = Field(
+        1.5, gt=0, description="accept when the precision's gap is within this x the fp32 band"
+    )
+    resolution: float = Field(
+        0.01,
+        ge=0,
+        description="train: a gap within this fraction of what fp32 learnt in the run (its "
+        "loss drop over its start) is accepted even where the fp32 band is narrower: runs "
+        "alike to four digits make a band narrower than any precision's rounding",
+    )
+    signal_tolerance: float = Field(
+        0.1, gt=0, description="infer: output error over the outputs' spread across the batch"
+    )
+
+
+class PrecisionCheck(BaseModel):
+    """How one precision was judged on this model, and the numbers behind the verdict."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    precision: str
+    own_path: Settings  # PyTorch's own path at that precision, as run
+    mode: Literal["train", "infer"]
+    accepted: bool
+    summary: str  # one line for the result, the config and the report
+    gap: float  # train: largest loss gap / starting loss; infer: error over the signal
+    band: float  # train: the fp32 runs' largest gap; infer: the signal tolerance
+    # train: the smallest gap the check tells from fp32 (`resolution` x what fp32 learnt)
+    floor: float = 0.0
+    losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
+    top1_agreement: float | None = None
+    seconds: float = 0.0

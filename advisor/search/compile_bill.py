@@ -1,0 +1,119 @@
+"""What torch.compile costs and what it saves: break-even steps, and the `--steps` rule.
+
+A compiled candidate's one-off cost is its first call(s) with empty compile caches (cold; every
+shape of a shape set compiles), less the eager alternative's own first call; with the caches
+filled by an earlier run (warm) it is less. Its saving is per step, against the eager settings
+the user would run instead (the eager pick). Break-even = cost / saving, in steps. Given the
+training steps a user expects (`--steps N`), a compiled candidate competes only if it pays
+within N with a cold compile (what a first training run pays).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from advisor.measure.results import TrialResult
+
+__all__ = ["Bill", "bill", "compile_note", "paying"]
+
+
+@dataclass(frozen=True)
+class Bill:
+    overhead_s: float  # cold compile, over the eager alternative's first call
+    warm_overhead_s: float | None  # the same from warm caches (None: not measured)
+    saving_ms: float  # per step, against the eager alternative
+
+    @property
+    def steps(self) -> float:
+        """Steps until the cold compile is paid back (inf: it never is)."""
+        return _steps(self.overhead_s, self.saving_ms)
+
+    @property
+    def warm_steps(self) -> float | None:
+        if self.warm_overhead_s is None:
+            return None
+        return _steps(self.warm_overhead_s, self.saving_ms)
+
+
+def _steps(overhead_s: float, saving_ms: float) -> float:
+    if saving_ms <= 0:
+        return math.inf
+    return math.ceil(max(0.0, overhead_s) * 1e3 / saving_ms)
+
+
+def _first_call_s(r: TrialResult) -> float:
+    ms = r.per_shape or ([r.measurement] if r.measurement else [])
+    return sum(m.first_call_ms or 0.0 for m in ms) / 1e3
+
+
+def bill(compiled: TrialResult, eager: TrialResult) -> Bill:
+    """`compiled`'s cost and saving against the eager alternative `eager`."""
+    base = _first_call_s(eager)
+    cold = compiled.compile_cold_s if compiled.compile_cold_s is not None else 0.0
+    warm = compiled.compile_warm_s
+    return Bill(
+        overhead_s=max(0.0, cold - base),
+        warm_overhead_s=None if warm is None else max(0.0, warm - base),
+        saving_ms=eager.median_ms - compiled.median_ms,
+    )
+
+
+def paying(
+    results: Sequence[TrialResult], eager: TrialResult, steps: int | None
+) -> tuple[list[TrialResult], list[tuple[TrialResult, Bill]]]:
+    """`results` without the compiled candidates that do not pay within `steps` against
+    `eager` (all kept when `steps` is None), and those left out with their bills."""
+    if steps is None:
+        return list(results), []
+    kept, out = [], []
+    for r in results:
+        if r.settings.compiled and r.status == "ok" and r.measurement is not None:
+            b = bill(r, eager)
+            if b.steps > steps:
+                out.append((r, b))
+                continue
+        kept.append(r)
+    return kept, out
+
+
+def _pays(b: Bill) -> str:
+    warm = f" ({b.warm_steps:,.0f} with warm caches)" if b.warm_steps is not None else ""
+    return f"it pays after about {b.steps:,.0f} steps{warm}"
+
+
+def compile_note(
+    results: Sequence[TrialResult],
+    chosen: TrialResult,
+    eager: TrialResult,
+    steps: int | None,
+) -> str | None:
+    """What the advice says about torch.compile: what the chosen compile costs and when it
+    pays; or why none was chosen (slower, failed, or not paying within `steps`)."""
+    compiled = [r for r in results if r.settings.compiled]
+    if not compiled:
+        return None
+    ok = [r for r in compiled if r.status == "ok" and r.measurement is not None]
+    if not ok:
+        r = compiled[0]
+        return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}"
+    best = chosen if chosen.settings.compiled else min(ok, key=lambda r: r.median_ms)
+    b = bill(best, eager)
+    warm = f" ({b.warm_overhead_s:.1f} s warm)" if b.warm_overhead_s is not None else ""
+    cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches{warm}"
+    if b.saving_ms <= 0:
+        return (
+            f"torch.compile ({best.settings.label()}) was no faster per step than "
+            f"{eager.settings.label()} ({best.median_ms:.3f} vs {eager.median_ms:.3f} ms), and "
+            f"{cost}"
+        )
+    line = (
+        f"torch.compile ({best.settings.label()}) saves {b.saving_ms:.3f} ms per step over "
+        f"{eager.settings.label()}; {cost}: {_pays(b)}"
+    )
+    if best is not chosen and steps is not None and b.steps > steps:
+        line += f", more than the {steps:,} steps it was tuned for: not recommended"
+    elif best is not chosen:
+        line += "; not recommended (see why)"
+    return line

@@ -1,0 +1,329 @@
+"""Where studies live: an embedded SQLite file by default, PostgreSQL (or another RDB) to scale out,
+or an optuna journal file. Only imported by the search: training start never pays for optuna.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import optuna
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from advisor.config import FinalCheck
+from advisor.errors import StorageError, first_line
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+
+T = TypeVar("T")
+
+HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
+GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
+RETRIES = 2  # a point whose process died is retried this many times, then recorded as failed
+_CREATE_TRIES = 5
+
+
+def cache_dir() -> Path:
+    """$ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/conv-advisor, else ~/.cache/conv-advisor."""
+    if "ADVISOR_CACHE_DIR" in os.environ:
+        return Path(os.environ["ADVISOR_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "conv-advisor"
+
+
+def default_storage_url() -> str:
+    return f"sqlite:///{cache_dir() / 'studies.db'}"
+
+
+def _rdb_url(url: str) -> str:
+    # SQLAlchemy's default PostgreSQL driver is psycopg2; we depend on psycopg (3).
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def open_storage(url: str | None) -> optuna.storages.BaseStorage:
+    """'memory', a database URL (sqlite:///..., postgresql://...), or a journal file path.
+
+    A file that cannot be read as a study storage is a StorageError (one line); it is never
+    repaired, truncated or replaced, so nothing stored in it (or beside it) is lost.
+    """
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
+    url = url or default_storage_url()
+    if "://" not in url:
+        return _journal(Path(url).expanduser())
+    if url.startswith("sqlite:///"):
+        _make_parent(Path(url.removeprefix("sqlite:///")).expanduser(), url)
+    for attempt in range(_CREATE_TRIES):
+        try:
+            return _rdb(url)
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy/driver errors: report one line
+            # Workers starting together on a fresh database race to create optuna's tables:
+            # the losers see a unique-key violation; by the next try the tables exist.
+            if attempt + 1 < _CREATE_TRIES and _creation_race(e):
+                time.sleep(0.2 + random.random() * (attempt + 1))
+                continue
+            raise StorageError(
+                f"cannot open storage {_redact(url)}: {first_line(e, 200, with_type=False)}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def _rdb(url: str) -> RDBStorage:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # heartbeats are marked experimental in optuna
+        # Stale trials are failed by the heartbeat check; the search re-enqueues their points
+        # itself (optuna's retry callback would copy the dead trial's attributes).
+        return RDBStorage(
+            _rdb_url(url),
+            heartbeat_interval=HEARTBEAT_S,
+            grace_period=GRACE_S,
+            engine_kwargs=_engine_kwargs(url),
+        )
+
+
+def _creation_race(e: BaseException) -> bool:
+    """Two processes creating optuna's tables at once: PostgreSQL's and SQLite's wordings."""
+    text = str(e)
+    return any(
+        s in text
+        for s in (
+            "UniqueViolation",
+            "already exists",
+            "duplicate key",
+            "UNIQUE constraint failed",
+            "database is locked",
+        )
+    )
+
+
+def _journal(path: Path) -> JournalStorage:
+    if path.is_dir():
+        raise StorageError(f"journal storage {path} is a directory")
+    _make_parent(path, str(path))
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except Exception as e:  # noqa: BLE001 - optuna raises several kinds on a bad log
+        raise StorageError(
+            f"cannot open journal storage {path}: not an optuna journal ({first_line(e, 200, with_type=False)})"
+        ) from None
+
+
+def _make_parent(path: Path, what: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create the folder for {what}: {e.strerror or e}") from None
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True}
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a URL for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+def measured_under(settings: Settings) -> str:
+    """The global settings a layer was measured under (its own implementation aside)."""
+    return settings.global_only().model_dump_json()
+
+
+class LayerStore:
+    """Per-layer measurements, kept so they are not repeated.
+
+    Two studies in the same storage: the run's companion "<study>/layers" (every layer
+    measurement of this study and the whole-model measurements of per-layer combinations, read by
+    reports), and "advisor-layers@<fingerprint>", shared by every study on this machine and
+    library versions: a layer group (signature, input shape, dtype, layout, gradient) measured
+    with an implementation under the same global settings, mode, timing and gate settings in any
+    earlier study is reused instead of measured again (what cuDNN's benchmark cache does within a
+    process, kept across runs).
+    """
+
+    def __init__(
+        self, storage: optuna.storages.BaseStorage, study_name: str, context: str = ""
+    ) -> None:
+        self.study = optuna.create_study(
+            storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
+        )
+        fingerprint = study_name.rpartition("@")[2]
+        self.context = context  # mode and the space's timing and gate settings
+        self.shared = (
+            optuna.create_study(
+                storage=storage, study_name=f"advisor-layers@{fingerprint}", load_if_exists=True
+            )
+            if context and "@" in study_name
+            else None
+        )
+
+    def layer_results(
+        self,
+    ) -> tuple[dict[tuple[str, str, str], TrialResult], set[tuple[str, str, str]]]:
+        """Stored layer measurements by (group, implementation, global settings they ran under),
+        and which of them come from other studies. A resume under other global settings (another
+        memory format or precision) measures again."""
+        out: dict[tuple[str, str, str], TrialResult] = {}
+        elsewhere = set()
+        sources = [(self.study, False)] + ([(self.shared, True)] if self.shared else [])
+        for study, shared in sources:
+            for t in study.get_trials(deepcopy=False):
+                a = t.user_attrs
+                if "result" not in a or "key" not in a:
+                    continue
+                if shared and a.get("context") != self.context:
+                    continue
+                result = TrialResult.model_validate(a["result"])
+                key = (a["key"], a["impl"], measured_under(result.settings))
+                if key not in out:
+                    out[key] = result
+                    if shared:
+                        elsewhere.add(key)
+        return out, elsewhere
+
+    def first_result(self, key: str, impl: str, settings: Settings) -> TrialResult | None:
+        """The first stored measurement of this layer group and implementation in this study:
+        when two runs measured it at once, both then use the same one and agree."""
+        under = measured_under(settings)
+        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+            a = t.user_attrs
+            if a.get("key") == key and a.get("impl") == impl and "result" in a:
+                result = TrialResult.model_validate(a["result"])
+                if measured_under(result.settings) == under:
+                    return result
+        return None
+
+    def add_layer_result(self, result: TrialResult, *, shared: bool = True, **attrs: Any) -> None:
+        self._add(self.study, result, attrs)
+        if shared and self.shared is not None and result.status != "failed":
+            # A failure may be this run's (a timeout, a crash): not worth keeping for others.
+            self._add(self.shared, result, {**attrs, "context": self.context})
+
+    def model_result(self, settings: Settings) -> TrialResult | None:
+        """The whole-model measurement of a per-layer combination, if a previous run stored it."""
+        key = settings.model_dump_json()
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
+                return TrialResult.model_validate(t.user_attrs["result"])
+        return None
+
+    def add_model_result(self, result: TrialResult) -> None:
+        """Keep the combination's whole-model measurement (for resuming and for reports)."""
+        attrs = {
+            "kind": "model",
+            "settings": result.settings.model_dump_json(),
+            "label": result.settings.label(),
+        }
+        self._add(self.study, result, attrs)
+
+    @staticmethod
+    def _add(study: optuna.Study, result: TrialResult, attrs: dict[str, Any]) -> None:
+        ok = result.status == "ok"
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE if ok else TrialState.FAIL,
+                value=result.median_ms if ok else None,
+                params={},
+                distributions={},
+                user_attrs={**attrs, "result": result.model_dump(mode="json")},
+            )
+        )
+
+
+class SharedRecord(Generic[T]):
+    """A measurement kept in the study so that the runs sharing it agree.
+
+    Two `advisor advise` runs of one study (started together, or one resuming) would each
+    measure it and could decide differently from their own noise. The first to claim a key
+    measures and stores the result; the others wait for it and use it. (`Study.user_attrs` reads
+    the storage each time: what another process wrote is seen.) Subclasses name the attribute
+    prefix and how a value is stored.
+    """
+
+    prefix: str
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
+        self.study = optuna.load_study(study_name=study_name, storage=storage)
+
+    def _load(self, data: Any) -> T:
+        raise NotImplementedError
+
+    def _dump(self, value: T) -> Any:
+        raise NotImplementedError
+
+    def _attr(self, kind: str, key: str) -> Any:
+        return self.study.user_attrs.get(f"{self.prefix}_{kind}:{key}")
+
+    def get(self, key: str) -> T | None:
+        data = self._attr("result", key)
+        return None if data is None else self._load(data)
+
+    def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
+        """True when this process should measure: it holds the claim once concurrent claims
+        have landed (the last writer holds it). False when another process does."""
+        if self._attr("claim", key) is None:
+            self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
+            time.sleep(settle_s)
+        return bool(self._attr("claim", key) == owner)
+
+    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> T | None:
+        """The result another process stores, or None when it does not come in time."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.get(key)
+            if got is not None:
+                return got
+            time.sleep(poll_s)
+        return None
+
+    def taken(self, key: str, owner: str, timeout_s: float) -> T | None:
+        """What is stored, or what the run that claimed it stores; None when this process is
+        to measure it (its claim, or the other's result did not come within `timeout_s`)."""
+        got = self.get(key)
+        if got is None and not self.claim(key, owner):
+            got = self.wait(key, timeout_s)
+        return got
+
+    def put(self, key: str, value: T) -> None:
+        self.study.set_user_attr(f"{self.prefix}_result:{key}", self._dump(value))
+
+
+class RetimeRecord(SharedRecord[list[TrialResult]]):
+    """The finalists' interleaved re-time, shared by the runs of a study."""
+
+    prefix = "retime"
+
+    def _load(self, data: Any) -> list[TrialResult]:
+        return [TrialResult.model_validate(r) for r in data]
+
+    def _dump(self, value: list[TrialResult]) -> Any:
+        return [r.model_dump(mode="json") for r in value]
+
+
+class FinalCheckRecord(SharedRecord[FinalCheck]):
+    """The final check of a pick against the default, shared likewise (each checking a small
+    win on a busy machine, one run kept it and the other did not)."""
+
+    prefix = "final_check"
+
+    def _load(self, data: Any) -> FinalCheck:
+        return FinalCheck.model_validate(data)
+
+    def _dump(self, value: FinalCheck) -> Any:
+        return value.model_dump(mode="json")

@@ -1,0 +1,125 @@
+"""The compile stage: torch.compile on the best eager settings, once the eager picture is in.
+
+Candidates: each torch.compile mode the space lists for the device (`space.compile_modes`:
+CPU default and max-autotune; CUDA default, max-autotune-no-cudagraphs, reduce-overhead),
+applied to PyTorch's default settings (what a user who only adds `torch.compile` gets) and to
+the best eager candidates (the eager pick and the fastest accepted one), in the space's order of
+modes: not the cross product with every eager candidate, since a compile costs seconds to
+minutes on a small CPU and the eager search has already ruled most settings out. A shape set
+tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph for all).
+
+Per-layer implementations are not compiled: a compiled candidate takes the global settings of
+its eager twin with every conv on PyTorch's native kernel. Inductor lowers the whole graph and
+fuses around its convs, so a layer's eager win measured alone does not carry into it, and the
+Triton implementations are autograd Functions around kernels of their own (a config that names
+both is still applied: `advisor.apply` swaps, then compiles).
+
+Budget: the stage runs after the per-layer stage, until `deadline`; a candidate starts only when
+the time left covers the longest compile trial so far (`FIRST_COMPILE_S` before the first).
+Results are stored beside the per-layer ones (`LayerStore.add_model_result`) and enter the pick
+after an interleaved re-time with the finalists, like a per-layer combination.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from advisor.execute.evaluators import Evaluator
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.search import Progress, SearchOutcome
+from advisor.search.pick import pick_final
+from advisor.search.storage import LayerStore, open_storage
+from advisor.space import Dropped, SearchSpace, compile_modes
+
+__all__ = ["FIRST_COMPILE_S", "compile_candidates", "run_compile_stage"]
+
+# What a first compile trial is assumed to take before one was measured: a cold compile of the
+# smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
+# mode 118 s (benchmarks/results/zoo_cpu_avx2.md); the trial adds a warm compile and its samples.
+FIRST_COMPILE_S = 20.0
+
+
+def compile_candidates(
+    outcome: SearchOutcome,
+    space: SearchSpace,
+    device: torch.device,
+    shape_set: bool,
+    layer: bool = False,
+) -> list[Settings]:
+    """The compiled candidates to measure, in order (see the module's docstring); the modes the
+    device leaves out are added to the outcome's `dropped`, and all of them for a single `layer`
+    (compiled alone, a conv is the same ATen call: compile is a whole-model setting)."""
+    modes, dropped = compile_modes(space, device)
+    if layer:
+        why = "a whole-model setting: a single conv layer compiles to the same ATen call"
+        dropped += [Dropped(f"compile={m}", why) for m in modes]
+        modes = []
+    outcome.dropped += [d for d in dropped if d not in outcome.dropped]
+    if not modes:
+        return []
+    eager = pick_final(outcome.results, outcome.baseline, space.min_gain)
+    bases = [Settings()]
+    for r in (eager.chosen, eager.fastest):
+        base = r.settings.global_only().eager()
+        if base not in bases:
+            bases.append(base)
+    dynamics: list[bool | None] = [False, True] if shape_set else [None]
+    return [
+        base.model_copy(update={"compile": mode, "compile_dynamic": dyn})
+        for mode in modes
+        for base in bases
+        for dyn in dynamics
+    ]
+
+
+def run_compile_stage(
+    outcome: SearchOutcome,
+    candidates: list[Settings],
+    evaluator: Evaluator,
+    storage: str | None,
+    deadline: float | None,
+    progress: Callable[[Progress], None] | None = None,
+) -> list[TrialResult]:
+    """Measure `candidates` with the run's evaluator while the budget allows; their results are
+    added to the outcome (trial number -1: not trials of the main study) and returned. Those the
+    budget left out are named in `outcome.not_measured`."""
+    store = LayerStore(open_storage(storage), outcome.study_name)
+    start = time.perf_counter()
+    longest = FIRST_COMPILE_S
+    measured: list[TrialResult] = []
+    for n, settings in enumerate(candidates):
+        if any(r.settings == settings for r in outcome.results):
+            continue
+        result = store.model_result(settings)
+        if result is None:
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left < longest:
+                outcome.not_measured.append(settings.label())
+                continue
+            t0 = time.perf_counter()
+            result = evaluator(settings, time_left_s=left)
+            longest = max(time.perf_counter() - t0, 1.0)  # the next one costs about as much
+            store.add_model_result(result)
+        outcome.results.append(result)
+        outcome.trial_numbers.append(-1)
+        measured.append(result)
+        _report(progress, n + 1, len(candidates), result, start)
+    return measured
+
+
+def _report(
+    progress: Callable[[Progress], None] | None,
+    done: int,
+    total: int,
+    last: Any,
+    start: float,
+) -> None:
+    if progress is not None:
+        progress(
+            Progress(done, total, None, last, time.perf_counter() - start, stage="torch.compile")
+        )

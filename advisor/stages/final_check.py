@@ -1,0 +1,294 @@
+"""The final check: does the recommendation hold where the user runs it?
+
+The search and the re-times measure in a long-lived worker, on a machine whose load can change.
+A busy CPU does not slow candidates alike: with every core taken, each parallel region of a
+step waits for a preempted thread, so a step with more regions (a contiguous conv's layout
+reorders) loses most. On a shared 2-core CPU, ResNet-18 inference ran channels_last 0.94-1.81x
+the default's speed at 2 torch threads (intervals as narrow as [1.53-1.59]) and 0.93-1.04x at
+one thread (benchmarks/results/contention_cpu.md): a win of waiting, not of arithmetic, gone
+once the load changes. That, not the worker process, made issue 20's 1.56x estimate run at
+0.80x in a fresh process: the same re-time in a fresh process gave the worker's 1.57x when the
+load matched, and 1.02-1.18x when it did not.
+
+So before a change is recommended, it is re-timed against PyTorch's default once more, after
+everything else, where the user runs it: in a fresh process that loads the model file (or layer
+spec) and builds both exactly as `advisor.apply` builds a model (`apply_settings`, `inputs`, the
+training step of advisor.measure.candidate), interleaved, paired by round (`stats.paired_speedup`). A
+workload no other process can rebuild (a live model) or an in-process run is checked in this
+process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
+a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
+torch thread, and the change must win there too. Its time comes out of the run's budget
+(`budget.budget_plan` reserves it); it always gets at least 5 rounds. For a model file, the
+fresh process is started beside the probe and loads the file while the probe does
+(`FreshProcess`): it runs nothing else before the check, which then costs its timing only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import multiprocessing as mp
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from advisor.config import FinalCheck
+from advisor.errors import AdvisorError, first_line
+from advisor.execute.probe import receive, user_failure
+from advisor.execute.retime import RetimeSession, retimed_results, rounds
+from advisor.execute.streams import fd_stdout_to_stderr
+from advisor.measure.candidate import Mode
+from advisor.measure.machine_load import CpuUsage
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import paired_speedup
+from advisor.measure.timing import TimingPolicy, interleave
+from advisor.workload.build import Workload
+
+__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair"]
+
+STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
+MIN_ROUNDS = 5  # the fewest a paired interval is computed from
+
+
+class CheckFailed(RuntimeError):
+    """The final check could not be made; the message says why."""
+
+
+def check_policy(policy: TimingPolicy, time_left_s: float | None) -> TimingPolicy:
+    """The trials' policy for two finalists within what is left of the budget, with at least
+    `MIN_ROUNDS` rounds however little is left."""
+    per = policy.max_time_s if time_left_s is None else max(0.05, time_left_s / 2)
+    return dataclasses.replace(
+        policy,
+        max_time_s=min(policy.max_time_s, per),
+        min_samples=max(MIN_ROUNDS, min(policy.min_samples, MIN_ROUNDS + 2)),
+    )
+
+
+def measure_pair(
+    workload: Workload,
+    pair: list[TrialResult],
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+) -> tuple[list[TrialResult], float]:
+    """PyTorch's default and the recommendation (`pair`) re-timed together, interleaved, on
+    every shape; and the recommendation's first call (seconds over the shapes)."""
+    per_case: list[list[list[float]]] = []
+    first_s = 0.0
+    for case in range(len(workload.shape_cases)):
+        session = RetimeSession(workload, pair, device, mode, policy, case)
+        try:
+            first_s += session.first_ms[1] / 1e3
+            samplers = [partial(session.sample, i) for i in range(len(pair))]
+            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+        finally:
+            session.close()
+    return retimed_results(workload, pair, per_case), first_s
+
+
+def check_here(
+    workload: Workload,
+    pair: list[TrialResult],
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+    busy: bool,
+    where: str,
+) -> FinalCheck:
+    """The check, in this process."""
+    usage = CpuUsage()
+    measured, first_s = measure_pair(workload, pair, device, mode, policy)
+    base, tuned = (r.measurement for r in measured)
+    assert base is not None and tuned is not None
+    ratio, lo, hi = paired_speedup(base, tuned)
+    one = None
+    threads = torch.get_num_threads()
+    if busy and device.type == "cpu" and threads > 1:
+        torch.set_num_threads(1)
+        try:
+            again, _ = measure_pair(workload, pair, device, mode, policy)
+        finally:
+            torch.set_num_threads(threads)
+        b1, t1 = (r.measurement for r in again)
+        assert b1 is not None and t1 is not None
+        one = paired_speedup(b1, t1)
+    return FinalCheck(
+        where=where,
+        speedup=ratio,
+        speedup_ci=(lo, hi),
+        rounds=len(base.samples_ms),
+        held=lo > 1.0 and (one is None or one[1] > 1.0),
+        one_thread=one,
+        first_call_s=first_s,
+        other_load=usage.others_share(),
+    )
+
+
+def final_check(
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    policy: TimingPolicy,
+    baseline: TrialResult,
+    winner: TrialResult,
+    *,
+    fresh: bool,
+    busy: bool,
+    timeout_s: float,
+    spare: FreshProcess | None = None,
+) -> FinalCheck:
+    """The check of `winner` against `baseline` (see the module's docstring): in a fresh process
+    when `fresh` (the workload must be recreatable; `spare`, a `FreshProcess` started early
+    that loaded it, when there is one), else here. Raises CheckFailed with the reason when it
+    cannot be made (the process fails, crashes or takes over `timeout_s`)."""
+    pair = [baseline, winner]
+    if not fresh:
+        try:
+            return check_here(workload, pair, device, mode, policy, busy, "this process")
+        except (RuntimeError, torch.OutOfMemoryError) as e:
+            raise CheckFailed(first_line(e, with_type=False)) from None
+    info = workload.info.model_dump_json()
+    proc = spare if spare is not None and spare.ready(0.0) is None else None
+    if proc is None:
+        proc = FreshProcess(("info", info))
+        why = proc.ready(STARTUP_S)
+        if why is not None:
+            proc.close()
+            raise CheckFailed(why)
+    try:
+        return proc.check(info, device, mode, pair, policy, busy, timeout_s)
+    finally:
+        proc.close()
+
+
+class FreshProcess:
+    """A fresh process for the final check: it loads the workload (a model file: its import,
+    its factories, one forward, as `advisor.apply`'s user's script does) and waits for the
+    check, running nothing else.
+
+    Started early, beside the probe (`service.run_advise`), it loads the model file while the
+    probe's child does: the check then pays neither an interpreter, torch's import nor the
+    model file's (MONAI's import alone takes 6 s on a 2-core CPU), only its own timing. Nothing
+    is timed while it loads: the run waits until it is ready (`ready`) before the first trial.
+    `source` is ("args", make_workload's arguments) or ("info", a workload info's JSON)."""
+
+    def __init__(self, source: tuple[str, Any]) -> None:
+        from advisor.execute.worker_process import main_hidden
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc: Any = ctx.Process(target=_child, args=(child, source), daemon=True)
+        with main_hidden(), fd_stdout_to_stderr():
+            self.proc.start()
+        child.close()
+        self._state: str | None = "loading"  # None: ready; else why not ("loading" meanwhile)
+
+    def ready(self, timeout_s: float) -> str | None:
+        """None once the process has loaded the workload (waiting up to `timeout_s` for it);
+        else why it is not ready ("loading" while it still is)."""
+        if self._state == "loading":
+            if not self.proc.is_alive() and not self.conn.poll(0):
+                self._state = f"its process ended while loading (exit code {self.proc.exitcode})"
+            elif timeout_s > 0 or self.conn.poll(0):
+                msg = receive(self.conn, self.proc, timeout_s)
+                if msg == ("ready",):
+                    self._state = None
+                elif isinstance(msg, tuple) and msg[0] == "error":
+                    self._state = f"loading the workload failed: {msg[1]}"
+                elif msg == "dead":
+                    self._state = f"its process ended while loading (exit code {self._code()})"
+                elif msg != "timeout":
+                    self._state = f"unexpected message {msg!r}"
+                elif timeout_s >= STARTUP_S:
+                    self._state = f"loading did not finish within {timeout_s:g} s (killed)"
+        return self._state
+
+    def check(
+        self,
+        info_json: str,
+        device: torch.device,
+        mode: Mode,
+        pair: list[TrialResult],
+        policy: TimingPolicy,
+        busy: bool,
+        timeout_s: float,
+    ) -> FinalCheck:
+        """The check in this process (which must be ready); CheckFailed with the reason."""
+        job = ("check", info_json, str(device), mode, [r.model_dump_json() for r in pair],
+               dataclasses.asdict(policy), busy)  # fmt: skip
+        try:
+            self.conn.send(job)
+        except (OSError, BrokenPipeError):
+            raise CheckFailed(f"its process ended (exit code {self._code()})") from None
+        msg = receive(self.conn, self.proc, STARTUP_S + timeout_s)
+        self._state = "used"
+        if isinstance(msg, tuple) and msg[0] == "checked":
+            return FinalCheck.model_validate_json(msg[1])
+        if isinstance(msg, tuple) and msg[0] == "error":
+            raise CheckFailed(msg[1])
+        if msg == "timeout":
+            raise CheckFailed(f"did not finish within {STARTUP_S + timeout_s:g} s (killed)")
+        raise CheckFailed(f"its process ended (exit code {self._code()})")
+
+    def close(self) -> None:
+        """End the process: told to when it waits, killed when it is still busy (a load
+        that hangs in the user's code) or does not end at once."""
+        if self._state is None:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self.conn.send(None)
+            self.proc.join(timeout=2)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+        self._state = "closed"
+
+    def _code(self) -> int | None:
+        self.proc.join(timeout=5)
+        return self.proc.exitcode
+
+
+def _child(conn: Connection, source: tuple[str, Any]) -> None:
+    """The fresh process: load the workload, then (if asked) build both as `advisor.apply`
+    does and check."""
+    from advisor.execute.worker_process import become_child
+
+    become_child()
+    from advisor.workload.args import make_workload
+    from advisor.workload.build import workload_from_info
+
+    kind, what = source
+    try:
+        workload = make_workload(**what) if kind == "args" else workload_from_info(json.loads(what))
+    except AdvisorError as e:  # already one line naming the problem
+        conn.send(("error", str(e)))
+        return
+    except BaseException as e:  # noqa: BLE001 - the user's code: any failure, one line
+        conn.send(("error", user_failure(e)))
+        return
+    conn.send(("ready",))
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        return
+    if msg is None:
+        return
+    _, info_json, device, mode, pair_json, policy, busy = msg
+    try:
+        from advisor.device.ops import cuda_ops
+
+        if workload.info.model_dump_json() != info_json:  # loaded from other arguments
+            workload = workload_from_info(json.loads(info_json))
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            cuda_ops().make_current(dev)
+        pair = [TrialResult.model_validate_json(j) for j in pair_json]
+        check = check_here(workload, pair, dev, mode, TimingPolicy(**policy), busy,
+                           "fresh process")  # fmt: skip
+        conn.send(("checked", check.model_dump_json()))
+    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
+        conn.send(("error", first_line(e)))

@@ -1,0 +1,266 @@
+"""Per-layer implementation choice for models: the second stage of the search.
+
+After the global knobs are chosen, each conv layer is timed alone (with its input shape as seen in
+the model, under the chosen settings) with every implementation that qualifies for it; layers with
+the same signature and input shape share one measurement. The fastest beyond noise wins per layer
+(ties go to `native`). The combination is then measured on the whole model and kept only if it
+beats the global-knob winner beyond noise.
+
+Measurements are stored in a companion study ("<study>/layers", `storage.LayerStore`) so a
+resumed search does not repeat them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from advisor import impls
+from advisor.apply import compute_dtype
+from advisor.execute.evaluators import Evaluator
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate, ConvInput, Mode
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.search.pick import pick_best
+from advisor.search.storage import LayerStore, measured_under
+from advisor.space import SearchSpace
+from advisor.workload.build import Workload, layer_workload_from_module
+from advisor.workload.info import LayerInfo
+from advisor.workload.layer_spec import DTYPE_NAMES, LayerSpec
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Conv layers that share a signature and an input shape: one measurement serves them all."""
+
+    key: str
+    names: tuple[str, ...]
+    description: str
+    workload: Workload
+
+    @property
+    def spec(self) -> LayerSpec:
+        info = self.workload.info
+        assert isinstance(info, LayerInfo)  # layer_groups makes layer workloads only
+        return info.spec
+
+
+@dataclass
+class LayerChoice:
+    group: LayerGroup
+    results: dict[str, TrialResult]  # impl name -> result
+    chosen: str
+    why: str
+    skipped: dict[str, str]  # impl name -> why it does not qualify
+
+
+def conv_inputs(
+    workload: Workload, settings: Settings, device: torch.device, mode: Mode
+) -> dict[str, ConvInput]:
+    """What every conv layer receives in the model under `settings`, from one step: its input's
+    shape, dtype (bf16 activations under autocast), layout, and (train) whether it needs a
+    gradient (not for a layer that takes the network's input)."""
+    cand = Candidate(workload, settings, device, mode)
+    try:
+        return {c.name: c for c in cand.capture(record_convs=True).convs}
+    finally:
+        cand.close()
+
+
+def layer_groups(
+    workload: Workload, settings: Settings, device: torch.device, mode: Mode = "infer"
+) -> list[LayerGroup]:
+    """Conv layers grouped by signature and by what they receive: one measurement per group.
+
+    Each group's layer workload has its first layer's weights; for a model file it also names
+    where that layer lives, so an isolated worker rebuilds it with the same weights."""
+    seen = conv_inputs(workload, settings, device, mode)
+    model = workload.make_model()
+    groups: dict[str, list[str]] = {}
+    modules = dict(impls.conv_modules(model))
+    for name, module in modules.items():
+        if name not in seen:
+            continue  # never called in the forward pass
+        c = seen[name]
+        sig = impls.ConvSignature.from_module(module)
+        key = f"{sig}|{c.shape}|{c.dtype}|{c.layout}|grad={c.requires_grad}"
+        groups.setdefault(key, []).append(name)
+    out = []
+    for key, names in groups.items():
+        c = seen[names[0]]
+        wl = layer_workload_from_module(
+            modules[names[0]],
+            c.shape,
+            input_dtype=DTYPE_NAMES[c.dtype],
+            input_layout=c.layout if c.layout != "strided" else "contiguous",
+            input_grad=c.requires_grad,
+            source=workload.info.layer_source(names[0]),
+        )
+        out.append(LayerGroup(key, tuple(names), wl.name, wl))
+    return out
+
+
+def layer_context(mode: Mode, space: SearchSpace) -> str:
+    """What else a layer measurement depends on: the mode, and the space's timing and gate
+    settings (another space with the same rules may reuse it; other rules measure again)."""
+    rules = space.model_dump(
+        mode="json",
+        include={"timing", "tolerances", "grad_tolerances", "layer_tolerances", "gate", "race",
+                 "min_gain"},
+    )  # fmt: skip
+    digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{mode}|{digest}"
+
+
+def choose_layer_impls(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    make_evaluator: Callable[[Workload], Evaluator],
+    storage: Any,
+    study_name: str,
+    min_gain: float = 0.02,
+    progress: Callable[[int, int, TrialResult | None], None] | None = None,
+    deadline: float | None = None,
+    stats: dict[str, int] | None = None,
+) -> list[LayerChoice]:
+    """Time each qualifying implementation per layer group under `settings`; pick per group.
+
+    One evaluator (one worker process when isolated) serves every group. An implementation that
+    provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
+    not started after `deadline` (a `time.perf_counter()` value); `stats` counts them
+    ("unmeasured") and the measurements found stored ("reused")."""
+    stats = stats if stats is not None else {}
+    stats.setdefault("unmeasured", 0)
+    stats.setdefault("reused", 0)
+    wanted = [n for n in space.knobs.get("conv_impl", ["native"]) if n in impls.names()]
+    if wanted == ["native"] or not wanted:
+        return []
+    if "native" not in wanted:
+        wanted = ["native", *wanted]
+    groups = layer_groups(workload, settings, device, mode)
+    store = LayerStore(storage, study_name, layer_context(mode, space))
+    done, elsewhere = store.layer_results()
+    plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
+    for g in groups:
+        module = g.workload.make_model()
+        dtype = compute_dtype(module, settings)
+        usable, skipped = [], {}
+        for name in wanted:
+            reason = impls.why_not(name, module, device=device, dtype=dtype)
+            if reason is None:
+                usable.append(name)
+            else:
+                skipped[name] = reason
+        plan.append((g, usable, skipped))
+    total = sum(len(u) for _, u, _ in plan if len(u) > 1)
+    count = 0
+    choices = []
+    evaluator: Evaluator | None = None
+    try:
+        for g, usable, skipped in plan:
+            if len(usable) < 2:
+                continue
+            if deadline is not None and time.perf_counter() >= deadline:
+                stats["unmeasured"] += 1
+                continue
+            before = {(g.key, n, measured_under(settings)) for n in usable} & elsewhere
+            stats["shared"] = stats.get("shared", 0) + len(before)
+            evaluator = _measure_group(g, usable, settings, store, done, evaluator,
+                                       make_evaluator, deadline, stats,
+                                       space.race_limit_ms if space.race else None,
+                                       elsewhere)  # fmt: skip
+            results = {name: done[(g.key, name, measured_under(settings))] for name in usable}
+            for r in results.values():
+                count += 1
+                if progress is not None:
+                    progress(count, total, r)
+            choices.append(_choose(g, results, skipped, min_gain))
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+    return choices
+
+
+def _measure_group(
+    g: LayerGroup,
+    usable: list[str],
+    settings: Settings,
+    store: LayerStore,
+    done: dict[tuple[str, str, str], TrialResult],
+    evaluator: Evaluator | None,
+    make_evaluator: Callable[[Workload], Evaluator],
+    deadline: float | None,
+    stats: dict[str, int],
+    race_limit: Callable[[float], float] | None = None,
+    elsewhere: set[tuple[str, str, str]] | None = None,
+) -> Evaluator | None:
+    """Measure the group's implementations not stored yet (native first: the others race it)."""
+    elsewhere = elsewhere if elsewhere is not None else set()
+    switched = False
+    leader: TrialResult | None = None
+    for name in usable:
+        key = (g.key, name, measured_under(settings))
+        attrs: dict[str, Any] = dict(
+            key=g.key,
+            impl=name,
+            names=list(g.names),
+            description=g.description,
+            spec=g.spec.model_dump(mode="json"),
+        )  # spec: per-layer roofline in reports
+        if key in done:
+            stats["reused"] += 1
+            if key in elsewhere:  # measured by another study: this study's record (reports)
+                store.add_layer_result(done[key], shared=False, **attrs)
+                elsewhere.discard(key)
+        else:
+            if evaluator is None:
+                evaluator = make_evaluator(g.workload)
+            elif not switched:
+                evaluator.use(g.workload)
+            switched = True
+            race = None
+            if race_limit is not None and leader is not None and leader.measurement is not None:
+                race = Race(race_limit(leader.measurement.ci_high_ms))
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            res = evaluator(
+                settings.model_copy(update={"conv_impl": name, "layers": {}}),
+                race=race,
+                time_left_s=left,
+            )
+            store.add_layer_result(res, **attrs)
+            done[key] = store.first_result(g.key, name, settings) or res
+        r = done[key]
+        if r.status == "ok" and (leader is None or r.median_ms < leader.median_ms):
+            leader = r
+    return evaluator
+
+
+def _choose(
+    g: LayerGroup, results: dict[str, TrialResult], skipped: dict[str, str], min_gain: float
+) -> LayerChoice:
+    base = results["native"]
+    if base.status != "ok":
+        return LayerChoice(g, results, "native", f"native failed on this layer ({base.reason}): kept",
+                           skipped)  # fmt: skip
+    pick = pick_best(list(results.values()), base, min_gain)
+    return LayerChoice(g, results, pick.chosen.settings.conv_impl, pick.why, skipped)
+
+
+def layers_map(choices: list[LayerChoice], default_impl: str = "native") -> dict[str, str]:
+    """module name -> implementation, for layers whose choice differs from the default."""
+    out = {}
+    for c in choices:
+        if c.chosen != default_impl:
+            for name in c.group.names:
+                out[name] = c.chosen
+    return out

@@ -1,0 +1,405 @@
+"""Workloads: what the advisor times. A model factory, example inputs and a typed description.
+
+Made from a layer spec (`layer_workload`), a conv layer of a model (`layer_workload_from_module`),
+a model file (`model_workload`) or a live model (`object_workload`); `with_shape_set` spreads one
+over several input shapes or batch sizes. Its `info` (advisor.workload.info) is what goes into the
+config file and the study, and what an isolated worker rebuilds it from (`workload_from_info`).
+
+Inputs are positional (`example_inputs`) and keyword (`example_kwargs`): the model is called as
+`model(*args, **kwargs)` (see advisor.workload.model_file for the convention a model file follows).
+
+Specs are parsed in advisor.workload.layer_spec and model files loaded in advisor.workload.model_file; the names the
+benchmarks import from here (`layer_spec`, `LayerSpec`) are re-exported.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from advisor.device.ops import placement
+from advisor.errors import ModelFileError, SpecError, first_line
+from advisor.workload.info import (
+    LayerInfo,
+    LayerSource,
+    ModelFileInfo,
+    ObjectInfo,
+    ShapeSetInfo,
+    WorkloadInfo,
+    parse_info,
+)
+from advisor.workload.layer_spec import DTYPES, LayerSpec, layer_spec, spec_from_module
+from advisor.workload.model_file import (
+    build_model,
+    call_tensors,
+    check_runs,
+    fresh_like,
+    load_model,
+    split_inputs,
+)
+
+__all__ = [
+    "LayerSpec",
+    "ShapeCase",
+    "Workload",
+    "layer_spec",
+    "layer_workload",
+    "layer_workload_from_module",
+    "model_workload",
+    "object_workload",
+    "with_shape_set",
+    "workload_from_info",
+]
+
+
+@dataclass(frozen=True)
+class ShapeCase:
+    """One input shape of a shape set, with its weight (how often it occurs in training)."""
+
+    weight: float
+    inputs: tuple[Any, ...]  # positional
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return call_tensors(self.inputs, self.kwargs)
+
+
+@dataclass
+class Workload:
+    """Something the advisor can time: a model factory and example inputs, plus a description.
+
+    `make_model()` returns a fresh model (fp32 weights, same values every call);
+    `make_call(device)` returns fresh random inputs shaped like the examples, positional and
+    keyword: the model runs as `model(*args, **kwargs)`. `make_inputs(device)` is the positional
+    part alone.
+    """
+
+    name: str
+    info: WorkloadInfo  # what goes into the config file and the study, and to workers
+    make_model: Callable[[], nn.Module]
+    example_inputs: tuple[Any, ...]
+    cases: tuple[ShapeCase, ...] = ()  # a shape set; empty: just the example inputs
+    # Which inputs need a gradient in train mode (a layer inside a network: its input is an
+    # activation; a network's own inputs are data). Empty: none.
+    input_grad: tuple[bool, ...] = ()
+    input_layout: str | None = None  # the layout inputs arrive in; None: the candidate's format
+    example_kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword inputs
+
+    @property
+    def is_layer(self) -> bool:
+        return isinstance(self.info, LayerInfo)
+
+    @functools.cached_property
+    def param_dtype(self) -> torch.dtype:
+        """The dtype of the model's floating parameters (a layer spec may be fp16)."""
+        for p in self.make_model().parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
+
+    @property
+    def shape_cases(self) -> tuple[ShapeCase, ...]:
+        return self.cases or (ShapeCase(1.0, self.example_inputs, self.example_kwargs),)
+
+    def make_call(
+        self, device: torch.device, seed: int = 0, case: int = 0
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Fresh inputs for `model(*args, **kwargs)`: floating tensors redrawn from `seed`,
+        integer and bool tensors kept, on `device`; other values as they are."""
+        gen = torch.Generator().manual_seed(seed)
+        example = self.shape_cases[case]
+
+        def fresh(x: Any) -> Any:
+            return fresh_like(x, gen).to(placement(device)) if torch.is_tensor(x) else x
+
+        args = tuple(fresh(x) for x in example.inputs)  # positional first: the draw order
+        return args, {k: fresh(v) for k, v in example.kwargs.items()}
+
+    def make_inputs(self, device: torch.device, seed: int = 0, case: int = 0) -> tuple[Any, ...]:
+        """The positional inputs of `make_call` (all of them, unless the model takes keywords)."""
+        return self.make_call(device, seed, case)[0]
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        return [list(x.shape) for x in call_tensors(self.example_inputs, self.example_kwargs)]
+
+
+# ----- layers -----
+
+
+def layer_workload(spec: LayerSpec) -> Workload:
+    """A layer spec of its own: freshly initialised weights."""
+    return _layer_workload(spec, spec.build().state_dict())
+
+
+def layer_workload_from_module(
+    module: nn.Module,
+    input_shape: Sequence[int],
+    *,
+    input_dtype: str | None = None,
+    input_layout: str | None = None,
+    input_grad: bool = True,
+    source: LayerSource | None = None,
+) -> Workload:
+    """A layer workload that uses `module`'s own weights (so its numbers match the model's), fed
+    the input it receives in the model: dtype, layout, and whether it needs a gradient.
+
+    With `source` (where the module lives in a model file) an isolated worker rebuilds the layer
+    with those weights too; without it a worker can only build the spec with fresh weights."""
+    spec = spec_from_module(module, input_shape).model_copy(
+        update={
+            "input_dtype": input_dtype,
+            "input_layout": input_layout,
+            "first_layer": not input_grad,
+        }
+    )
+    return _layer_workload(LayerSpec.model_validate(spec.model_dump()), module.state_dict(), source)
+
+
+def _layer_workload(
+    spec: LayerSpec, state_dict: Mapping[str, torch.Tensor], source: LayerSource | None = None
+) -> Workload:
+    state = {k: v.detach().cpu().float().clone() for k, v in state_dict.items()}
+
+    def make_model() -> nn.Module:
+        m = spec.construct()
+        m.load_state_dict(state)
+        return m.to(DTYPES[spec.dtype])
+
+    example = (torch.empty(spec.input_shape, dtype=DTYPES[spec.input_dtype or spec.dtype]),)
+    info = LayerInfo(spec=spec, description=spec.describe(), source=source)
+    return Workload(
+        info.description,
+        info,
+        make_model,
+        example,
+        input_grad=(not spec.first_layer,),
+        input_layout=spec.input_layout,
+    )
+
+
+def _layer_from_source(spec: LayerSpec, source: LayerSource) -> Workload:
+    """The layer `source.module` of a model file, with the model's weights (isolated workers)."""
+    model = build_model(source.target, build=source.build)
+    where = f"layer {source.module!r} of {source.target}"
+    try:
+        module = model.get_submodule(source.module)
+        found = spec_from_module(module, spec.input_shape, spec.dtype)
+    except (AttributeError, ValueError) as e:  # gone, or no longer a conv layer
+        raise ModelFileError(f"{where}: {first_line(e, with_type=False)}") from None
+    if not found.same_layer(spec):  # the file changed since the layer was described
+        raise ModelFileError(f"{where} is now {found.describe()}, not {spec.describe()}")
+    return _layer_workload(spec, module.state_dict(), source)
+
+
+# ----- models -----
+
+
+def model_workload(
+    target: str | Path,
+    *,
+    build: str = "build_model",
+    inputs: str = "example_inputs",
+) -> Workload:
+    """A model from a Python file (`path.py`) or a module (`package.module[:build]`)."""
+    loaded = load_model(target, build=build, inputs=inputs)
+    state = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
+    build_fn = loaded.build_fn  # not `loaded`: the closure must not keep the first model alive
+
+    def make_model() -> nn.Module:
+        m: nn.Module = build_fn()
+        m.load_state_dict(state)
+        return m
+
+    info = ModelFileInfo(
+        target=loaded.target,
+        build=loaded.build,
+        inputs=loaded.inputs,
+        input_shapes=loaded.input_shapes,
+        description=loaded.description,
+    )
+    return Workload(
+        info.description, info, make_model, loaded.example, example_kwargs=loaded.kwargs
+    )
+
+
+def object_workload(model: nn.Module, inputs: Any) -> Workload:
+    """A workload from a live model and example inputs (the Python API): a tensor, a tuple or
+    list of positional inputs, or a dict of keyword inputs (see advisor.workload.model_file)."""
+    if not isinstance(model, nn.Module):
+        raise ModelFileError(f"model must be an nn.Module, got {type(model).__name__}")
+    args, kwargs = split_inputs(inputs, "the example inputs")
+
+    def cpu(x: Any) -> Any:
+        return x.cpu() if torch.is_tensor(x) else x
+
+    example = tuple(cpu(x) for x in args)
+    example_kwargs = {k: cpu(v) for k, v in kwargs.items()}
+    base = copy.deepcopy(model).cpu().float()
+
+    def make_model() -> nn.Module:
+        return copy.deepcopy(base)
+
+    shapes = [list(x.shape) for x in call_tensors(example, example_kwargs)]
+    try:
+        check_runs(copy.deepcopy(base), example, example_kwargs)
+    except Exception as e:  # noqa: BLE001
+        raise ModelFileError(
+            f"model fails on the example inputs {shapes}: {first_line(e)}"
+        ) from None
+    info = ObjectInfo(
+        target=f"<{type(model).__name__} object>",
+        architecture=hashlib.sha256(repr(model).encode()).hexdigest()[:12],
+        input_shapes=shapes,
+        description=f"{type(model).__name__} on {shapes}",
+    )
+    return Workload(info.description, info, make_model, example, example_kwargs=example_kwargs)
+
+
+# ----- shape sets -----
+
+
+def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """A tensor of `shape` like `x`: floating values are redrawn later (`fresh_like`), so only
+    the shape matters; integer and bool values (ids, masks) are `x`'s, repeated or cut along
+    each dimension (zeros where the number of dimensions changes)."""
+    shape = tuple(shape)
+    if x.is_floating_point() or x.is_complex():
+        return torch.empty(shape, dtype=x.dtype)
+    if x.dim() != len(shape) or 0 in x.shape:
+        return torch.zeros(shape, dtype=x.dtype)
+    for d, n in enumerate(shape):
+        x = x.index_select(d, torch.arange(n) % x.shape[d])
+    return x.contiguous()
+
+
+def _reshaped(
+    case: ShapeCase, shape: Sequence[int] | None, batch: int | None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs with the first tensor's shape replaced (positional inputs first), or the
+    batch size of every tensor that has one, keyword inputs included. The examples' batch size
+    is the leading dimension of the first tensor with two or more (a batch of vectors at
+    least); a tensor whose leading dimension differs (per-channel values) is left as it is."""
+    tensors = case.tensors
+    batched = [x for x in tensors if x.dim() > 1] or [x for x in tensors if x.dim() > 0]
+    example_batch = batched[0].shape[0] if batched else None
+    first = tensors[0] if tensors else None
+
+    def one(x: Any) -> Any:
+        if not torch.is_tensor(x):
+            return x
+        if shape is not None and x is first:
+            return _resized(x, shape)
+        if batch is not None and x.dim() > 0 and x.shape[0] == example_batch:
+            return _resized(x, (batch, *x.shape[1:]))
+        return x
+
+    return tuple(one(x) for x in case.inputs), {k: one(v) for k, v in case.kwargs.items()}
+
+
+def with_shape_set(
+    workload: Workload,
+    *,
+    shapes: Sequence[Sequence[int]] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    weights: Sequence[float] | None = None,
+) -> Workload:
+    """The workload over several input shapes (variable image sizes) or batch sizes, weighted.
+
+    The search's objective becomes the weighted sum of the per-shape median times.
+    """
+    if shapes and batch_sizes:
+        raise SpecError("give several input shapes or several batch sizes, not both")
+    variants: list[tuple[Sequence[int] | None, int | None]] = (
+        [(s, None) for s in shapes] if shapes else [(None, b) for b in batch_sizes or []]
+    )
+    if len(variants) < 2 and not weights:
+        return workload if not variants else _single(workload, *variants[0])
+    w = list(weights) if weights else [1.0] * len(variants)
+    if len(w) != len(variants):
+        raise SpecError(f"{len(w)} shape weights for {len(variants)} shapes")
+    if any(x <= 0 for x in w):
+        raise SpecError("shape weights must be positive")
+    if any(b <= 0 for _, b in variants if b is not None):
+        raise SpecError("batch sizes must be positive")
+    example = ShapeCase(1.0, workload.example_inputs, workload.example_kwargs)
+    cases = tuple(
+        ShapeCase(float(wi), *_reshaped(example, s, b))
+        for wi, (s, b) in zip(w, variants, strict=True)
+    )
+    _check_cases(workload, cases)
+    shape_set = ShapeSetInfo(
+        shapes=[list(s) for s in shapes] if shapes else None,
+        batch_sizes=list(batch_sizes) if batch_sizes else None,
+        weights=w,
+        input_shapes=[[list(x.shape) for x in c.tensors] for c in cases],
+    )
+    description = f"{workload.info.description} over {len(cases)} shapes"
+    info = workload.info.model_copy(update={"shape_set": shape_set, "description": description})
+    return Workload(
+        description,
+        info,
+        workload.make_model,
+        cases[0].inputs,
+        cases,
+        workload.input_grad,
+        workload.input_layout,
+        cases[0].kwargs,
+    )
+
+
+def _single(workload: Workload, shape: Sequence[int] | None, batch: int | None) -> Workload:
+    return with_shape_set(
+        workload,
+        shapes=[shape] if shape else None,
+        batch_sizes=[batch] if batch else None,
+        weights=[1.0],
+    )
+
+
+def _check_cases(workload: Workload, cases: tuple[ShapeCase, ...]) -> None:
+    """Every shape must run: a bad shape is bad input, not a failed trial."""
+    model = workload.make_model()
+    for case in cases:
+        shapes = [tuple(x.shape) for x in case.tensors]
+        try:
+            check_runs(model, case.inputs, case.kwargs)
+        except Exception as e:  # noqa: BLE001 - user model: any failure is a bad shape
+            raise SpecError(
+                f"the workload fails on input shape {shapes}: {first_line(e, with_type=False)}"
+            ) from None
+
+
+# ----- rebuilding -----
+
+
+def workload_from_info(info: WorkloadInfo | Mapping[str, Any]) -> Workload:
+    """Rebuild a workload from its description (isolated workers; benchmarks re-timing a config).
+
+    Takes the typed info, its JSON, or a config file's `workload`."""
+    info = parse_info(info)
+    base: Workload
+    if isinstance(info, LayerInfo):
+        spec = info.spec
+        base = (
+            layer_workload(spec) if info.source is None else _layer_from_source(spec, info.source)
+        )
+    elif isinstance(info, ModelFileInfo):
+        base = model_workload(info.target, build=info.build, inputs=info.inputs)
+    else:
+        raise ModelFileError(f"cannot rebuild workload {info.description!r} in a worker")
+    ss = info.shape_set
+    if ss:
+        base = with_shape_set(
+            base, shapes=ss.shapes, batch_sizes=ss.batch_sizes, weights=ss.weights
+        )
+    return base
