@@ -2,7 +2,7 @@
 
 Both commands take the same workload and search options, so both name the same study; `advisor.cli`
 (the commands) and `advisor.worker` import them from here, and neither imports the other at load.
-The returned dicts are named exactly as `service.make_workload` and `search.SearchOptions` take
+The returned dicts are named exactly as `workload.args.make_workload` and `search.SearchOptions` take
 them.
 """
 
@@ -129,7 +129,7 @@ def check_workload_args(args: argparse.Namespace) -> None:
 
 
 def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The workload options, as `service.make_workload` takes them."""
+    """The workload options, as `workload.args.make_workload` takes them."""
     return {
         "model_file": args.model_file,
         "layer": args.layer,

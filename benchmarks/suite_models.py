@@ -49,7 +49,7 @@ class Case:
 def _layer_case(
     name: str, mode: Mode, full: tuple[str, tuple[int, ...]], quick: tuple[str, tuple[int, ...]]
 ) -> Case:
-    from advisor.workload.build import layer_spec
+    from advisor.workload.layer_spec import layer_spec
 
     def pick(q: bool) -> tuple[str, tuple[int, ...]]:
         return quick if q else full

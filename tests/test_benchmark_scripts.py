@@ -53,7 +53,11 @@ def test_every_benchmark_script_imports_and_answers_help() -> None:
         assert "usage" in text.lower() or "python benchmarks/" in text, f"{path}: {text[:200]}"
     for name in MODULES:
         check = subprocess.run(
-            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(BENCH)!r}); import {name}"],
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, {str(BENCH)!r}); import {name}",
+            ],
             capture_output=True,
             text=True,
             env=run_env(),

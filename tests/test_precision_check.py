@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import advisor
-from advisor.gate.numeric import numeric as gate_module
+from advisor.gate import numeric as gate_module
 from advisor.gate.numeric import precision as precision_check
 from advisor.gate.precision import check_precision
 from advisor.knobs import Settings

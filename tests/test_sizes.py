@@ -66,7 +66,7 @@ def test_advise_rejects_absurd_sizes_before_allocating() -> None:
 def test_on_cuda_the_device_memory_bounds_too(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from advisor.workload.build import sizes
+    from advisor.workload import sizes
 
     def limit(device: str | torch.device) -> tuple[int, str]:
         if torch.device(device).type == "cuda":

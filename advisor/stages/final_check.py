@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import multiprocessing as mp
+import time
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -37,20 +39,36 @@ import torch
 
 from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
+from advisor.execute.ownership import owner_id
 from advisor.execute.probe import receive, user_failure
 from advisor.execute.retime import RetimeSession, retimed_results, rounds
 from advisor.execute.streams import fd_stdout_to_stderr
 from advisor.measure.candidate import Mode
-from advisor.measure.machine_load import CpuUsage
+from advisor.measure.machine_load import BUSY_SHARE, CpuUsage
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import paired_speedup
 from advisor.measure.timing import TimingPolicy, interleave
+from advisor.search import Progress, SearchOptions, SearchOutcome
+from advisor.search.pick import pick_for_steps
+from advisor.search.storage import FinalCheckRecord
+from advisor.space import SearchSpace
+from advisor.stages.budget import BudgetPlan
+from advisor.stages.finalists import shared_record
 from advisor.workload.build import Workload
 
-__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair"]
+__all__ = [
+    "CheckFailed",
+    "FreshProcess",
+    "check_pick",
+    "check_policy",
+    "final_check",
+    "measure_pair",
+]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
+
+log = logging.getLogger("advisor")
 
 
 class CheckFailed(RuntimeError):
@@ -292,3 +310,57 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
         conn.send(("checked", check.model_dump_json()))
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
+
+
+def check_pick(
+    workload: Workload,
+    outcome: SearchOutcome,
+    dev: torch.device,
+    sp: SearchSpace,
+    options: SearchOptions,
+    steps: int | None,
+    plan: BudgetPlan,
+    share: float | None,
+    notes: list[str],
+    spare: FreshProcess | None = None,
+) -> tuple[FinalCheck | None, str | None]:
+    """The recommendation re-timed against the default where the user runs it (a fresh
+    process for a recreatable workload in an isolated run; else this process): the check, or
+    why it could not be made. Nothing to check when the default is the pick."""
+    pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
+    if pick.chosen.settings == outcome.baseline.settings:
+        return None, None
+    if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
+        # One process cannot time it against the default: cuDNN's plan cache ignores the flag
+        # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
+        notes.append(
+            "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
+            "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
+            "them in a process each"
+        )
+        return None, None
+    if options.progress is not None:
+        options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))
+    left = max(0.0, plan.end - time.perf_counter())
+    # Runs sharing the study check the pick once and agree (as with the re-time).
+    record, key = shared_record(FinalCheckRecord, options, outcome.study_name,
+                                 [outcome.baseline, pick.chosen])  # fmt: skip
+    check = record.taken(key, owner_id(), options.trial_timeout_s) if record is not None else None
+    if check is None:
+        try:
+            check = final_check(
+                workload, dev, options.mode, check_policy(sp.timing.policy(), left),
+                outcome.baseline, pick.chosen,
+                fresh=options.isolate and workload.info.recreatable,
+                busy=share is not None and share > BUSY_SHARE,
+                timeout_s=options.trial_timeout_s,
+                spare=spare,
+            )  # fmt: skip
+        except CheckFailed as e:
+            log.warning("final check failed: %s", e)
+            return None, str(e)
+        if record is not None:
+            record.put(key, check)
+    if options.progress is not None:
+        options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
+    return check, None

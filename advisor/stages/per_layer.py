@@ -23,13 +23,14 @@ import torch
 
 from advisor import impls
 from advisor.apply import compute_dtype
-from advisor.execute.evaluators import Evaluator
+from advisor.execute.evaluators import Evaluator, Lent
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, ConvInput, Mode
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
-from advisor.search.pick import pick_best
-from advisor.search.storage import LayerStore, measured_under
+from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.pick import pick_best, pick_final
+from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload, layer_workload_from_module
 from advisor.workload.info import LayerInfo
@@ -264,3 +265,82 @@ def layers_map(choices: list[LayerChoice], default_impl: str = "native") -> dict
             for name in c.group.names:
                 out[name] = c.chosen
     return out
+
+
+def per_layer_stage(
+    workload: Workload,
+    outcome: SearchOutcome,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    stats: dict[str, int] | None = None,
+    evaluator: Evaluator | None = None,
+) -> tuple[list[LayerChoice], TrialResult | None]:
+    """Choose conv implementations per layer under the best global settings; if that changes any
+    layer, measure the combination on the whole model and add it to the outcome's candidates.
+    With `evaluator` (the run's own), the layer groups and the combination are measured with it.
+
+    Returns the per-layer choices and the combination's result (None when nothing changed)."""
+    best = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
+    start = time.perf_counter()
+
+    def report(done: int, total: int, last: Any) -> None:
+        if options.progress is not None:
+            options.progress(
+                Progress(
+                    done,
+                    total,
+                    None,
+                    last,
+                    time.perf_counter() - start,
+                    stage="per-layer implementations",
+                )
+            )
+
+    def make_layer_evaluator(wl: Workload) -> Evaluator:
+        if evaluator is None:
+            return make_evaluator(wl, device, space, options)
+        return Lent(evaluator, wl, home=workload)  # the run's worker measures the layers too
+
+    storage = open_storage(options.storage)
+    choices = choose_layer_impls(
+        workload,
+        best.settings,
+        device,
+        options.mode,
+        space,
+        make_layer_evaluator,
+        storage,
+        outcome.study_name,
+        space.min_gain,
+        report,
+        deadline=options.deadline,
+        stats=stats,
+    )
+    layers = layers_map(choices, best.settings.conv_impl)
+    if not layers:
+        return choices, None
+    combined = best.settings.model_copy(update={"layers": layers})
+    known = [r for r in outcome.results if r.settings == combined]
+    if known:
+        return choices, known[0]
+    store = LayerStore(storage, outcome.study_name)
+    result = store.model_result(combined)
+    if result is None and options.deadline is not None and time.perf_counter() >= options.deadline:
+        if stats is not None:
+            stats["combination"] = len(layers)  # chosen, but no time left to measure it
+        return choices, None
+    if result is None:
+        ev = evaluator or make_evaluator(workload, device, space, options)
+        left = (
+            None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
+        )
+        try:
+            result = ev(combined, time_left_s=left)
+        finally:
+            if ev is not evaluator:
+                ev.close()
+        store.add_model_result(result)
+    outcome.results.append(result)
+    outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
+    return choices, result

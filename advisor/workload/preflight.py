@@ -1,7 +1,7 @@
 """The workload's sizes checked before it is made: every shape it will allocate (each shape of a
 shape set, each batch size), on the CPU, where inputs are made first, and on the device.
 
-`check_workload_sizes` takes the workload options as `service.make_workload` does; each problem is
+`check_workload_sizes` takes the workload options as `workload.args.make_workload` does; each problem is
 a one-line SpecError naming the tensor, its shape and its size.
 """
 

@@ -15,7 +15,7 @@ from advisor.knobs import Settings
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.service import machine_moved
+from advisor.stages.finalists import machine_moved
 
 MODEL = str(Path(__file__).parent / "models" / "slows_down.py")
 DATA = Path(__file__).parent.parent / "data"

@@ -1,0 +1,121 @@
+"""Re-timing the finalists: the best candidates so far timed together, interleaved, so that the
+pick compares measurements from one time window; and whether the machine held still meanwhile.
+
+What a re-time or the final check measured is shared with the other runs of a stored study
+(`shared_record`), so that runs that share a study agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from advisor.errors import first_line
+from advisor.execute.evaluators import Evaluator
+from advisor.execute.ownership import owner_id
+from advisor.execute.retime import finalists
+from advisor.measure.results import TrialResult
+from advisor.search import SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.storage import RetimeRecord, SharedRecord, open_storage
+from advisor.space import SearchSpace
+from advisor.workload.build import Workload
+
+__all__ = ["machine_moved", "retime_finalists", "shared_record"]
+
+log = logging.getLogger("advisor")
+
+
+def retime_finalists(
+    workload: Workload,
+    outcome: SearchOutcome,
+    device: torch.device,
+    space: SearchSpace,
+    options: SearchOptions,
+    only_with: Sequence[TrialResult] | None = None,
+    deadline: float | None = None,
+    evaluator: Evaluator | None = None,
+) -> tuple[int, str | None]:
+    """Re-time the finalists interleaved and put the fresh measurements in the outcome.
+
+    With `only_with`, re-time only if one of those candidates is among the finalists. Returns
+    how many were re-timed (0 when skipped: fewer than two finalists) and, when the re-time
+    failed, why.
+    """
+    top = space.retime_top
+    fin = finalists(outcome.results, outcome.baseline, top, space.min_gain) if top else []
+    if len(fin) < 2 or (only_with is not None and not any(r is w for r in fin for w in only_with)):
+        return 0, None
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    record, key = shared_record(RetimeRecord, options, outcome.study_name, fin)
+    # Another run of this study that re-times these finalists: use its result, so both agree.
+    fresh = (
+        record.taken(key, owner_id(), options.trial_timeout_s * len(fin))
+        if record is not None
+        else None
+    )
+    if fresh is None:
+        # Like the trials, in a worker subprocess unless the user asked for in-process trials.
+        ev = evaluator or make_evaluator(workload, device, space, options)
+        try:
+            fresh = ev.retime(fin, time_left_s=left)
+        except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big together
+            why = first_line(e, with_type=False)
+            log.warning("interleaved re-time failed: %s", why)
+            return 0, why
+        finally:
+            if ev is not evaluator:
+                ev.close()
+        if record is not None:
+            record.put(key, fresh)
+    # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
+    # in another time window.
+    replace = {id(old): new for old, new in zip(fin, fresh, strict=True)}
+    for r in outcome.results:
+        if r.retimed and id(r) not in replace:
+            replace[id(r)] = r.model_copy(update={"retimed": False})
+    outcome.results = [replace.get(id(r), r) for r in outcome.results]
+    outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
+    outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
+    return len(fin), None
+
+
+Record = TypeVar("Record", bound=SharedRecord[Any])
+
+
+def shared_record(
+    kind: type[Record], options: SearchOptions, study_name: str, of: list[TrialResult]
+) -> tuple[Record | None, str]:
+    """Where what is measured of these results (their re-time, the final check) is shared with
+    other runs of the study (not for an in-memory study, which no other run can see)."""
+    key = hashlib.sha256(
+        json.dumps(sorted(r.settings.model_dump_json() for r in of)).encode()
+    ).hexdigest()[:16]
+    if options.storage == "memory":
+        return None, key
+    try:
+        return kind(open_storage(options.storage), study_name), key
+    except KeyError:  # no such study stored (e.g. an outcome built by hand): nothing to share
+        return None, key
+
+
+def machine_moved(trial: TrialResult, retimed: TrialResult, factor: float = 2.0) -> str | None:
+    """Why the measurements cannot be trusted when PyTorch's default itself moved by more than
+    `factor` between its trial and the re-time (other load, clock changes): then every
+    comparison made across that time is suspect. None when it held still (or was not re-timed).
+    (Smaller moves happen on a quiet machine too: a small step's trial, early in a process, can
+    measure 1.4x its re-time.)"""
+    if not retimed.retimed or trial.measurement is None or retimed.measurement is None:
+        return None
+    before, after = trial.measurement.median_ms, retimed.measurement.median_ms
+    if before <= 0 or after <= 0 or max(before / after, after / before) <= factor:
+        return None
+    return (
+        f"the machine was not steady: PyTorch's default measured {before:.3f} ms in its trial "
+        f"and {after:.3f} ms when re-timed ({max(before / after, after / before):.1f}x apart)"
+    )
