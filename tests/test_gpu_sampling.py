@@ -112,7 +112,7 @@ def test_per_layer_check_inputs_are_drawn_where_the_layer_runs(
     # seconds per candidate on a GPU (#12): drawn with a generator on the layer's device now,
     # and the float64 references get a GPU-sized cache.
     from advisor.device.ops import cuda_ops, placement
-    from advisor.gate.numeric import layer as layer_check
+    from advisor.gate import layer as layer_check
 
     devices: list[object] = []
     real = torch.Generator

@@ -11,7 +11,7 @@ import torch
 
 import advisor
 from advisor.gate import numeric as gate_module
-from advisor.gate.numeric import precision as precision_check
+from advisor.gate import training
 from advisor.gate.precision import check_precision
 from advisor.knobs import Settings
 from advisor.measure.verdict import PrecisionCheckSettings
@@ -68,17 +68,17 @@ def test_a_second_precision_reuses_the_fp32_runs(monkeypatch: pytest.MonkeyPatch
     the one a check of its own would give."""
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     trained: list[Settings] = []
-    real = precision_check._train
+    real = training.train
 
     def counted(wl, settings, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         trained.append(settings)
         return real(wl, settings, *args, **kwargs)
 
-    monkeypatch.setattr(precision_check, "_train", counted)
+    monkeypatch.setattr(training, "train", counted)
     cache: dict = {}
     first = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", CFG,
                             fp32_cache=cache)  # fmt: skip
-    fp32_side = [s for s in trained if s == precision_check.REFERENCE]
+    fp32_side = [s for s in trained if s == training.REFERENCE]
     assert len(fp32_side) >= 2 and len(cache) == 1  # reference, other batches
     trained.clear()
     second = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", CFG,
@@ -99,7 +99,7 @@ def test_an_unsteady_learning_rate_is_given_up_early_and_all_runs_share_the_one_
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     steps: dict[float, int] = {}
     current: list[float] = []
-    real_train, real_loss = precision_check._train, precision_check._loss
+    real_train, real_loss = training.train, training.loss_of
 
     def train(wl, settings, device, batches, targets, cfg, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         current[:] = [cfg.lr]
@@ -110,8 +110,8 @@ def test_an_unsteady_learning_rate_is_given_up_early_and_all_runs_share_the_one_
             steps[current[0]] = steps.get(current[0], 0) + 1
         return real_loss(outs, targets)
 
-    monkeypatch.setattr(precision_check, "_train", train)
-    monkeypatch.setattr(precision_check, "_loss", loss)
+    monkeypatch.setattr(training, "train", train)
+    monkeypatch.setattr(training, "loss_of", loss)
     cfg = PrecisionCheckSettings(steps=12, batches=2, lr=100.0)
     check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
     assert "at lr 1," in check.summary
@@ -159,7 +159,7 @@ def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band
     end = 0.2 if learns else 0.99
     ref = [1.0, 1.0, 0.5 * (1 + end), 0.5 * (1 + end), end, end, end]  # 3 passes of 2, final
     precision = [x + (0.002 if i == 2 else 0.0) for i, x in enumerate(ref)]
-    monkeypatch.setattr(precision_check, "_train", _scripted(ref, precision, 1e-5))
+    monkeypatch.setattr(training, "train", _scripted(ref, precision, 1e-5))
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     cfg = PrecisionCheckSettings(steps=6, batches=2, resolution=resolution)
     check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)

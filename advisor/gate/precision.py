@@ -38,212 +38,37 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from advisor.apply import apply_settings
-from advisor.device.ops import placement
+from advisor.gate import training
+from advisor.gate.training import CheckOutOfTime
 from advisor.knobs import Settings
-from advisor.measure.candidate import Mode, flatten_tensors, perturbed
-from advisor.measure.canonical_dropout import canonical_dropout
-from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck, PrecisionCheckSettings
+from advisor.measure.candidate import Mode
+from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings
 from advisor.workload.build import Workload
 
-__all__ = ["Fp32Runs", "PrecisionCheck", "PrecisionCheckSettings", "check_precision", "fp32_runs"]
-
-REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
-
-
-class CheckOutOfTime(Exception):
-    """The run's time budget ran out before the check finished: the precision is not judged (a
-    candidate at it is stopped, not accepted or rejected, and a later run checks it again)."""
-
-    def __str__(self) -> str:
-        return OUT_OF_TIME
-
-
-class _Unsteady(Exception):
-    """A learning-rate probe's run that has already shown it is not steady."""
-
-
-def _in_time(deadline: float | None) -> None:
-    if deadline is not None and time.perf_counter() >= deadline:
-        raise CheckOutOfTime
-
-
-def _batches(workload: Workload, n: int, first_seed: int) -> list[tuple[tuple, dict]]:
-    """`n` fixed batches drawn like the example inputs (on the CPU)."""
-    cpu = torch.device("cpu")
-    return [workload.make_call(cpu, first_seed + b) for b in range(n)]
-
-
-def _teacher(workload: Workload, noise: float, seed: int) -> torch.nn.Module:
-    """The model with each floating parameter moved by `noise` x its RMS: a function the model
-    can learn, with outputs at its own scale."""
-    model = workload.make_model()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.is_floating_point():
-                rms = p.detach().float().pow(2).mean().sqrt().clamp_min(1e-3)
-                p.add_(noise * rms * torch.randn(p.shape, generator=gen).to(p.dtype))
-    return model
-
-
-def _call(
-    tuned: Any, args: tuple, kwargs: dict, jitter: float, seed: int, grads: tuple[bool, ...] = ()
-) -> list[torch.Tensor]:
-    """The model on one batch (moved by `jitter`), dropout masks from `seed`; inputs that need a
-    gradient inside the network (`grads`: a layer's input is an activation) get one."""
-    inputs = (*args, *kwargs.values())
-    if jitter:
-        inputs = perturbed(inputs, jitter, seed)
-    prepared = tuned.inputs(*inputs)
-    for x, grad in zip(prepared, grads, strict=False):
-        if grad and torch.is_tensor(x) and x.is_floating_point():
-            x.requires_grad_(True)
-    pos, kw = prepared[: len(args)], dict(zip(kwargs, prepared[len(args) :], strict=True))
-    with canonical_dropout(seed), tuned.autocast():
-        return flatten_tensors(tuned.model(*pos, **kw))
-
-
-def _targets(
-    workload: Workload,
-    batches: list,
-    device: torch.device,
-    mode: Mode,
-    cfg: PrecisionCheckSettings,
-    seed: int = 0,
-) -> list[list[torch.Tensor]]:
-    teacher = _teacher(workload, cfg.teacher_noise, seed=4242 + seed)
-    teacher.train(mode == "train")
-    tuned = apply_settings(REFERENCE, teacher, device, training=False, warn=False)
-    try:
-        with torch.no_grad():
-            return [[o.detach().float() for o in _call(tuned, a, k, 0.0, 0)] for a, k in batches]
-    finally:
-        tuned.restore()
-
-
-def _loss(outs: list[torch.Tensor], targets: list[torch.Tensor]) -> torch.Tensor:
-    """Relative squared error to the targets, summed over outputs (about 1 at the start)."""
-    total = torch.zeros((), device=targets[0].device)
-    for o, t in zip(outs, targets, strict=True):
-        spread = (t - t.mean()).pow(2).sum().clamp_min(1e-12)
-        total = total + (o.float() - t).pow(2).sum() / spread
-    return total
-
-
-def _train(
-    workload: Workload,
-    settings: Settings,
-    device: torch.device,
-    batches: list,
-    targets: list[list[torch.Tensor]],
-    cfg: PrecisionCheckSettings,
-    jitter: float = 0.0,
-    deadline: float | None = None,
-    probe: bool = False,
-) -> list[float]:
-    """The training loss at each step, then on every batch after the last step. A `probe` (is
-    this learning rate steady?) raises `_Unsteady` at the first pass through the batches whose
-    mean loss shows it is not (`_unsteady`): the rest of the run cannot change that."""
-    model = workload.make_model()
-    model.train()
-    tuned = apply_settings(settings, model, device, training=True, warn=False)
-    try:
-        params = [p for p in tuned.model.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=cfg.lr)
-        scaler = tuned.scaler
-        if scaler is not None:
-            _settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
-        losses = []
-        for step in range(cfg.steps):
-            _in_time(deadline)
-            args, kwargs = batches[step % len(batches)]
-            target = [t.to(placement(device)) for t in targets[step % len(batches)]]
-            loss = _loss(_call(tuned, args, kwargs, jitter, step, workload.input_grad), target)
-            losses.append(float(loss.detach()))
-            if not math.isfinite(losses[-1]):
-                if probe:
-                    raise _Unsteady
-                return losses  # diverged: nothing after it means anything
-            if probe and len(losses) % len(batches) == 0 and _unsteady(losses, len(batches)):
-                raise _Unsteady
-            opt.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-        with torch.no_grad():
-            final = [
-                float(
-                    _loss(
-                        _call(tuned, a, k, jitter, 10_000 + i), [x.to(placement(device)) for x in t]
-                    )
-                )
-                for i, ((a, k), t) in enumerate(zip(batches, targets, strict=True))
-            ]
-        losses.append(sum(final) / len(final))
-        return losses
-    finally:
-        tuned.restore()
-
-
-def _settle_scale(
-    tuned: Any,
-    scaler: Any,
-    params: list[Any],
-    batch: tuple,
-    target: list,
-    device: Any,
-    workload: Workload,
-) -> None:
-    """Back a fresh GradScaler off to the scale a long run settles at before the check's steps:
-    it starts at 2**16 and skips the steps that overflow, halving each time, which in thousands of
-    steps costs nothing but in a short check would show as lag, not as what fp16 does."""
-    args, kwargs = batch
-    for _ in range(24):
-        outs = _call(tuned, args, kwargs, 0.0, 0, workload.input_grad)
-        loss = _loss(outs, [t.to(placement(device)) for t in target])
-        scaler.scale(loss).backward()
-        finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
-        for p in params:
-            p.grad = None
-        if finite:
-            return
-        scaler.update(float(scaler.get_scale()) / 2)
-
-
-def _epochs(losses: list[float], batches: int) -> list[float]:
-    """The mean loss over each pass through the batches (then the final loss): a loss per step
-    swings with its batch, which is not what a precision changes."""
-    steps, final = losses[:-1], losses[-1:]
-    return [sum(steps[i : i + batches]) / len(steps[i : i + batches])
-            for i in range(0, len(steps), batches)] + final  # fmt: skip
-
-
-def _unsteady(steps: list[float], batches: int) -> bool:
-    """Whether the passes so far (step losses, whole passes only) already break `_steady`: one
-    pass's mean loss above the first's by more than 10%."""
-    e = _epochs([*steps, 0.0], batches)[:-1]  # 0.0: a stand-in for the final loss, dropped
-    return any(x > 1.1 * e[0] for x in e)
+__all__ = [
+    "CheckOutOfTime",
+    "Fp32Runs",
+    "PrecisionCheck",
+    "PrecisionCheckSettings",
+    "check_precision",
+    "fp32_runs",
+]
 
 
 def _steady(losses: list[float], batches: int) -> bool:
     """Whether a run learnt without blowing up: its loss per pass never rose above the first
     pass's by more than 10%, and it ended below where it started."""
-    e = _epochs(losses, batches)
+    e = training.epochs(losses, batches)
     return all(math.isfinite(x) for x in e) and max(e) <= 1.1 * e[0] and e[-1] < e[0]
 
 
 def _learnt(ref: list[float], batches: int) -> float:
     """What a run learnt: its loss drop from the first pass to the end, over the first pass."""
-    e = _epochs(ref, batches)
+    e = training.epochs(ref, batches)
     return max(0.0, e[0] - e[-1]) / max(abs(e[0]), 1e-12)
 
 
@@ -251,7 +76,7 @@ def _gap(run: list[float], ref: list[float], batches: int) -> float:
     """The largest difference between two runs' epoch losses, over the reference's first."""
     if len(run) != len(ref) or not all(math.isfinite(x) for x in run):
         return math.inf
-    a, b = _epochs(run, batches), _epochs(ref, batches)
+    a, b = training.epochs(run, batches), training.epochs(ref, batches)
     return max(abs(x - y) for x, y in zip(a, b, strict=True)) / max(abs(b[0]), 1e-12)
 
 
@@ -280,33 +105,33 @@ def fp32_runs(
     trains steadily (at too high a rate, e.g. MobileNetV3-Small with Adam at 1e-3, the loss climbs
     tenfold and every run's gap is noise), and the band's fp32 runs: other batches of the same
     kind (`batch_runs`), jittered inputs (`jitter_runs`)."""
-    batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
-    targets = _targets(workload, batches, device, mode, cfg, seed)
+    batches = training.batches_of(workload, cfg.batches, 1000 + 100 * seed)
+    targets = training.targets_of(workload, batches, device, mode, cfg, seed)
     rates = (cfg.lr, cfg.lr / 10, cfg.lr / 100)
     for i, lr in enumerate(rates):
         cfg = cfg.model_copy(update={"lr": lr})
         last = i == len(rates) - 1  # taken whatever it does: the check needs a reference
         try:
-            ref = _train(workload, REFERENCE, device, batches, targets, cfg, deadline=deadline,
+            ref = training.train(workload, training.REFERENCE, device, batches, targets, cfg, deadline=deadline,
                          probe=not last)  # fmt: skip
-        except _Unsteady:
+        except training.Unsteady:
             continue
         if last or _steady(ref, cfg.batches):
             break
     runs = {"fp32": ref}
     for j in range(cfg.jitter_runs):
         jitter = cfg.jitter * (1 + j)
-        runs[f"fp32 jittered {j + 1}"] = _train(
-            workload, REFERENCE, device, batches, targets, cfg, jitter, deadline
+        runs[f"fp32 jittered {j + 1}"] = training.train(
+            workload, training.REFERENCE, device, batches, targets, cfg, jitter, deadline
         )
     for k in range(cfg.batch_runs):
-        other = _batches(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
-        runs[f"fp32 other batches {k + 1}"] = _train(
+        other = training.batches_of(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
+        runs[f"fp32 other batches {k + 1}"] = training.train(
             workload,
-            REFERENCE,
+            training.REFERENCE,
             device,
             other,
-            _targets(workload, other, device, mode, cfg, seed),
+            training.targets_of(workload, other, device, mode, cfg, seed),
             cfg,
             deadline=deadline,
         )
@@ -336,7 +161,7 @@ def check_precision(
         if fp32_cache is not None:
             fp32_cache[(seed, cfg)] = fp32
     cfg, runs = fp32.cfg, dict(fp32.runs)
-    runs[precision] = _train(workload, own_path, device, fp32.batches, fp32.targets, cfg,
+    runs[precision] = training.train(workload, own_path, device, fp32.batches, fp32.targets, cfg,
                              deadline=deadline)  # fmt: skip
     ref = runs["fp32"]
     others = [r for name, r in runs.items() if name not in ("fp32", precision)]
@@ -382,7 +207,7 @@ def _outputs(
     tuned = apply_settings(settings, model, device, training=False, warn=False)
     try:
         with torch.no_grad():
-            return [[o.detach().float().cpu() for o in _call(tuned, a, k, 0.0, 0)]
+            return [[o.detach().float().cpu() for o in training.call_model(tuned, a, k, 0.0, 0)]
                     for a, k in batches]  # fmt: skip
     finally:
         tuned.restore()
@@ -399,8 +224,8 @@ def _check_outputs(
 ) -> PrecisionCheck:
     """Infer mode: the precision's output error relative to the outputs' spread across the batch
     (the information they carry), and top-1 agreement where the output looks like logits."""
-    batches = _batches(workload, cfg.batches, 1000 + 100 * seed)
-    ref = _outputs(workload, REFERENCE, device, batches)
+    batches = training.batches_of(workload, cfg.batches, 1000 + 100 * seed)
+    ref = _outputs(workload, training.REFERENCE, device, batches)
     got = _outputs(workload, own_path, device, batches)
     worst, agree, total = 0.0, 0, 0
     for outs_r, outs_p in zip(ref, got, strict=True):

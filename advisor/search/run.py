@@ -1,5 +1,5 @@
-"""Running trials: the objective (measure, gate, record), the loop every process runs, and the
-outcome read back from the study."""
+"""Running trials: the objective (measure, gate, record) and the loop every process runs; the
+outcome is read back from the study by `advisor.search.outcome`."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ import optuna
 import torch
 from optuna.trial import FrozenTrial, TrialState
 
-from advisor.errors import AdvisorError, StorageError
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.make_evaluator import new_evaluator
 from advisor.execute.ownership import owner_id
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck
 from advisor.search.options import (
     CandidateFailed,
     Progress,
@@ -27,7 +25,7 @@ from advisor.search.options import (
     SearchOutcome,
     WorkSummary,
 )
-from advisor.search.pick import pareto_front
+from advisor.search.outcome import check_key, memory_checked, read_outcome, stored_checks
 from advisor.search.point_lock import PointLocks
 from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
@@ -60,21 +58,6 @@ def make_evaluator(
         options.mode,
         isolate=options.isolate,
         timeout_s=options.trial_timeout_s,
-    )
-
-
-def _memory_checked(result: TrialResult, limit: float | None, baseline: Settings) -> TrialResult:
-    """Reject an accepted candidate whose peak memory is over `limit` (never the baseline)."""
-    if limit is None or result.status != "ok" or (result.peak_memory_mb or 0.0) <= limit:
-        return result
-    if result.settings == baseline:
-        return result
-    return result.model_copy(
-        update={
-            "status": "rejected",
-            "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit "
-            f"of {limit:g} MB",
-        }
     )
 
 
@@ -148,13 +131,13 @@ def _run(
         if raw.precision_check is not None and raw.precision_check.own_path != Settings():
             # Judged once per precision per model: kept with the study for every later
             # candidate, process and run of it.
-            study.set_user_attr(_check_key(raw.precision_check),
+            study.set_user_attr(check_key(raw.precision_check),
                                 raw.precision_check.model_dump(mode="json"))  # fmt: skip
             evaluator.know([raw.precision_check])
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
         mine["evaluated"] += 1
-        result = _memory_checked(raw, options.max_memory_mb, default)
+        result = memory_checked(raw, options.max_memory_mb, default)
         if result.status == "stopped":  # raced out: its (partial) time still guides TPE
             trial.set_user_attr("reason", result.reason)
             if plan.multi:
@@ -308,7 +291,7 @@ def _best_accepted(
     for t in study.get_trials(deepcopy=False):
         if not evaluated(t):
             continue
-        r = _memory_checked(TrialResult.model_validate(t.user_attrs["result"]), max_memory_mb,
+        r = memory_checked(TrialResult.model_validate(t.user_attrs["result"]), max_memory_mb,
                             default)  # fmt: skip
         if (
             r.status == "ok"
@@ -358,7 +341,7 @@ def search(
     start = time.perf_counter()
     plan = open_plan(workload, device, space, options)
     _with_evaluator(plan, workload, device, space, options, evaluator, start)
-    return _outcome(plan, options, time.perf_counter() - start)
+    return read_outcome(plan, options, time.perf_counter() - start)
 
 
 def work(
@@ -375,59 +358,3 @@ def work(
     evaluated, failed = _with_evaluator(plan, workload, device, space, options, evaluator, start)
     done = _points_done(plan.study)
     return WorkSummary(plan.name, evaluated, failed, done, plan.total, time.perf_counter() - start)
-
-
-def _outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
-    """Every point's result (the lowest-numbered trial's), the memory limit applied now, so a
-    resumed study may use another limit without measuring again."""
-    default = plan.cands[0]
-    results, numbers, seen = [], [], set()
-    for t in sorted(plan.study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if not evaluated(t) or (key := point_key(trial_params(t))) in seen:
-            continue
-        seen.add(key)
-        raw = TrialResult.model_validate(t.user_attrs["result"])
-        results.append(_memory_checked(raw, options.max_memory_mb, default))
-        numbers.append(t.number)
-    baseline = next((r for r in results if r.settings == default), None)
-    if baseline is None:
-        raise StorageError(f"study {plan.name!r} has no measurement of PyTorch's default yet")
-    if baseline.status != "ok":
-        raise AdvisorError(f"PyTorch's default configuration could not be measured: "
-                           f"{baseline.reason}")  # fmt: skip
-    limit = options.max_memory_mb
-    if limit is not None and (baseline.peak_memory_mb or 0.0) > limit:
-        log.warning(
-            "PyTorch's default peaks at %.1f MB, over --max-memory %g MB: it is kept as the "
-            "baseline; only candidates under the limit are considered instead of it",
-            baseline.peak_memory_mb,
-            limit,
-        )
-    pareto = pareto_front(results) if plan.multi else []
-    if plan.grid:
-        missing = [s.label() for s in plan.cands if point_key(plan.params(s)) not in seen]
-    else:
-        short = plan.budget - len(results)
-        missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
-    # measured, but the budget ran out before its precision was judged: it could not be picked
-    missing += [f"{r.settings.label()} (its precision check)" for r in results
-                if r.status == "stopped" and r.reason == OUT_OF_TIME]  # fmt: skip
-    return SearchOutcome(
-        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
-    )
-
-
-_CHECK_PREFIX = "precision_check:"
-
-
-def _check_key(check: PrecisionCheck) -> str:
-    return _CHECK_PREFIX + check.own_path.label()
-
-
-def stored_checks(study: optuna.Study) -> list[PrecisionCheck]:
-    """The precision verdicts this study has measured (by any process or earlier run)."""
-    return [
-        PrecisionCheck.model_validate(value)
-        for key, value in study.user_attrs.items()
-        if key.startswith(_CHECK_PREFIX)
-    ]

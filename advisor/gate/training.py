@@ -1,0 +1,211 @@
+"""The training check's task and its runs: fixed batches drawn like the example inputs, a
+teacher's targets (the same model with its parameters moved), and `steps` optimiser steps of a
+model under one candidate's settings, recorded as a loss per step.
+
+`advisor.gate.precision` judges a precision by comparing such runs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from advisor.apply import apply_settings
+from advisor.device.ops import placement
+from advisor.knobs import Settings
+from advisor.measure.candidate import Mode, flatten_tensors, perturbed
+from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheckSettings
+from advisor.workload.build import Workload
+
+__all__ = ["REFERENCE", "CheckOutOfTime", "Unsteady", "batches_of", "targets_of", "train"]
+
+
+REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
+
+
+class CheckOutOfTime(Exception):
+    """The run's time budget ran out before the check finished: the precision is not judged (a
+    candidate at it is stopped, not accepted or rejected, and a later run checks it again)."""
+
+    def __str__(self) -> str:
+        return OUT_OF_TIME
+
+
+class Unsteady(Exception):
+    """A learning-rate probe's run that has already shown it is not steady."""
+
+
+def in_time(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() >= deadline:
+        raise CheckOutOfTime
+
+
+def batches_of(workload: Workload, n: int, first_seed: int) -> list[tuple[tuple, dict]]:
+    """`n` fixed batches drawn like the example inputs (on the CPU)."""
+    cpu = torch.device("cpu")
+    return [workload.make_call(cpu, first_seed + b) for b in range(n)]
+
+
+def teacher_of(workload: Workload, noise: float, seed: int) -> torch.nn.Module:
+    """The model with each floating parameter moved by `noise` x its RMS: a function the model
+    can learn, with outputs at its own scale."""
+    model = workload.make_model()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                rms = p.detach().float().pow(2).mean().sqrt().clamp_min(1e-3)
+                p.add_(noise * rms * torch.randn(p.shape, generator=gen).to(p.dtype))
+    return model
+
+
+def call_model(
+    tuned: Any, args: tuple, kwargs: dict, jitter: float, seed: int, grads: tuple[bool, ...] = ()
+) -> list[torch.Tensor]:
+    """The model on one batch (moved by `jitter`), dropout masks from `seed`; inputs that need a
+    gradient inside the network (`grads`: a layer's input is an activation) get one."""
+    inputs = (*args, *kwargs.values())
+    if jitter:
+        inputs = perturbed(inputs, jitter, seed)
+    prepared = tuned.inputs(*inputs)
+    for x, grad in zip(prepared, grads, strict=False):
+        if grad and torch.is_tensor(x) and x.is_floating_point():
+            x.requires_grad_(True)
+    pos, kw = prepared[: len(args)], dict(zip(kwargs, prepared[len(args) :], strict=True))
+    with canonical_dropout(seed), tuned.autocast():
+        return flatten_tensors(tuned.model(*pos, **kw))
+
+
+def targets_of(
+    workload: Workload,
+    batches: list,
+    device: torch.device,
+    mode: Mode,
+    cfg: PrecisionCheckSettings,
+    seed: int = 0,
+) -> list[list[torch.Tensor]]:
+    teacher = teacher_of(workload, cfg.teacher_noise, seed=4242 + seed)
+    teacher.train(mode == "train")
+    tuned = apply_settings(REFERENCE, teacher, device, training=False, warn=False)
+    try:
+        with torch.no_grad():
+            return [
+                [o.detach().float() for o in call_model(tuned, a, k, 0.0, 0)] for a, k in batches
+            ]
+    finally:
+        tuned.restore()
+
+
+def loss_of(outs: list[torch.Tensor], targets: list[torch.Tensor]) -> torch.Tensor:
+    """Relative squared error to the targets, summed over outputs (about 1 at the start)."""
+    total = torch.zeros((), device=targets[0].device)
+    for o, t in zip(outs, targets, strict=True):
+        spread = (t - t.mean()).pow(2).sum().clamp_min(1e-12)
+        total = total + (o.float() - t).pow(2).sum() / spread
+    return total
+
+
+def epochs(losses: list[float], batches: int) -> list[float]:
+    """The mean loss over each pass through the batches (then the final loss): a loss per step
+    swings with its batch, which is not what a precision changes."""
+    steps, final = losses[:-1], losses[-1:]
+    return [sum(steps[i : i + batches]) / len(steps[i : i + batches])
+            for i in range(0, len(steps), batches)] + final  # fmt: skip
+
+
+def unsteady(steps: list[float], batches: int) -> bool:
+    """Whether the passes so far (step losses, whole passes only) already break `precision._steady`: one
+    pass's mean loss above the first's by more than 10%."""
+    e = epochs([*steps, 0.0], batches)[:-1]  # 0.0: a stand-in for the final loss, dropped
+    return any(x > 1.1 * e[0] for x in e)
+
+
+def train(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    batches: list,
+    targets: list[list[torch.Tensor]],
+    cfg: PrecisionCheckSettings,
+    jitter: float = 0.0,
+    deadline: float | None = None,
+    probe: bool = False,
+) -> list[float]:
+    """The training loss at each step, then on every batch after the last step. A `probe` (is
+    this learning rate steady?) raises `Unsteady` at the first pass through the batches whose
+    mean loss shows it is not (`unsteady`): the rest of the run cannot change that."""
+    model = workload.make_model()
+    model.train()
+    tuned = apply_settings(settings, model, device, training=True, warn=False)
+    try:
+        params = [p for p in tuned.model.parameters() if p.requires_grad]
+        opt = torch.optim.Adam(params, lr=cfg.lr)
+        scaler = tuned.scaler
+        if scaler is not None:
+            settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
+        losses = []
+        for step in range(cfg.steps):
+            in_time(deadline)
+            args, kwargs = batches[step % len(batches)]
+            target = [t.to(placement(device)) for t in targets[step % len(batches)]]
+            loss = loss_of(
+                call_model(tuned, args, kwargs, jitter, step, workload.input_grad), target
+            )
+            losses.append(float(loss.detach()))
+            if not math.isfinite(losses[-1]):
+                if probe:
+                    raise Unsteady
+                return losses  # diverged: nothing after it means anything
+            if probe and len(losses) % len(batches) == 0 and unsteady(losses, len(batches)):
+                raise Unsteady
+            opt.zero_grad(set_to_none=True)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+        with torch.no_grad():
+            final = [
+                float(
+                    loss_of(
+                        call_model(tuned, a, k, jitter, 10_000 + i),
+                        [x.to(placement(device)) for x in t],
+                    )
+                )
+                for i, ((a, k), t) in enumerate(zip(batches, targets, strict=True))
+            ]
+        losses.append(sum(final) / len(final))
+        return losses
+    finally:
+        tuned.restore()
+
+
+def settle_scale(
+    tuned: Any,
+    scaler: Any,
+    params: list[Any],
+    batch: tuple,
+    target: list,
+    device: Any,
+    workload: Workload,
+) -> None:
+    """Back a fresh GradScaler off to the scale a long run settles at before the check's steps:
+    it starts at 2**16 and skips the steps that overflow, halving each time, which in thousands of
+    steps costs nothing but in a short check would show as lag, not as what fp16 does."""
+    args, kwargs = batch
+    for _ in range(24):
+        outs = call_model(tuned, args, kwargs, 0.0, 0, workload.input_grad)
+        loss = loss_of(outs, [t.to(placement(device)) for t in target])
+        scaler.scale(loss).backward()
+        finite = all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params)
+        for p in params:
+            p.grad = None
+        if finite:
+            return
+        scaler.update(float(scaler.get_scale()) / 2)

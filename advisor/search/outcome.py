@@ -1,0 +1,92 @@
+"""What a search found, read back from its study: every point's result (the memory limit applied
+now), the baseline, the Pareto set and what was not measured; and the precision verdicts the
+study stores beside its trials."""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+
+from advisor.errors import AdvisorError, StorageError
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck
+from advisor.search.options import SearchOptions, SearchOutcome
+from advisor.search.pick import pareto_front
+from advisor.search.study import Plan, evaluated, point_key, trial_params
+
+__all__ = ["CHECK_PREFIX", "check_key", "memory_checked", "read_outcome", "stored_checks"]
+
+log = logging.getLogger("advisor")
+
+
+def memory_checked(result: TrialResult, limit: float | None, baseline: Settings) -> TrialResult:
+    """Reject an accepted candidate whose peak memory is over `limit` (never the baseline)."""
+    if limit is None or result.status != "ok" or (result.peak_memory_mb or 0.0) <= limit:
+        return result
+    if result.settings == baseline:
+        return result
+    return result.model_copy(
+        update={
+            "status": "rejected",
+            "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit "
+            f"of {limit:g} MB",
+        }
+    )
+
+
+def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
+    """Every point's result (the lowest-numbered trial's), the memory limit applied now, so a
+    resumed study may use another limit without measuring again."""
+    default = plan.cands[0]
+    results, numbers, seen = [], [], set()
+    for t in sorted(plan.study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if not evaluated(t) or (key := point_key(trial_params(t))) in seen:
+            continue
+        seen.add(key)
+        raw = TrialResult.model_validate(t.user_attrs["result"])
+        results.append(memory_checked(raw, options.max_memory_mb, default))
+        numbers.append(t.number)
+    baseline = next((r for r in results if r.settings == default), None)
+    if baseline is None:
+        raise StorageError(f"study {plan.name!r} has no measurement of PyTorch's default yet")
+    if baseline.status != "ok":
+        raise AdvisorError(f"PyTorch's default configuration could not be measured: "
+                           f"{baseline.reason}")  # fmt: skip
+    limit = options.max_memory_mb
+    if limit is not None and (baseline.peak_memory_mb or 0.0) > limit:
+        log.warning(
+            "PyTorch's default peaks at %.1f MB, over --max-memory %g MB: it is kept as the "
+            "baseline; only candidates under the limit are considered instead of it",
+            baseline.peak_memory_mb,
+            limit,
+        )
+    pareto = pareto_front(results) if plan.multi else []
+    if plan.grid:
+        missing = [s.label() for s in plan.cands if point_key(plan.params(s)) not in seen]
+    else:
+        short = plan.budget - len(results)
+        missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
+    # measured, but the budget ran out before its precision was judged: it could not be picked
+    missing += [f"{r.settings.label()} (its precision check)" for r in results
+                if r.status == "stopped" and r.reason == OUT_OF_TIME]  # fmt: skip
+    return SearchOutcome(
+        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
+    )
+
+
+CHECK_PREFIX = "precision_check:"
+
+
+def check_key(check: PrecisionCheck) -> str:
+    return CHECK_PREFIX + check.own_path.label()
+
+
+def stored_checks(study: optuna.Study) -> list[PrecisionCheck]:
+    """The precision verdicts this study has measured (by any process or earlier run)."""
+    return [
+        PrecisionCheck.model_validate(value)
+        for key, value in study.user_attrs.items()
+        if key.startswith(CHECK_PREFIX)
+    ]
