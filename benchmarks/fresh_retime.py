@@ -119,7 +119,7 @@ def _plain_child(argv: list[str]) -> dict[str, Any]:
     from advisor.config import load_config
     from advisor.execute.runner import flatten_tensors
     from advisor.measure.timing import TimingPolicy, measure
-    from advisor.workload.build import workload_from_info
+    from advisor.workload.rebuild import workload_from_info
 
     cfg_path, mode, device, _variants, rounds, min_run = argv
     dev = torch.device(device)
@@ -170,7 +170,7 @@ def _child(argv: list[str]) -> dict[str, Any]:
     from advisor.execute.runner import flatten_tensors
     from advisor.knobs import GlobalFlags, Settings
     from advisor.measure.timing import Sampler, sample_interleaved, synchronize
-    from advisor.workload.build import workload_from_info
+    from advisor.workload.rebuild import workload_from_info
 
     warnings.simplefilter("ignore")
     settle_cpu_allocator()  # every variant timed from the allocator state of a training loop

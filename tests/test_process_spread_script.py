@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 
 from advisor.config import load_config
-from advisor.workload.build import workload_from_info
+from advisor.workload.rebuild import workload_from_info
 from tests.conftest import load_script
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"

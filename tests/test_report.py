@@ -241,7 +241,8 @@ def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
     from advisor.execute.runner import Gate, evaluate
     from advisor.measure import roofline
     from advisor.measure.timing import TimingPolicy
-    from advisor.report.load import ReportData, _layer_rows
+    from advisor.report.layer_rows import layer_rows
+    from advisor.report.load import ReportData
     from advisor.report.page import _layers_html
     from advisor.space import SearchSpace
     from advisor.workload.build import layer_workload
@@ -263,7 +264,7 @@ def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
         result = res.model_dump(mode="json")
         study.add_trial(create_trial(value=res.median_ms, user_attrs={**attrs, "result": result}))
     env = current_environment("cpu").model_dump(mode="json")
-    bf16_row, tf32_row = _layer_rows(study, "train", env)
+    bf16_row, tf32_row = layer_rows(study, "train", env)
     want = roofline.layer_fraction(attrs["spec"], "train", r.median_ms, "cpu", "bf16")
     assert (bf16_row["roofline"], bf16_row["roofline_at"]) == (want, "bf16")
     assert (tf32_row["roofline"], tf32_row["roofline_at"]) == (None, "tf32 n/a on cpu")

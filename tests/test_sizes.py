@@ -7,7 +7,8 @@ import pytest
 
 import advisor
 from advisor.errors import SpecError
-from advisor.workload.layer_spec import layer_spec, parse_layer_call
+from advisor.workload.layer_call import parse_layer_call
+from advisor.workload.layer_spec import layer_spec
 from advisor.workload.preflight import check_workload_sizes
 from advisor.workload.sizes import format_bytes
 

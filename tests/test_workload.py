@@ -4,7 +4,8 @@ import torch
 from advisor.errors import ModelFileError, SpecError
 from advisor.workload.build import layer_workload, model_workload
 from advisor.workload.info import ModelFileInfo
-from advisor.workload.layer_spec import layer_spec, parse_layer_call
+from advisor.workload.layer_call import parse_layer_call
+from advisor.workload.layer_spec import layer_spec
 
 
 @pytest.mark.parametrize(

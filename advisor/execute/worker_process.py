@@ -89,7 +89,7 @@ def worker_main(
     become_child()
     from advisor.execute.retime import RetimeSession, retime, retime_policy
     from advisor.execute.runner import Gate, evaluate
-    from advisor.workload.build import workload_from_info
+    from advisor.workload.rebuild import workload_from_info
 
     pristine = pristine if pristine is not None else global_state()
     try:

@@ -5,12 +5,12 @@ it is gone, the trials CSV beside the config stands in, and failing that the con
 A study is read with its companion "<study>/layers" (per-layer measurements, and the whole-model
 measurements of per-layer combinations), both from the one storage opened here.
 
-This module also owns the summary (baseline vs recommendation) and the optional roofline column.
+This module also owns the summary (baseline vs recommendation); `advisor.report.layer_rows` the
+per-layer rows and the optional roofline column.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, load_config
 from advisor.errors import ConfigError, StorageError, first_line
+from advisor.report.layer_rows import layer_rows as read_layer_rows
 
 if TYPE_CHECKING:
     import optuna
@@ -102,7 +103,7 @@ def _from_config(path: Path, storage: str | None) -> ReportData:
     layer_rows: list[dict[str, Any]] = []
     if stored is not None:
         trials, _ = _trials_from_study(stored)
-        layer_rows = _layer_rows(stored.layers, cfg.mode, env)
+        layer_rows = read_layer_rows(stored.layers, cfg.mode, env)
         notes.append(f"trials from study {stored.study.study_name!r}")
     elif csv.is_file():
         trials = _trials_from_csv(csv)
@@ -135,7 +136,7 @@ def _from_study(stored: StoredStudy) -> ReportData:
         summary=_summary_from_results(results, min_gain),
         study=study,
     )
-    data.layer_rows = _layer_rows(stored.layers, mode, env)
+    data.layer_rows = read_layer_rows(stored.layers, mode, env)
     if data.summary is None:
         data.notes.append("PyTorch's default has no valid measurement: no speedup to report")
     return data
@@ -322,81 +323,3 @@ def _trials_from_summary(s: Summary) -> pd.DataFrame:
             )
         )
     return pd.DataFrame(rows).drop_duplicates(subset="label")
-
-
-# ---------------------------------------------------------------- per-layer rows
-
-
-def _layer_label(attrs: dict[str, Any]) -> str:
-    """'0, 2: Conv3d(4, 4, (1, 3, 3), ...) on 1x4x4x12x12' (older studies: the raw key)."""
-    names, desc = attrs.get("names"), attrs.get("description")
-    if names and desc:
-        return f"{', '.join(names)}: {desc}"
-    return str(attrs.get("key", "?"))
-
-
-def _layer_rows(
-    layers: optuna.Study | None, mode: str, env: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Per-layer measurements from the companion study: one row per layer group and impl."""
-    from advisor.measure.results import TrialResult
-
-    if layers is None:
-        return []
-    rows = []
-    for t in layers.get_trials(deepcopy=False):
-        if "result" not in t.user_attrs or t.user_attrs.get("kind") == "model":
-            continue
-        r = TrialResult.model_validate(t.user_attrs["result"])
-        row: dict[str, Any] = {
-            "layer": _layer_label(t.user_attrs),
-            "impl": str(t.user_attrs.get("impl", r.settings.conv_impl)),
-            # the global settings it ran under: a resume under others measures layers again
-            "under": r.settings.global_only().label(),
-            "status": r.status,
-            "median_ms": r.median_ms if r.measurement else math.nan,
-            "reason": r.reason or "",
-        }
-        spec = t.user_attrs.get("spec")
-        if isinstance(spec, dict) and r.measurement is not None:
-            row["roofline"], row["roofline_at"] = roofline_of(
-                spec, mode, r.median_ms, env, r.precision
-            )
-        rows.append(row)
-    return rows
-
-
-def roofline_of(
-    spec: dict[str, Any], mode: str, median_ms: float, env: dict[str, Any], precision: str
-) -> tuple[float | None, str]:
-    """(fraction of the roofline floor a layer reached, the precision its peak and bytes were
-    taken at), against the peak of the precision it was measured in (its trial's `precision`)
-    when this is the machine it was tuned on (peaks measured elsewhere would be meaningless).
-    (None, why) where there is no such peak here, e.g. 'tf32 n/a on cpu'; (None, '') when the
-    machine differs or the spec does not load."""
-    from advisor.device.environment import current_environment
-    from advisor.measure import roofline
-    from advisor.workload.layer_spec import DTYPES
-
-    try:
-        device = str(env.get("device_type", "cpu"))
-        if current_environment(device).fingerprint != env.get("fingerprint"):
-            return None, ""
-        at = roofline.layer_precision(precision, DTYPES[str(spec.get("dtype", "float32"))])
-        problem = roofline.peak_problem(at, device)
-        if problem is not None:
-            return None, problem
-        return float(roofline.layer_fraction(spec, mode, median_ms, device, at)), at
-    except Exception:  # noqa: BLE001 - an optional column: never fail the report for it
-        return None, ""
-
-
-def default_precision(spec: dict[str, Any], env: dict[str, Any]) -> str:
-    """The precision PyTorch's default computes a layer spec in, on the machine of `env`."""
-    import torch
-
-    from advisor.knobs import Settings, precision_of
-    from advisor.workload.layer_spec import DTYPES
-
-    device = torch.device(str(env.get("device_type", "cpu")))
-    return precision_of(Settings(), device, DTYPES[str(spec.get("dtype", "float32"))])

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from advisor.report.load import default_precision, roofline_of
+from advisor.report.layer_rows import default_precision, roofline_of
 from advisor.report.progress import failure_kind
 
 if TYPE_CHECKING:

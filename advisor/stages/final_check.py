@@ -277,7 +277,7 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
 
     become_child()
     from advisor.workload.args import make_workload
-    from advisor.workload.build import workload_from_info
+    from advisor.workload.rebuild import workload_from_info
 
     kind, what = source
     try:

@@ -14,9 +14,9 @@ from advisor.workload.build import (
     layer_workload,
     model_workload,
     object_workload,
-    with_shape_set,
 )
 from advisor.workload.layer_spec import layer_spec
+from advisor.workload.shape_sets import with_shape_set
 
 __all__ = ["make_workload"]
 

@@ -49,7 +49,7 @@ CONFIG_KEYS = ("study",)
 
 
 class ShapeSetInfo(BaseModel):
-    """Several input shapes or batch sizes, weighted (`workload.with_shape_set`)."""
+    """Several input shapes or batch sizes, weighted (`advisor.workload.shape_sets`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
