@@ -2,6 +2,11 @@
 
 Each implementation is a `ConvImpl` registered here by name. `swap(module, name)` returns a module
 computed by that implementation, keeping the parameters and state_dict keys of the original.
+
+- `base`: `ConvImpl` and `ConvSignature`, what an implementation declares and qualifies on;
+- `native` (PyTorch's own op), `unfold_gemm` (unfold + one GEMM), `rewrites` (exact rewrites:
+  fold time into the batch, transposed conv as a multiply), `triton_conv` (Triton kernels, with
+  `triton_configs` for their tile sizes and `triton_loader` for importing Triton lazily).
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ The source is a config file or a stored study's name. The modules, in the order 
   fANOVA);
 - `plots`: the plots, in memory (matplotlib PNG bytes, plotly HTML divs);
 - `page`: the HTML page, which needs no network;
-- `write`: the files, written last and atomically, and the `advisor report` command.
+- `write`: the files, written last and atomically, and the `advisor report` command;
+- `layer_rows`: the per-layer rows and their roofline column.
+
+What the console shows comes from here too: `progress` (the live progress and the summary
+tables) and `describe` (`advisor show`, `advisor env`).
 """
 
 from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance

@@ -1,6 +1,7 @@
 """What runs after the search, each within the run's budget.
 
 - `budget`: the run's time split into stages, and what a stage left out.
+- `finalists`: the best candidates re-timed together, interleaved, before any pick.
 - `per_layer`: conv groups x implementations on the best settings.
 - `compiling`: torch.compile candidates and their cold and warm compile costs.
 - `final_check`: the recommendation against the default in a fresh process, as `apply` builds it.
