@@ -163,8 +163,30 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         accepted_with=r.rejected_by or "",
         retimed=r.retimed,
         peak_memory_mb=r.peak_memory_mb,
+        stage=trial_stage(r, number),
+        wall_s=r.wall_s if r.wall_s is not None else math.nan,
     )
     return row
+
+
+def trial_stage(r: TrialResult, number: int) -> str:
+    """The stage that measured a trial: the global knobs' search (optuna trials), or the compile
+    or per-layer stage (their candidates join the outcome without a trial number)."""
+    if number >= 0:
+        return "global knobs"
+    return "compile" if r.settings.compiled else "per-layer"
+
+
+def payback(tuning_s: float, baseline: TrialResult, chosen: TrialResult) -> str:
+    """The tuning's own bill: how many steps of the pick pay back the wall time tuning took."""
+    saving_ms = baseline.median_ms - chosen.median_ms
+    if chosen is baseline or chosen.settings == baseline.settings or not saving_ms > 0:
+        return f"tuning took {tuning_s:.0f} s and kept PyTorch's default: nothing to pay it back"
+    steps = math.ceil(tuning_s * 1e3 / saving_ms)
+    return (
+        f"tuning took {tuning_s:.0f} s; the pick saves {saving_ms:.3g} ms a step: paid back "
+        f"after {steps:,} steps"
+    )
 
 
 def _first_calls(r: TrialResult) -> list[float]:
@@ -255,6 +277,7 @@ def build_advice(
     final: FinalCheck | None = None,
     final_error: str | None = None,
     other_load: float | None = None,
+    stage_s: dict[str, float] | None = None,
 ) -> Advice:
     """The recommendation from the outcome. PyTorch's default stays when the finalists' re-time
     failed (`retime_error`: never a pick not re-timed against the default), when the machine
@@ -306,11 +329,13 @@ def build_advice(
         failed=sum(r.status == "failed" for r in outcome.results),
         stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
+        payback=payback(outcome.elapsed_s, base, chosen),
         notes=notes or [],
         compile_note=compile_note(outcome.results, chosen, eager, steps),
         steps=steps,
         other_load=other_load,
         final_check=final,
+        stage_s=stage_s or {},
     )
     config = Config(
         advisor_version=__version__,

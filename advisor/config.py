@@ -115,6 +115,9 @@ class Result(BaseModel):
     failed: int
     stopped: int = Field(0, description="candidates stopped early: provably slower than the best")
     tuning_s: float
+    payback: str | None = Field(
+        None, description="how many steps of the pick pay back the tuning's own wall time"
+    )
     notes: list[str] = Field(
         default_factory=list, description="what the time budget left out, what was reused"
     )
@@ -127,6 +130,11 @@ class Result(BaseModel):
     )
     final_check: FinalCheck | None = Field(
         None, description="the recommendation re-timed where the user runs it"
+    )
+    stage_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="the run's wall time by stage, in order (advisor.stages.walltime): a "
+        "'stage: part' key is part of that stage (precision checks, cold compiles)",
     )
 
 

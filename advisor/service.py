@@ -29,6 +29,7 @@ from advisor.stages.compiling import compile_candidates, run_compile_stage
 from advisor.stages.final_check import FreshProcess, check_pick
 from advisor.stages.finalists import machine_moved, retime_finalists
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
+from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
 from advisor.workload.build import (
     Workload,
@@ -63,6 +64,7 @@ def run_advise(
     **workload_args: Any,
 ) -> Advice:
     start = time.perf_counter()
+    clock = StageClock(start, _stage_reporter(progress))
     usage = CpuUsage()  # other processes' share of the CPU over the whole run
     if mode not in ("infer", "train"):
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
@@ -119,11 +121,14 @@ def run_advise(
         if spare is not None and spare.ready(SPARE_WAIT_S + time.perf_counter() - start):
             spare.close()  # not loaded yet (or failed): the check starts its own, as it would
             spare = None
+        clock.until_now(LOAD)
         try:
-            outcome = search(workload, dev, sp, options, evaluator=evaluator)
+            with clock.stage("global knobs"):
+                outcome = search(workload, dev, sp, options, evaluator=evaluator)
             trial_baseline = outcome.baseline
             retimed, retime_error, choices, stats = _stages(workload, outcome, dev, sp, options,
-                                                            plan, per_layer, evaluator)  # fmt: skip
+                                                            plan, per_layer, evaluator,
+                                                            clock)  # fmt: skip
         finally:
             evaluator.close()
         notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
@@ -132,15 +137,17 @@ def run_advise(
         share = usage.others_share()
         check, check_error = None, None
         if retime_error is None and unsettled is None:
-            check, check_error = check_pick(workload, outcome, dev, sp, options, steps, plan,
-                                              share, notes, spare)  # fmt: skip
+            with clock.stage("final check"):
+                check, check_error = check_pick(workload, outcome, dev, sp, options, steps, plan,
+                                                share, notes, spare)  # fmt: skip
     outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
     share = usage.others_share()
     warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
     advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed,
                           retime_error=retime_error, notes=notes, unsettled=unsettled,
                           steps=steps, final=check, final_error=check_error,
-                          other_load=share)  # fmt: skip
+                          other_load=share, stage_s=breakdown(clock.spans, outcome.results,
+                                                              outcome.elapsed_s))  # fmt: skip
     if warnings and advice.config.result is not None:
         result = advice.config.result.model_copy(update={"warnings": warnings})
         advice.config = advice.config.model_copy(update={"result": result})
@@ -156,6 +163,7 @@ def _stages(
     plan: BudgetPlan,
     per_layer: bool,
     evaluator: Evaluator,
+    clock: StageClock,
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
     """After the search: the first re-time, the per-layer stage, the compile stage and the
     re-times they call for. Returns how many were re-timed last, why a re-time failed, the
@@ -164,30 +172,44 @@ def _stages(
     # work from the settings that would be recommended; a candidate of theirs that reaches the
     # finalists is then re-timed with them, interleaved, before it can be picked.
     first = plan.layers if per_layer else (plan.compile or plan.layers)
-    retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                             deadline=first, evaluator=evaluator)  # fmt: skip
+    with clock.stage("re-time"):
+        retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                 deadline=first, evaluator=evaluator)  # fmt: skip
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
     if per_layer and retime_error is None:
         options.deadline = plan.layers
-        choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
-                                            evaluator=evaluator)  # fmt: skip
+        with clock.stage("per-layer"):
+            choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
+                                                evaluator=evaluator)  # fmt: skip
         if combined is not None:
-            again, retime_error = retime_finalists(
-                workload, outcome, dev, sp, options, only_with=[combined],
-                deadline=plan.compile or plan.retime, evaluator=evaluator,
-            )  # fmt: skip
+            with clock.stage("re-time"):
+                again, retime_error = retime_finalists(
+                    workload, outcome, dev, sp, options, only_with=[combined],
+                    deadline=plan.compile or plan.retime, evaluator=evaluator,
+                )  # fmt: skip
             retimed = again or retimed
     if workload.is_layer:
         compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
     if plan.compile is not None and retime_error is None:
         options.deadline = plan.compile
         todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
-        compiled = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
-                                     options.progress)  # fmt: skip
+        with clock.stage("compile"):
+            compiled = run_compile_stage(outcome, todo, evaluator, options.storage,
+                                         plan.compile, options.progress)  # fmt: skip
         if compiled:
-            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                   only_with=compiled, deadline=plan.retime,
-                                                   evaluator=evaluator)  # fmt: skip
+            with clock.stage("re-time"):
+                again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                       only_with=compiled, deadline=plan.retime,
+                                                       evaluator=evaluator)  # fmt: skip
             retimed = again or retimed
     return retimed, retime_error, choices, stats
+
+
+def _stage_reporter(
+    progress: Callable[[Progress], None] | None,
+) -> Callable[[str, float], None] | None:
+    """Each stage's end, told to the progress display (a line with its time)."""
+    if progress is None:
+        return None
+    return lambda stage, seconds: progress(Progress(0, 0, None, None, seconds, stage, seconds))

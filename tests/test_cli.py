@@ -52,6 +52,15 @@ def test_advise_layer_cli_writes_config_and_trials(tmp_path: Path, fast_space: s
     assert json.loads(r.stdout) == cfg  # --json prints the same config on stdout
     assert (tmp_path / "tuned.trials.csv").is_file()
     assert "PyTorch default" in r.stderr and "Why:" in r.stderr
+    # stderr is a pipe here, where a progress bar draws nothing: each stage still says when it
+    # ends, and the summary says where the time went and whether tuning paid for itself.
+    assert "start-up and load: done in" in r.stderr and "global knobs: done in" in r.stderr
+    assert "Time: start-up and load" in r.stderr and "Worth it: tuning took" in r.stderr
+    stage_s = cfg["result"]["stage_s"]
+    assert list(stage_s)[:2] == ["start-up and load", "global knobs"]
+    assert stage_s["total"] == pytest.approx(cfg["result"]["tuning_s"], abs=0.01)
+    header = (tmp_path / "tuned.trials.csv").read_text().splitlines()[0].split(",")
+    assert {"stage", "wall_s"} <= set(header)
 
 
 def test_advise_model_file_isolated_and_resumed(

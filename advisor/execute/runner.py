@@ -159,8 +159,26 @@ def evaluate(
     the caches filled are its warm one (`compile_cold_s` / `compile_warm_s`, never in the
     samples). Its numerics are checked at model level only (the per-layer check runs conv
     modules alone: it cannot see inside a compiled graph, and the eager modules are its eager
-    twin's, checked there); a recompile on every call fails it.
+    twin's, checked there); a recompile on every call fails it. `wall_s` is the whole call's.
     """
+    started = time.perf_counter()
+    result = _evaluate_any(workload, settings, device, mode, space, gate, policy, clock, race,
+                           time_left_s)  # fmt: skip
+    return result.model_copy(update={"wall_s": time.perf_counter() - started})
+
+
+def _evaluate_any(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    space: SearchSpace,
+    gate: Gate,
+    policy: TimingPolicy | None,
+    clock: Callable[[], float] | None,
+    race: Race | None,
+    time_left_s: float | None,
+) -> TrialResult:
     if settings.compiled:
         now = clock or time.perf_counter
         start = now()

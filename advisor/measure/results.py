@@ -45,6 +45,7 @@ class TrialResult(BaseModel):
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
+    wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 
     @property
     def median_ms(self) -> float:

@@ -17,6 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from advisor.stages.walltime import breakdown_line
+
 if TYPE_CHECKING:
     from advisor.advice import Advice
     from advisor.measure.results import TrialResult
@@ -59,6 +61,12 @@ class ProgressReporter:
             self._bar.__exit__(None, None, None)
 
     def update(self, p: SearchProgress) -> None:
+        if p.ended_s is not None:
+            # One line per stage as it ends, with its time: shown in a log or a pipe too,
+            # where the bar draws nothing.
+            if self.enabled:
+                self.console.print(f"{p.stage}: done in {p.ended_s:.1f} s", highlight=False)
+            return
         if self._bar is None:
             return
         best = f"{p.best_ms:.3f} ms" if p.best_ms is not None else "-"
@@ -89,6 +97,10 @@ class ProgressReporter:
                 self.console.print(f"[bold yellow]Warning:[/bold yellow] {w}")
             for note in r.notes:
                 self.console.print(f"[bold]Note:[/bold] {note}")
+            if r.stage_s:
+                self.console.print(f"[bold]Time:[/bold] {breakdown_line(r.stage_s)}")
+            if r.payback:
+                self.console.print(f"[bold]Worth it:[/bold] {r.payback}")
         if out is not None:
             self.console.print(f"Wrote {out} (apply with advisor.apply({str(out)!r}, model))")
 

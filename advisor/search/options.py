@@ -26,6 +26,7 @@ class Progress:
     last: TrialResult | None
     elapsed_s: float
     stage: str = "global knobs"
+    ended_s: float | None = None  # set once, when the stage's span ends: its wall time
 
 
 @dataclass

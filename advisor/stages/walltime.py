@@ -1,0 +1,87 @@
+"""Where a run's wall time goes: each stage's span, kept as it ends and shown as it ends.
+
+The spans are wall time in the run's own process, so a stage's figure includes everything done
+for it elsewhere (an isolated worker's trials, a fresh process's check). Two figures are parts of
+a stage rather than stages: the precision checks (training runs, inside the global knobs' trials)
+and the cold compiles (first calls with empty caches, inside the compile stage's trials); they are
+read from the trials' own records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from advisor.measure.results import TrialResult
+
+__all__ = ["LOAD", "STAGES", "StageClock", "breakdown", "breakdown_line"]
+
+LOAD = "start-up and load"
+STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check")
+PARTS = {"global knobs": "precision checks", "compile": "cold compiles"}
+
+
+@dataclass
+class StageClock:
+    """Wall time per stage since `start` (a `time.perf_counter()` value); `report(stage, s)` is
+    called as each span ends (the console prints a line)."""
+
+    start: float
+    report: Callable[[str, float], None] | None = None
+    spans: dict[str, float] = field(default_factory=dict)
+    _last: float | None = None
+
+    def _add(self, name: str, seconds: float) -> None:
+        self.spans[name] = self.spans.get(name, 0.0) + seconds
+        if self.report is not None:
+            self.report(name, seconds)
+
+    def until_now(self, name: str) -> None:
+        """`name` took the time since the start (the first span: start-up and load)."""
+        self._add(name, time.perf_counter() - self.start)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._add(name, time.perf_counter() - began)
+
+
+def breakdown(
+    spans: dict[str, float], results: Sequence[TrialResult], total_s: float
+) -> dict[str, float]:
+    """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
+    `"compile: cold compiles"`), the rest of the run (`"other"`: writing, tables) and `"total"`."""
+    checks: dict[str, float] = {}
+    for r in results:
+        if r.precision_check is not None:
+            checks[r.precision_check.own_path.model_dump_json()] = r.precision_check.seconds
+    parts = {
+        "global knobs": sum(checks.values()),
+        "compile": sum(r.compile_cold_s or 0.0 for r in results if r.settings.compiled),
+    }
+    out: dict[str, float] = {}
+    for name in STAGES:
+        if name in spans:
+            out[name] = round(spans[name], 3)
+            if name in PARTS and parts[name] > 0:
+                out[f"{name}: {PARTS[name]}"] = round(min(parts[name], spans[name]), 3)
+    out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
+    out["total"] = round(total_s, 3)
+    return out
+
+
+def breakdown_line(stage_s: dict[str, float]) -> str:
+    """'start-up and load 3.1 s, global knobs 12.0 s (precision checks 5.2 s), ...: 31.4 s'."""
+    items = []
+    for name, seconds in stage_s.items():
+        if ": " in name or name == "total":
+            continue
+        part = next((v for k, v in stage_s.items() if k.startswith(f"{name}: ")), None)
+        label = PARTS.get(name, "")
+        items.append(f"{name} {seconds:.1f} s" + (f" ({label} {part:.1f} s)" if part else ""))
+    return ", ".join(items) + f"; total {stage_s.get('total', 0.0):.1f} s"

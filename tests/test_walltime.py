@@ -1,0 +1,64 @@
+"""Where a run's time goes: the stage clock, the breakdown with its parts, its one line."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.verdict import PrecisionCheck
+from advisor.stages.walltime import LOAD, StageClock, breakdown, breakdown_line
+
+
+def _check(amp: str, seconds: float) -> PrecisionCheck:
+    own = Settings(amp=amp)  # type: ignore[arg-type]
+    return PrecisionCheck(precision=amp, own_path=own, mode="train", accepted=True,
+                          summary=f"{amp}: ok", gap=0.0, band=0.1, seconds=seconds)  # fmt: skip
+
+
+def test_the_clock_adds_up_spans_and_reports_each_as_it_ends() -> None:
+    told: list[tuple[str, float]] = []
+    clock = StageClock(time.perf_counter() - 2.0, lambda s, t: told.append((s, t)))
+    clock.until_now(LOAD)
+    for _ in range(2):
+        with clock.stage("re-time"):
+            time.sleep(0.01)
+    with pytest.raises(RuntimeError), clock.stage("compile"):
+        raise RuntimeError("a failing stage still counts")
+    assert [s for s, _ in told] == [LOAD, "re-time", "re-time", "compile"]
+    assert clock.spans[LOAD] >= 2.0
+    assert clock.spans["re-time"] == pytest.approx(told[1][1] + told[2][1])
+
+
+def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
+    bf16 = _check("bf16", 4.0)
+    results = [
+        TrialResult(settings=Settings(), status="ok"),
+        TrialResult(settings=Settings(amp="bf16"), status="ok", precision_check=bf16),
+        # a second candidate at bf16 carries the same verdict: measured once
+        TrialResult(settings=Settings(amp="bf16", memory_format="channels_last"), status="ok",
+                    precision_check=bf16),  # fmt: skip
+        TrialResult(settings=Settings(compile="default"), status="ok", compile_cold_s=6.5),
+        TrialResult(settings=Settings(compile="default", amp="bf16"), status="failed"),
+    ]
+    spans = {"final check": 2.0, "compile": 9.0, "global knobs": 12.0, LOAD: 3.0}
+    out = breakdown(spans, results, total_s=27.5)
+    assert list(out) == [LOAD, "global knobs", "global knobs: precision checks", "compile",
+                         "compile: cold compiles", "final check", "other", "total"]  # fmt: skip
+    assert out["global knobs: precision checks"] == 4.0
+    assert out["compile: cold compiles"] == 6.5
+    assert out["other"] == pytest.approx(1.5)
+    line = breakdown_line(out)
+    assert line.startswith("start-up and load 3.0 s, global knobs 12.0 s (precision checks 4.0 s)")
+    assert "compile 9.0 s (cold compiles 6.5 s)" in line and line.endswith("; total 27.5 s")
+
+
+def test_a_part_never_exceeds_its_stage() -> None:
+    # A verdict's seconds are those of the run that measured it (possibly an earlier run of the
+    # study): the part shown is never more than the stage it sits in.
+    results = [TrialResult(settings=Settings(amp="bf16"), status="ok",
+                           precision_check=_check("bf16", 30.0))]  # fmt: skip
+    out = breakdown({"global knobs": 5.0}, results, total_s=5.0)
+    assert out["global knobs: precision checks"] == 5.0
