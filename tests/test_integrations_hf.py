@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.utils import counters
 
 from advisor.apply import AdvisorWarning
 from advisor.knobs import GlobalFlags, Settings
@@ -88,6 +89,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cfg = cpu_config(TUNED)
     flags_before = GlobalFlags.read()
     model = Net()
+    torch._dynamo.reset()
+    counters.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = transformers.Trainer(
@@ -100,6 +103,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {
         "model": model,
         "result": result,
+        "graphs": counters["stats"]["unique_graphs"],
         "flags_before": flags_before,
         "flags_after": GlobalFlags.read(),
         "advisor_warnings": [str(w.message) for w in caught if w.category is AdvisorWarning],
@@ -111,8 +115,20 @@ def test_training_args_kwargs_name_only_what_the_config_changes(tmp_path: Path) 
     assert training_args_kwargs(cpu_config(TUNED)) == {"bf16": True, "use_cpu": True}
     assert training_args_kwargs(cpu_config(Settings(tf32="off"))) == {"tf32": False}
     assert training_args_kwargs(cpu_config(Settings(tf32="on"))) == {"tf32": True}
+    compiled = training_args_kwargs(cpu_config(Settings(compile="max-autotune")))
+    assert compiled == {"torch_compile": True, "torch_compile_mode": "max-autotune"}
     args = _args(tmp_path, **training_args_kwargs(cpu_config(TUNED)))  # HF accepts them here
     assert args.bf16 and args.device.type == "cpu"
+    args = _args(tmp_path, **compiled)
+    assert args.torch_compile and args.torch_compile_mode == "max-autotune"
+
+
+def test_a_compile_dynamic_training_arguments_cannot_pass_is_said() -> None:
+    with pytest.warns(AdvisorWarning, match="compile_dynamic=False"):
+        kwargs = training_args_kwargs(
+            cpu_config(Settings(compile="default", compile_dynamic=False))
+        )
+    assert kwargs == {"torch_compile": True, "torch_compile_mode": "default"}
 
 
 def test_fp16_tuned_on_a_cpu_is_left_out_with_a_warning() -> None:
@@ -130,6 +146,37 @@ def test_two_steps_run_as_the_config_says(trained: dict[str, Any]) -> None:
     assert model.net[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert getattr(type(model.net[0]), "_advisor_impl", None) == "unfold_gemm"
     assert trained["advisor_warnings"] == []
+
+
+def test_a_config_without_compile_compiles_nothing(trained: dict[str, Any]) -> None:
+    assert trained["graphs"] == 0
+
+
+class Quiet(Net):
+    """Net without the record: a list growing in a compiled forward recompiles it per call."""
+
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.net(pixel_values)
+        return {"loss": F.cross_entropy(logits.float(), labels), "logits": logits}
+
+
+def test_a_config_that_chose_compile_trains_compiled(tmp_path: Path) -> None:
+    cfg, model = cpu_config(Settings(compile="default")), Quiet()
+    torch._dynamo.reset()
+    counters.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = transformers.Trainer(
+            model=model,
+            args=_args(tmp_path, **training_args_kwargs(cfg)),
+            train_dataset=_data(),
+            callbacks=[AdvisorCallback(cfg)],
+        )
+        assert trainer.train().global_step == 2
+    # The compiled graph ran: one graph holding the whole model, convs and all.
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert counters["stats"]["calls_captured"] >= len(model.net)
+    assert [w for w in caught if w.category is AdvisorWarning] == []
 
 
 def test_training_end_puts_the_global_flags_back(trained: dict[str, Any]) -> None:
@@ -170,6 +217,18 @@ def test_amp_the_training_arguments_do_not_run_is_one_warning_naming_both(tmp_pa
     assert len(said) == 1
     assert "amp='bf16'" in said[0] and "TrainingArguments(bf16=False" in said[0]
     assert "training_args_kwargs" in said[0]
+
+
+def test_compile_follows_the_rule_against_the_training_arguments(tmp_path: Path) -> None:
+    chose = Settings(compile="default")
+    said = _made(tmp_path, chose, use_cpu=True, torch_compile_mode="max-autotune")
+    assert len(said) == 1 and "compile='default'" in said[0]
+    assert "torch_compile_mode='max-autotune'" in said[0] and "keeping 'max-autotune'" in said[0]
+    said = _made(tmp_path, chose, use_cpu=True)  # the config's kwargs left out
+    assert len(said) == 1 and "TrainingArguments(torch_compile=False)" in said[0]
+    assert "training_args_kwargs" in said[0]
+    assert _made(tmp_path, chose, use_cpu=True, torch_compile=True) == []  # the same choice
+    assert _made(tmp_path, Settings(), use_cpu=True, torch_compile=True) == []  # config: off
 
 
 def test_a_config_at_the_default_leaves_the_training_arguments_and_flags_alone(

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.utils import counters
 
 from advisor.apply import AdvisorWarning
 from advisor.config import save_config
@@ -18,7 +19,7 @@ from advisor.knobs import GlobalFlags, Settings
 from tests.conftest import cpu_config
 
 pl = pytest.importorskip("lightning.pytorch")
-from advisor.integrations.lightning import AdvisorCallback  # noqa: E402
+from advisor.integrations.lightning import AdvisorCallback, networks  # noqa: E402
 
 TUNED = Settings(
     memory_format="channels_last", amp="bf16", cudnn_benchmark=True, layers={"net.0": "unfold_gemm"}
@@ -105,6 +106,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model = Net()
     callback = AdvisorCallback(str(path))
     trainer = _trainer([callback])
+    torch._dynamo.reset()
+    counters.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(model, _loader())
@@ -112,6 +115,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {
         "model": model,
         "trainer": trainer,
+        "callback": callback,
+        "graphs": counters["stats"]["unique_graphs"],
         "ckpt": tmp / "tuned.ckpt",
         "flags_before": flags_before,
         "flags_after": GlobalFlags.read(),
@@ -136,6 +141,29 @@ def test_fit_runs_every_step_as_the_config_says(fitted: dict[str, Any]) -> None:
     assert fitted["advisor_warnings"] == []
 
 
+def test_a_config_without_compile_compiles_nothing(fitted: dict[str, Any]) -> None:
+    assert fitted["graphs"] == 0 and fitted["callback"].compiled == []
+    assert all(getattr(m, "_compiled_call_impl", None) is None for m in fitted["model"].modules())
+
+
+def test_a_config_that_chose_compile_runs_the_fit_compiled() -> None:
+    model, callback = Net(), AdvisorCallback(cpu_config(Settings(compile="default")))
+    torch._dynamo.reset()
+    counters.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = _trainer([callback])
+        trainer.fit(model, _loader())
+    assert trainer.global_step == 2 and len(model.steps) == 2
+    assert callback.compiled == ["net"] and callback.tuned is None  # torn down
+    # The compiled graph ran: one graph holding the whole network, convs and all.
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert counters["stats"]["calls_captured"] >= len(model.net)
+    assert model.net._compiled_call_impl is not None  # in place: same module, same keys
+    assert set(model.state_dict()) == set(Net().state_dict())
+    assert [w for w in caught if w.category is AdvisorWarning] == []
+
+
 def test_teardown_puts_the_global_flags_back(fitted: dict[str, Any]) -> None:
     assert fitted["flags_after"] == fitted["flags_before"]
 
@@ -154,14 +182,14 @@ def test_tuned_checkpoint_loads_into_the_untuned_model(fitted: dict[str, Any]) -
         assert torch.allclose(plain(x), tuned(x), rtol=1e-4, atol=1e-5)  # the trained weights
 
 
-def _setup(settings: Settings, **trainer_kw: Any) -> tuple[Any, list[str]]:
+def _setup(settings: Settings, model: Any = None, **trainer_kw: Any) -> tuple[Any, list[str]]:
     """AdvisorCallback.setup on a real Trainer (no fit): the trainer and the AdvisorWarnings."""
     callback = AdvisorCallback(cpu_config(settings))
     trainer = _trainer([callback], **trainer_kw)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        callback.setup(trainer, Net(), "fit")
-        callback.setup(trainer, Net(), "validate")  # a conflict is one warning, not one per stage
+        callback.setup(trainer, model or Net(), "fit")
+        callback.setup(trainer, model or Net(), "validate")  # a conflict: one warning, not two
     return trainer, [str(w.message) for w in caught if w.category is AdvisorWarning]
 
 
@@ -197,6 +225,72 @@ def test_fp16_is_not_run_by_lightning_on_a_cpu_and_says_so() -> None:
     trainer, said = _setup(Settings(amp="fp16"))
     assert trainer.precision == "32-true"
     assert len(said) == 1 and "fp16" in said[0] and "CPU" in said[0]
+
+
+def _callback(trainer: Any) -> AdvisorCallback:
+    return next(c for c in trainer.callbacks if isinstance(c, AdvisorCallback))
+
+
+def _user_compiled(how: str) -> Any:
+    from lightning.pytorch.utilities.compile import from_compiled
+
+    model = Net()
+    if how == "fit":
+        return from_compiled(torch.compile(model))  # what trainer.fit(torch.compile(model)) does
+    model.net.compile()
+    return model
+
+
+@pytest.mark.parametrize(
+    ("how", "where"), [("fit", "trainer.fit(torch.compile(model))"), ("module", "net.compile()")]
+)
+def test_a_model_the_user_compiled_keeps_its_compile_with_one_warning(how: str, where: str) -> None:
+    trainer, said = _setup(Settings(compile="max-autotune"), _user_compiled(how))
+    assert _callback(trainer).compiled == []
+    assert len(said) == 1 and "compile='max-autotune'" in said[0] and where in said[0]
+    _, said = _setup(Settings(), _user_compiled(how))  # a config without compile: silent
+    assert said == []
+
+
+class Flat(Net):
+    """Conv layers hanging on the LightningModule itself, called from its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.convs = nn.ModuleList([nn.Conv2d(4, 4, 1)])
+
+
+class FlatNoForward(Flat):
+    forward = pl.LightningModule.forward  # the steps call self.conv themselves
+
+
+def test_the_networks_compiled_are_the_outermost_modules_with_a_forward_holding_convs() -> None:
+    class Two(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.heads = nn.ModuleList([nn.Sequential(nn.Conv2d(8, 8, 1)), nn.Linear(8, 8)])
+
+    assert networks(Net()) == ["net"] and networks(Two()) == ["net", "heads.0"]
+    assert networks(Flat()) is None  # the LightningModule itself
+    trainer, said = _setup(Settings(compile="default"), Flat())
+    assert _callback(trainer).compiled == [""] and said == []
+    trainer, said = _setup(Settings(compile="default", compile_dynamic=False), FlatNoForward())
+    assert _callback(trainer).compiled == [] and len(said) == 1
+    assert "trainer.fit(torch.compile(model, mode='default', dynamic=False))" in said[0]
+
+
+def test_a_strategy_lightning_does_not_compile_under_is_said_once() -> None:
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import Precision
+
+    callback = AdvisorCallback(cpu_config(Settings(compile="default")))
+    strategy = SimpleNamespace(root_device=torch.device("cpu"), precision_plugin=Precision())
+    trainer = SimpleNamespace(strategy=strategy, precision="32-true")
+    with pytest.warns(AdvisorWarning, match="does not run under SimpleNamespace"):
+        callback.setup(trainer, Net(), "fit")
+    assert callback.compiled == []
 
 
 def test_a_bad_config_path_fails_when_the_callback_is_made(tmp_path: Path) -> None:

@@ -8,14 +8,17 @@
   (tri-state: `tf32` stays absent, i.e. None, for the default TF32): amp bf16 -> `bf16=True`
   (with `use_cpu=True` for a config tuned on a CPU: HF refuses CPU bf16 without it), fp16 ->
   `fp16=True` (on a GPU only: HF trains in fp32 with `fp16=True` on a CPU, so it is left out,
-  with a warning), tf32 off/on -> `tf32=False/True`.
+  with a warning), tf32 off/on -> `tf32=False/True`, compile -> `torch_compile=True,
+  torch_compile_mode=<mode>` (HF compiles the whole model at train start, after the callback's
+  changes: last, as `advisor.apply` does; a `compile_dynamic` it cannot pass is warned about).
 - `prepare(model, config)`: what `TrainingArguments` cannot express: the layout, the conv layers
-  and cudnn.benchmark, by `precedence`'s rule. With channels_last, a forward pre-hook gives the
-  model's tensor inputs that layout: the Trainer calls `model(**inputs)` itself, and a
-  TrainerCallback never sees the batch.
+  and cudnn.benchmark, by `precedence`'s rule (not compile: the Trainer compiles). With
+  channels_last, a forward pre-hook gives the model's tensor inputs that layout: the Trainer
+  calls `model(**inputs)` itself, and a TrainerCallback never sees the batch.
 - `AdvisorCallback(config)`: `prepare` when the Trainer is made (before it makes the optimizer),
   then one warning naming both wherever the `TrainingArguments` differ from the config (they
-  win: HF sets up autocast and TF32 from them); PyTorch's flags are put back when training ends.
+  win: HF sets up autocast, TF32 and torch.compile from them); PyTorch's flags are put back when
+  training ends.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ _FP16_ON_CPU = (
     "config sets amp='fp16', which the HF Trainer does not run on a CPU (fp16=True with use_cpu "
     "trains in fp32): re-tune on this CPU (bf16 is its half precision)"
 )
+_DYNAMIC = (
+    "config sets compile_dynamic={}, which TrainingArguments cannot pass: HF compiles with "
+    "dynamic=None (static shapes, dynamic once a shape changes)"
+)
 
 
 def training_args_kwargs(config: str | Path | Config) -> dict[str, Any]:
@@ -67,6 +74,10 @@ def training_args_kwargs(config: str | Path | Config) -> dict[str, Any]:
             kwargs["fp16"] = True
     if settings.tf32 != "conv":  # HF's tf32 is all-or-nothing: "off" or "on" in the config's terms
         kwargs["tf32"] = settings.tf32 == "on"
+    if settings.compiled:
+        kwargs.update(torch_compile=True, torch_compile_mode=settings.compile)
+        if settings.compile_dynamic is not None:
+            warnings.warn(_DYNAMIC.format(settings.compile_dynamic), AdvisorWarning, stacklevel=2)
     return kwargs
 
 
@@ -123,12 +134,32 @@ class AdvisorCallback(TrainerCallback):
                 else f"config sets amp={wanted!r}, which {flags} does not run: "
                 "pass **training_args_kwargs(config) to TrainingArguments"
             )
+        self._check_compile(args)
         user: dict[str, UserValue] = {}
         if args.tf32 is not None:
             user["tf32"] = ("on" if args.tf32 else "off", f"TrainingArguments(tf32={args.tf32})")
         self.tuned = _prepare(
             model, self.config, device=args.device, amp=running, user=user, warn=self._warn
         )
+
+    def _check_compile(self, args: TrainingArguments) -> None:
+        """The config's compile against the TrainingArguments', by the amp rule: HF compiles
+        from its arguments alone, so a difference is only said."""
+        wanted, running = self.config.settings.compile, "off"
+        flags = f"TrainingArguments(torch_compile={args.torch_compile}"
+        if args.torch_compile:
+            running = args.torch_compile_mode or "default"
+            flags += f", torch_compile_mode={args.torch_compile_mode!r}"
+            if args.torch_compile_backend not in (None, "inductor"):  # not what was timed
+                running += f" on backend {args.torch_compile_backend!r}"
+                flags += f", torch_compile_backend={args.torch_compile_backend!r}"
+        flags += ")"
+        user = None if running == "off" else (running, flags)
+        if config_wins("compile", wanted, user, self._warn) and running != wanted:
+            self._warn(
+                f"config sets compile={wanted!r}, which {flags} does not run: "
+                "pass **training_args_kwargs(config) to TrainingArguments"
+            )
 
     def on_init_end(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         self._apply(args, kw.get("model"))

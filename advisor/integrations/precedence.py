@@ -96,7 +96,7 @@ def apply_over_user(
     user: dict[str, UserValue],
     warn: WarnOnce,
 ) -> Tuned:
-    """`advisor.apply` under the rule above: layout, conv layers and global flags.
+    """`advisor.apply` under the rule above: layout, conv layers and global flags (no compile).
 
     `amp` is the autocast the framework will run (it owns autocast; the conv layers are planned
     for its dtype). `user` holds what the framework's arguments set, by Settings field; the global
@@ -108,7 +108,9 @@ def apply_over_user(
     layout = model_memory_format(model) or settings.memory_format
     flag_fields = [k for k in GlobalFlags.read() if k in Settings.model_fields]
     kept = {k for k in flag_fields if not config_wins(k, getattr(settings, k), user.get(k), warn)}
-    effective = settings.model_copy(update={"memory_format": layout, "amp": amp})
+    # Eager: the framework runs torch.compile (Lightning's callback in place, HF from its
+    # TrainingArguments); the compiled wrapper `apply` returns would go unused.
+    effective = settings.model_copy(update={"memory_format": layout, "amp": amp}).eager()
     before = GlobalFlags.read()
     tuned = apply(
         config.model_copy(update={"settings": effective}), model, device=device, training=False
