@@ -4,5 +4,6 @@
 - `finalists`: the best candidates re-timed together, interleaved, before any pick.
 - `per_layer`: conv groups x implementations on the best settings.
 - `compiling`: torch.compile candidates and their cold and warm compile costs.
+- `walltime`: each stage's wall time, shown as it ends and kept in the result.
 - `final_check`: the recommendation against the default in a fresh process, as `apply` builds it.
 """
