@@ -20,7 +20,7 @@ from advisor.measure.candidate import Candidate
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.search import SearchOutcome
-from advisor.search.compile_bill import bill, compile_note, paying
+from advisor.search.compile_bill import alternative, bill, compile_note, paying
 from advisor.search.pick import pick_for_steps
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan
@@ -225,3 +225,27 @@ def test_compiled_training_with_dropout_is_compared_under_the_canonical_masks() 
         cand.close()
     ref = gate.cases[0].outputs[0]
     assert float((own.outputs[0] - ref).norm() / ref.norm()) > 1e-2
+
+
+def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default() -> None:
+    # Issue 30's run: the default re-timed with a 39-226 ms interval, channels_last + bf16
+    # (eager) at 21.38 ms and its compiled twin at 20.40 ms. A noisy round can leave the eager
+    # pick at the default; the compile must still be billed against the twin the user would run.
+    cl_bf16 = Settings(memory_format="channels_last", amp="bf16")
+    base = _r(Settings(), 40.49, first_ms=200.0)
+    twin = _r(cl_bf16, 21.38, first_ms=200.0)
+    compiled = _r(cl_bf16.model_copy(update={"compile": "default"}), 20.40, cold=7.0)
+    results = [base, twin, compiled]
+    assert alternative(compiled, results, base) is twin
+    b = bill(compiled, twin)
+    assert b.saving_ms == pytest.approx(0.98) and b.steps == 6_939  # (7.0 - 0.2) s / 0.98 ms
+    note = compile_note(results, compiled, base, steps=None)
+    assert note is not None and "over memory_format=channels_last, amp=bf16;" in note and "6,939 steps" in note
+    # Within the default horizon it competes; with a slower compile it does not, and says why.
+    slow = _r(compiled.settings, 20.40, cold=12.0)  # 11.8 s / 0.98 ms = 12,041 steps
+    kept, out = paying([base, twin, slow], base, steps=None)
+    assert kept == [base, twin] and out[0][1].steps == 12_041
+    pick, _ = pick_for_steps([base, twin, slow], base)
+    assert pick.chosen is twin and "10,000-step horizon" in pick.why
+    note = compile_note([base, twin, slow], twin, twin, steps=None)
+    assert note is not None and "10,000-step horizon" in note and "not recommended" in note

@@ -3,9 +3,12 @@
 A compiled candidate's one-off cost is its first call(s) with empty compile caches (cold; every
 shape of a shape set compiles), less the eager alternative's own first call; with the caches
 filled by an earlier run (warm) it is less. Its saving is per step, against the eager settings
-the user would run instead (the eager pick). Break-even = cost / saving, in steps. Given the
-training steps a user expects (`--steps N`), a compiled candidate competes only if it pays
-within N with a cold compile (what a first training run pays).
+the user would run instead (`alternative`): the eager pick, or the candidate's own eager twin
+where that is faster (an eager pick can be PyTorch's default only because a noisy round left the
+twin's interval touching 1.0x; the user who compiles would still run the twin's settings).
+Break-even = cost / saving, in steps. A compiled candidate competes only if it pays within the
+training steps the user expects (`--steps N`), or within `HORIZON_STEPS` when not told, with a
+cold compile (what a first training run pays).
 """
 
 from __future__ import annotations
@@ -16,7 +19,20 @@ from dataclasses import dataclass
 
 from advisor.measure.results import TrialResult
 
-__all__ = ["Bill", "bill", "compile_note", "paying"]
+__all__ = [
+    "HORIZON_STEPS",
+    "Bill",
+    "alternative",
+    "bill",
+    "compile_note",
+    "horizon",
+    "horizon_text",
+    "paying",
+]
+
+# The steps a compile must pay back within when the user does not say (--steps): a short
+# fine-tuning run. A compile that pays only later is not recommended without --steps.
+HORIZON_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -60,18 +76,37 @@ def bill(compiled: TrialResult, eager: TrialResult) -> Bill:
     )
 
 
+def horizon(steps: int | None) -> int:
+    """The steps a compile must pay back within: the user's, or `HORIZON_STEPS`."""
+    return steps if steps is not None else HORIZON_STEPS
+
+
+def horizon_text(steps: int | None) -> str:
+    if steps is not None:
+        return f"the {steps:,} steps it was tuned for"
+    return f"the {HORIZON_STEPS:,}-step horizon (--steps to set another)"
+
+
+def alternative(
+    compiled: TrialResult, results: Sequence[TrialResult], eager: TrialResult
+) -> TrialResult:
+    """The eager settings the user would run instead of `compiled`: the eager pick `eager`, or
+    `compiled`'s own eager twin where it was measured faster."""
+    twin = next((r for r in results if r.settings == compiled.settings.eager()
+                 and r.status == "ok" and r.measurement is not None), None)  # fmt: skip
+    return twin if twin is not None and twin.median_ms < eager.median_ms else eager
+
+
 def paying(
     results: Sequence[TrialResult], eager: TrialResult, steps: int | None
 ) -> tuple[list[TrialResult], list[tuple[TrialResult, Bill]]]:
-    """`results` without the compiled candidates that do not pay within `steps` against
-    `eager` (all kept when `steps` is None), and those left out with their bills."""
-    if steps is None:
-        return list(results), []
+    """`results` without the compiled candidates that do not pay within `horizon(steps)`
+    against their eager alternative, and those left out with their bills."""
     kept, out = [], []
     for r in results:
         if r.settings.compiled and r.status == "ok" and r.measurement is not None:
-            b = bill(r, eager)
-            if b.steps > steps:
+            b = bill(r, alternative(r, results, eager))
+            if b.steps > horizon(steps):
                 out.append((r, b))
                 continue
         kept.append(r)
@@ -99,6 +134,7 @@ def compile_note(
         r = compiled[0]
         return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}"
     best = chosen if chosen.settings.compiled else min(ok, key=lambda r: r.median_ms)
+    eager = alternative(best, results, eager)
     b = bill(best, eager)
     warm = f" ({b.warm_overhead_s:.1f} s warm)" if b.warm_overhead_s is not None else ""
     cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches{warm}"
@@ -112,8 +148,8 @@ def compile_note(
         f"torch.compile ({best.settings.label()}) saves {b.saving_ms:.3f} ms per step over "
         f"{eager.settings.label()}; {cost}: {_pays(b)}"
     )
-    if best is not chosen and steps is not None and b.steps > steps:
-        line += f", more than the {steps:,} steps it was tuned for: not recommended"
+    if best is not chosen and b.steps > horizon(steps):
+        line += f", more than {horizon_text(steps)}: not recommended"
     elif best is not chosen:
         line += "; not recommended (see why)"
     return line
