@@ -2,10 +2,13 @@
 
 Candidates: each torch.compile mode the space lists for the device (`space.compile_modes`:
 CPU default and max-autotune; CUDA default, max-autotune-no-cudagraphs, reduce-overhead),
-applied to PyTorch's default settings (what a user who only adds `torch.compile` gets) and to
-the best eager candidates (the eager pick and the fastest accepted one), in the space's order of
-modes: not the cross product with every eager candidate, since a compile costs seconds to
-minutes on a small CPU and the eager search has already ruled most settings out. A shape set
+applied to the best eager candidates (the eager pick and the fastest accepted one), in the
+space's order of modes: not the cross product with every eager candidate, since a compile costs
+seconds to minutes on a small CPU and the eager search has already ruled most settings out.
+PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
+only where the default is the eager pick: elsewhere they could change the answer only by beating
+the same compile on settings that measured faster eagerly, and a cold compile is the dearest
+trial of a run (the advice says it was left out). A shape set
 tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph for all).
 
 Per-layer implementations are not compiled: a compiled candidate takes the global settings of
@@ -63,11 +66,18 @@ def compile_candidates(
     if not modes:
         return []
     eager = pick_final(outcome.results, outcome.baseline, space.min_gain)
-    bases = [Settings()]
+    bases: list[Settings] = []
     for r in (eager.chosen, eager.fastest):
         base = r.settings.global_only().eager()
         if base not in bases:
             bases.append(base)
+    if Settings() not in bases:
+        why = (
+            f"left out: the eager pick ({eager.chosen.settings.label()}) measured faster than "
+            "the default, and the same compile on it is measured instead"
+        )
+        outcome.dropped += [Dropped(f"compile={m} on PyTorch's default settings", why)
+                            for m in modes]  # fmt: skip
     dynamics: list[bool | None] = [False, True] if shape_set else [None]
     return [
         base.model_copy(update={"compile": mode, "compile_dynamic": dyn})
