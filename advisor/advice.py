@@ -169,6 +169,34 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
     return row
 
 
+def runner_held(final: FinalCheck, results: list[TrialResult]) -> TrialResult | None:
+    """The final check's runner-up where it held against the default, else None."""
+    if not final.runner_up_held or final.runner_up is None:
+        return None
+    return next((r for r in results if r.settings == final.runner_up), None)
+
+
+def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
+    """The pick the final check leaves: the runner-up of another family where it beat the pick
+    there beyond noise, or held where the pick did not; else the pick, with the order of the two
+    said where this machine could not decide it."""
+    label = pick.chosen.settings.label()
+    runner = runner_held(final, results)
+    seen = f"in the final check {final.place}"
+    if runner is not None and (final.order == "runner-up" or not final.held):
+        how = "beat it" if final.held else f"held where {label} did not ({final.figures()})"
+        why = (f"{runner.settings.label()}, of another family than the search's pick {label}, "
+               f"{how} {seen} ({final.runner_up_text()}): recommended instead")  # fmt: skip
+        return Pick(runner, pick.fastest, why)
+    why = f"{pick.why}; it held {seen} ({final.figures()})"
+    if final.order == "undecided" and final.runner_up is not None:
+        why += (f"; beside it, {final.runner_up_text()}: the order of the two is within what "
+                "this machine can decide")  # fmt: skip
+    elif final.order == "pick" and final.runner_up is not None:
+        why += f"; it beat the runner-up {final.runner_up.label()} there"
+    return Pick(pick.chosen, pick.fastest, why)
+
+
 def trial_stage(r: TrialResult, number: int) -> str:
     """The stage that measured a trial: the global knobs' search (optuna trials), or the compile
     or per-layer stage (their candidates join the outcome without a trial number)."""
@@ -298,13 +326,12 @@ def build_advice(
             f"the final check of {{label}} against the default could not be made "
             f"({final_error}): keeping PyTorch's default"
         )
-    elif final is not None and not final.held:
+    elif final is not None and not final.held and runner_held(final, outcome.results) is None:
         keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}): keeping PyTorch's default"
     if keep is not None and pick.chosen is not outcome.baseline:
         pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
-    elif final is not None and final.held:
-        pick = Pick(pick.chosen, pick.fastest, f"{pick.why}; it held in the final check "
-                    f"{final.place} ({final.figures()})")  # fmt: skip
+    elif final is not None:
+        pick = after_final_check(pick, final, outcome.results)
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)

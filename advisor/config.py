@@ -57,6 +57,24 @@ class FinalCheck(BaseModel):
     other_load: float | None = Field(
         None, description="other processes' share of the CPU during the check"
     )
+    runner_up: Settings | None = Field(
+        None,
+        description="the strongest alternative of another family (memory format or precision), "
+        "timed beside the recommendation and the default",
+    )
+    runner_up_speedup: tuple[float, float, float] | None = Field(
+        None, description="the runner-up over the default: ratio, 95% interval"
+    )
+    runner_up_held: bool | None = Field(
+        None, description="the runner-up's interval lies above 1.0x (and at one thread, if busy)"
+    )
+    versus_runner_up: tuple[float, float, float] | None = Field(
+        None, description="the runner-up over the recommendation, paired by round"
+    )
+    order: Literal["pick", "runner-up", "undecided"] | None = Field(
+        None,
+        description="which of the two this machine tells faster beyond noise, or undecided",
+    )
 
     @property
     def place(self) -> str:
@@ -71,13 +89,25 @@ class FinalCheck(BaseModel):
             text += f"; at one thread {one:.2f}x [{lo1:.2f}, {hi1:.2f}]"
         return text
 
+    def runner_up_text(self) -> str:
+        """The runner-up's figures, for a sentence ('' without one)."""
+        if self.runner_up is None or self.runner_up_speedup is None:
+            return ""
+        r, lo, hi = self.runner_up_speedup
+        text = f"{self.runner_up.label()} {r:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
+        if self.versus_runner_up is not None:
+            v, vlo, vhi = self.versus_runner_up
+            text += f", {v:.2f}x [{vlo:.2f}, {vhi:.2f}] the recommendation's"
+        return text
+
     def summary(self) -> str:
         """The check in one line."""
         load = f"; other processes used {self.other_load:.0%} of the CPU meanwhile"
         return (
             f"{self.place}, interleaved with the default: {self.figures()}"
             f"{load if self.other_load is not None else ''}: "
-            + ("it held" if self.held else "it did not hold, the default is kept")
+            + ("it held" if self.held else "it did not hold")
+            + (f"; runner-up {self.runner_up_text()}" if self.runner_up is not None else "")
         )
 
 

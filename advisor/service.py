@@ -26,7 +26,8 @@ from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluato
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, run_compile_stage
-from advisor.stages.final_check import FreshProcess, check_pick
+from advisor.stages.confirm import check_pick
+from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import machine_moved, retime_finalists
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown

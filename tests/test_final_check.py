@@ -22,7 +22,14 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy
 from advisor.search import SearchOutcome
-from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.stages.confirm import runner_up
+from advisor.stages.final_check import (
+    CheckFailed,
+    FreshProcess,
+    check_policy,
+    final_check,
+    runner_up_check,
+)
 from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"
@@ -173,3 +180,77 @@ def test_a_spare_whose_load_hangs_is_killed_not_waited_for(tmp_path: Path) -> No
     start = time.monotonic()
     spare.close()
     assert time.monotonic() - start < 5 and not spare.proc.is_alive()
+
+
+# ---- the runner-up of another family ----------------------------------------------------------
+
+BF16 = Settings(amp="bf16")
+
+
+def _rp(settings: Settings, ms: float, precision: str = "fp32") -> TrialResult:
+    return _r(settings, ms).model_copy(update={"precision": precision})
+
+
+def test_the_runner_up_is_the_fastest_finalist_of_another_family() -> None:
+    base, cl = _rp(Settings(), 40.0), _rp(CL, 20.0)
+    cl_swapped = _rp(CL.model_copy(update={"layers": {"conv": "unfold_gemm"}}), 18.0)
+    bf16, cl_bf16 = (
+        _rp(BF16, 10.0, "bf16"),
+        _rp(CL.model_copy(update={"amp": "bf16"}), 12.0, "bf16"),
+    )
+    unretimed = _rp(Settings(cpu_fp32="bf16"), 5.0, "bf16").model_copy(update={"retimed": False})
+    results = [base, cl, cl_swapped, bf16, cl_bf16, unretimed]
+    # the same family (channels_last, fp32) as the pick is not a runner-up, however fast
+    assert runner_up(results, cl, base) is bf16
+    assert runner_up(results, bf16, base) is cl_bf16  # another memory format: fastest of them
+    assert runner_up([base, cl], cl, base) is None
+
+
+@pytest.mark.parametrize(
+    ("runner_ms", "order"), [(10.0, "runner-up"), (20.0, "undecided"), (30.0, "pick")]
+)
+def test_the_runner_up_check_orders_the_two_beyond_noise(runner_ms: float, order: str) -> None:
+    base = Measurement(samples_ms=[40.0, 40.4, 39.8, 40.1, 40.2, 39.9, 40.0])
+    pick = Measurement(samples_ms=[20.0, 20.2, 19.9, 20.1, 20.0, 19.8, 20.1])
+    runner = Measurement(
+        samples_ms=[runner_ms * f for f in (1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0)]
+    )
+    check = runner_up_check(_check(True), BF16, [base, pick, runner], None, min_gain=0.02)
+    assert check.order == order and check.runner_up == BF16 and check.runner_up_held
+    assert check.versus_runner_up is not None
+    assert check.versus_runner_up[0] == pytest.approx(20.0 / runner_ms, rel=0.05)
+
+
+def test_the_advice_recommends_the_runner_up_that_beat_the_pick_and_says_a_tie() -> None:
+    info = make_workload(model_file=str(DATA / "tiny_cnn.py")).info
+    won = _check(True).model_copy(update={"runner_up": BF16, "runner_up_speedup": (4.0, 3.8, 4.2),
+                                          "runner_up_held": True, "order": "runner-up",
+                                          "versus_runner_up": (2.0, 1.9, 2.1)})  # fmt: skip
+    # the search picked channels_last (bf16 measured slower there); bf16 beat it in the check
+    searched = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
+    advice = build_advice(_outcome(searched), info, "train", "s", final=won)
+    why = advice.config.result.why
+    assert advice.settings == BF16 and "beat it in the final check" in why, why
+    tie = won.model_copy(update={"order": "undecided", "versus_runner_up": (1.01, 0.95, 1.07)})
+    cl_only = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
+    advice = build_advice(_outcome(cl_only), info, "train", "s", final=tie)
+    why = advice.config.result.why
+    assert advice.settings == CL and "within what this machine can decide" in why, why
+    # the pick did not hold where the runner-up did: the runner-up is recommended
+    lost = tie.model_copy(update={"held": False, "speedup_ci": (0.8, 1.3)})
+    advice = build_advice(_outcome(cl_only), info, "train", "s", final=lost)
+    assert advice.settings == BF16 and "recommended instead" in advice.config.result.why
+
+
+@pytest.mark.slow
+def test_a_runner_up_that_beats_the_pick_where_the_user_runs_it_is_recommended() -> None:
+    workload = make_workload(model_file=str(DATA / "two_families.py"))
+    base, cl, bf16 = _r(Settings(), 40.0), _r(CL, 20.0), _r(BF16, 10.0)
+    check = final_check(workload, CPU, "train", POLICY, base, cl, fresh=True, busy=False,
+                        timeout_s=120, runner_up=bf16)  # fmt: skip
+    assert check.held and check.runner_up == BF16 and check.runner_up_held, check
+    assert check.order == "runner-up", check  # 20 ms against 10 ms, by their sleeps
+    info = workload.info
+    results = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
+    advice = build_advice(_outcome(results), info, "train", "s", final=check)
+    assert advice.settings == BF16, advice.config.result.why

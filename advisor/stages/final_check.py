@@ -30,7 +30,6 @@ import dataclasses
 import json
 import logging
 import multiprocessing as mp
-import time
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -39,27 +38,21 @@ import torch
 
 from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
-from advisor.execute.ownership import owner_id
 from advisor.execute.probe import receive, user_failure
 from advisor.execute.retime import RetimeSession, retimed_results, rounds
 from advisor.execute.streams import fd_stdout_to_stderr
+from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
-from advisor.measure.machine_load import BUSY_SHARE, CpuUsage
+from advisor.measure.machine_load import CpuUsage
 from advisor.measure.results import TrialResult
-from advisor.measure.stats import paired_speedup
+from advisor.measure.stats import Measurement, paired_speedup
 from advisor.measure.timing import TimingPolicy, interleave
-from advisor.search import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import pick_for_steps
-from advisor.search.storage import FinalCheckRecord
-from advisor.space import SearchSpace
-from advisor.stages.budget import BudgetPlan
-from advisor.stages.finalists import shared_record
 from advisor.workload.build import Workload
 
 __all__ = [
     "CheckFailed",
     "FreshProcess",
-    "check_pick",
+    "runner_up_check",
     "check_policy",
     "final_check",
     "measure_pair",
@@ -93,8 +86,9 @@ def measure_pair(
     mode: Mode,
     policy: TimingPolicy,
 ) -> tuple[list[TrialResult], float]:
-    """PyTorch's default and the recommendation (`pair`) re-timed together, interleaved, on
-    every shape; and the recommendation's first call (seconds over the shapes)."""
+    """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
+    re-timed together, interleaved, on every shape; and the recommendation's first call
+    (seconds over the shapes)."""
     per_case: list[list[list[float]]] = []
     first_s = 0.0
     for case in range(len(workload.shape_cases)):
@@ -116,14 +110,17 @@ def check_here(
     policy: TimingPolicy,
     busy: bool,
     where: str,
+    min_gain: float = 0.02,
 ) -> FinalCheck:
-    """The check, in this process."""
+    """The check, in this process: `pair` is the default and the recommendation, and may end
+    with a runner-up (`runner_up_check` judges it)."""
     usage = CpuUsage()
     measured, first_s = measure_pair(workload, pair, device, mode, policy)
-    base, tuned = (r.measurement for r in measured)
-    assert base is not None and tuned is not None
-    ratio, lo, hi = paired_speedup(base, tuned)
-    one = None
+    ms = [r.measurement for r in measured]
+    assert all(m is not None for m in ms)
+    ratio, lo, hi = paired_speedup(ms[0], ms[1])  # type: ignore[arg-type]
+    one: tuple[float, float, float] | None = None
+    one_runner: tuple[float, float, float] | None = None
     threads = torch.get_num_threads()
     if busy and device.type == "cpu" and threads > 1:
         torch.set_num_threads(1)
@@ -131,18 +128,53 @@ def check_here(
             again, _ = measure_pair(workload, pair, device, mode, policy)
         finally:
             torch.set_num_threads(threads)
-        b1, t1 = (r.measurement for r in again)
-        assert b1 is not None and t1 is not None
-        one = paired_speedup(b1, t1)
-    return FinalCheck(
+        ms1 = [r.measurement for r in again]
+        one = paired_speedup(ms1[0], ms1[1])  # type: ignore[arg-type]
+        if len(ms1) > 2:
+            one_runner = paired_speedup(ms1[0], ms1[2])  # type: ignore[arg-type]
+    check = FinalCheck(
         where=where,
         speedup=ratio,
         speedup_ci=(lo, hi),
-        rounds=len(base.samples_ms),
+        rounds=len(ms[0].samples_ms),  # type: ignore[union-attr]
         held=lo > 1.0 and (one is None or one[1] > 1.0),
         one_thread=one,
         first_call_s=first_s,
         other_load=usage.others_share(),
+    )
+    if len(pair) > 2:
+        check = runner_up_check(check, pair[2].settings, ms, one_runner, min_gain)
+    return check
+
+
+def runner_up_check(
+    check: FinalCheck,
+    runner_up: Settings,
+    ms: list[Measurement | None],
+    one_thread: tuple[float, float, float] | None,
+    min_gain: float,
+) -> FinalCheck:
+    """`check` with the runner-up's figures: over the default, and over the recommendation,
+    paired by round; which of the two this machine tells faster beyond noise (by `min_gain`)."""
+    base, pick, runner = ms
+    assert base is not None and pick is not None and runner is not None
+    r_ratio, r_lo, r_hi = paired_speedup(base, runner)
+    v_ratio, v_lo, v_hi = paired_speedup(pick, runner)
+    held = r_lo > 1.0 and (one_thread is None or one_thread[1] > 1.0)
+    if held and v_lo > 1.0 and v_ratio >= 1 + min_gain:
+        order = "runner-up"
+    elif v_hi < 1.0 and 1 / v_ratio >= 1 + min_gain:
+        order = "pick"
+    else:
+        order = "undecided"
+    return check.model_copy(
+        update={
+            "runner_up": runner_up,
+            "runner_up_speedup": (r_ratio, r_lo, r_hi),
+            "runner_up_held": held,
+            "versus_runner_up": (v_ratio, v_lo, v_hi),
+            "order": order,
+        }
     )
 
 
@@ -158,15 +190,19 @@ def final_check(
     busy: bool,
     timeout_s: float,
     spare: FreshProcess | None = None,
+    runner_up: TrialResult | None = None,
+    min_gain: float = 0.02,
 ) -> FinalCheck:
     """The check of `winner` against `baseline` (see the module's docstring): in a fresh process
     when `fresh` (the workload must be recreatable; `spare`, a `FreshProcess` started early
     that loaded it, when there is one), else here. Raises CheckFailed with the reason when it
-    cannot be made (the process fails, crashes or takes over `timeout_s`)."""
-    pair = [baseline, winner]
+    cannot be made (the process fails, crashes or takes over `timeout_s`). A `runner_up` is
+    timed beside both (`runner_up_check`)."""
+    pair = [baseline, winner] + ([runner_up] if runner_up is not None else [])
     if not fresh:
         try:
-            return check_here(workload, pair, device, mode, policy, busy, "this process")
+            return check_here(workload, pair, device, mode, policy, busy, "this process",
+                              min_gain)  # fmt: skip
         except (RuntimeError, torch.OutOfMemoryError) as e:
             raise CheckFailed(first_line(e, with_type=False)) from None
     info = workload.info.model_dump_json()
@@ -178,7 +214,7 @@ def final_check(
             proc.close()
             raise CheckFailed(why)
     try:
-        return proc.check(info, device, mode, pair, policy, busy, timeout_s)
+        return proc.check(info, device, mode, pair, policy, busy, timeout_s, min_gain)
     finally:
         proc.close()
 
@@ -234,10 +270,11 @@ class FreshProcess:
         policy: TimingPolicy,
         busy: bool,
         timeout_s: float,
+        min_gain: float = 0.02,
     ) -> FinalCheck:
         """The check in this process (which must be ready); CheckFailed with the reason."""
         job = ("check", info_json, str(device), mode, [r.model_dump_json() for r in pair],
-               dataclasses.asdict(policy), busy)  # fmt: skip
+               dataclasses.asdict(policy), busy, min_gain)  # fmt: skip
         try:
             self.conn.send(job)
         except (OSError, BrokenPipeError):
@@ -295,7 +332,7 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
         return
     if msg is None:
         return
-    _, info_json, device, mode, pair_json, policy, busy = msg
+    _, info_json, device, mode, pair_json, policy, busy, min_gain = msg
     try:
         from advisor.device.ops import cuda_ops
 
@@ -306,61 +343,7 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
             cuda_ops().make_current(dev)
         pair = [TrialResult.model_validate_json(j) for j in pair_json]
         check = check_here(workload, pair, dev, mode, TimingPolicy(**policy), busy,
-                           "fresh process")  # fmt: skip
+                           "fresh process", min_gain)  # fmt: skip
         conn.send(("checked", check.model_dump_json()))
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
-
-
-def check_pick(
-    workload: Workload,
-    outcome: SearchOutcome,
-    dev: torch.device,
-    sp: SearchSpace,
-    options: SearchOptions,
-    steps: int | None,
-    plan: BudgetPlan,
-    share: float | None,
-    notes: list[str],
-    spare: FreshProcess | None = None,
-) -> tuple[FinalCheck | None, str | None]:
-    """The recommendation re-timed against the default where the user runs it (a fresh
-    process for a recreatable workload in an isolated run; else this process): the check, or
-    why it could not be made. Nothing to check when the default is the pick."""
-    pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
-    if pick.chosen.settings == outcome.baseline.settings:
-        return None, None
-    if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
-        # One process cannot time it against the default: cuDNN's plan cache ignores the flag
-        # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
-        notes.append(
-            "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
-            "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
-            "them in a process each"
-        )
-        return None, None
-    if options.progress is not None:
-        options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))
-    left = max(0.0, plan.end - time.perf_counter())
-    # Runs sharing the study check the pick once and agree (as with the re-time).
-    record, key = shared_record(FinalCheckRecord, options, outcome.study_name,
-                                 [outcome.baseline, pick.chosen])  # fmt: skip
-    check = record.taken(key, owner_id(), options.trial_timeout_s) if record is not None else None
-    if check is None:
-        try:
-            check = final_check(
-                workload, dev, options.mode, check_policy(sp.timing.policy(), left),
-                outcome.baseline, pick.chosen,
-                fresh=options.isolate and workload.info.recreatable,
-                busy=share is not None and share > BUSY_SHARE,
-                timeout_s=options.trial_timeout_s,
-                spare=spare,
-            )  # fmt: skip
-        except CheckFailed as e:
-            log.warning("final check failed: %s", e)
-            return None, str(e)
-        if record is not None:
-            record.put(key, check)
-    if options.progress is not None:
-        options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
-    return check, None

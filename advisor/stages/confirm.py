@@ -1,0 +1,113 @@
+"""Confirming the pick: the recommendation, the default and the strongest alternative of another
+family (another memory format or precision) timed together once more where the user runs it.
+
+A pick can flip with the machine's state: on ResNet-18 inference seven runs of eight picked
+channels_last + bf16 + unfold_gemm layers (1.44-1.57x) and one picked bf16 alone (1.09x). The
+final check compared the pick with the default only, so it could not tell. Now the runner-up of
+another family is timed beside both (`final_check.runner_up_check`): where it beats the pick
+beyond noise it is recommended instead (`advice`); where the two are within noise, the advice
+says this machine cannot order them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import torch
+
+from advisor.config import FinalCheck
+from advisor.execute.ownership import owner_id
+from advisor.knobs import Settings
+from advisor.measure.machine_load import BUSY_SHARE
+from advisor.measure.results import TrialResult
+from advisor.search import Progress, SearchOptions, SearchOutcome
+from advisor.search.pick import pick_for_steps
+from advisor.search.storage import FinalCheckRecord
+from advisor.space import SearchSpace
+from advisor.stages.budget import BudgetPlan
+from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.stages.finalists import shared_record
+from advisor.workload.build import Workload
+
+__all__ = ["check_pick", "family", "runner_up"]
+
+log = logging.getLogger("advisor")
+
+
+def family(r: TrialResult) -> tuple[str, str]:
+    """What sets a candidate apart from another's kind: its memory format and its precision."""
+    return r.settings.memory_format, r.precision
+
+
+def runner_up(
+    results: Sequence[TrialResult], pick: TrialResult, baseline: TrialResult
+) -> TrialResult | None:
+    """The fastest accepted, re-timed candidate of another family than `pick` (and not the
+    default, which is timed anyway); None where there is none."""
+    others = [
+        r for r in results
+        if r.status == "ok" and r.retimed and r.measurement is not None
+        and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
+        and r.settings != Settings()
+    ]  # fmt: skip
+    return min(others, key=lambda r: r.median_ms, default=None)
+
+
+def check_pick(
+    workload: Workload,
+    outcome: SearchOutcome,
+    dev: torch.device,
+    sp: SearchSpace,
+    options: SearchOptions,
+    steps: int | None,
+    plan: BudgetPlan,
+    share: float | None,
+    notes: list[str],
+    spare: FreshProcess | None = None,
+) -> tuple[FinalCheck | None, str | None]:
+    """The recommendation re-timed against the default where the user runs it (a fresh
+    process for a recreatable workload in an isolated run; else this process), with the
+    runner-up of another family beside it: the check, or why it could not be made. Nothing to
+    check when the default is the pick."""
+    pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
+    if pick.chosen.settings == outcome.baseline.settings:
+        return None, None
+    runner = runner_up(outcome.results, pick.chosen, outcome.baseline)
+    if dev.type == "cuda" and pick.chosen.settings.cudnn_benchmark:
+        # One process cannot time it against the default: cuDNN's plan cache ignores the flag
+        # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
+        notes.append(
+            "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
+            "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
+            "them in a process each"
+        )
+        return None, None
+    if options.progress is not None:
+        options.progress(Progress(0, 1, None, pick.chosen, 0.0, stage="final check"))
+    left = max(0.0, plan.end - time.perf_counter())
+    # Runs sharing the study check the pick once and agree (as with the re-time).
+    checked = [outcome.baseline, pick.chosen] + ([runner] if runner is not None else [])
+    record, key = shared_record(FinalCheckRecord, options, outcome.study_name, checked)
+    check = record.taken(key, owner_id(), options.trial_timeout_s) if record is not None else None
+    if check is None:
+        try:
+            check = final_check(
+                workload, dev, options.mode, check_policy(sp.timing.policy(), left),
+                outcome.baseline, pick.chosen,
+                fresh=options.isolate and workload.info.recreatable,
+                busy=share is not None and share > BUSY_SHARE,
+                timeout_s=options.trial_timeout_s,
+                spare=spare,
+                runner_up=runner,
+                min_gain=sp.min_gain,
+            )  # fmt: skip
+        except CheckFailed as e:
+            log.warning("final check failed: %s", e)
+            return None, str(e)
+        if record is not None:
+            record.put(key, check)
+    if options.progress is not None:
+        options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
+    return check, None
