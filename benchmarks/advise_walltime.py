@@ -71,7 +71,11 @@ def _advise(tree: Path, model: Path, mode: str, device: str, timeout_s: float) -
         if r.returncode != 0 or not cfg.exists():
             return {"wall_s": wall, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
         data = json.loads(cfg.read_text())
-        return {"wall_s": wall, "pick": _label(data["settings"]), "settings": data["settings"]}
+        run = {"wall_s": wall, "pick": _label(data["settings"]), "settings": data["settings"]}
+        stage_s = (data.get("result") or {}).get("stage_s")
+        if stage_s:  # revisions from issue 30 on say where the time went
+            run["stage_s"] = stage_s
+        return run
 
 
 # PyTorch's defaults as a config writes them: left out of a pick's label
@@ -150,7 +154,36 @@ def _report(
         first, last = medians[0], medians[-1]
         ratio = f"{first / last:.2f}x" if first and last else "-"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
+    total = [sum(statistics.median(r["wall_s"] for r in ok) for by_rev in rows.values()
+                 if (ok := [r for r in by_rev.get(sha, []) if "error" not in r]))
+             for sha in shas]  # fmt: skip
+    lines += ["", "Sum of the medians: " + ", ".join(f"{s} {t:.1f} s" for s, t in zip(shas, total))]
+    lines += _breakdown(rows, shas[-1])
     return "\n".join(lines) + "\n"
+
+
+def _breakdown(rows: dict[str, Any], sha: str) -> list[str]:
+    """Where the time went at revision `sha`, stage by stage (the config's `result.stage_s`,
+    median over the runs): start-up and load, the search, its precision checks, ...; none for
+    revisions that did not record it."""
+    stages: list[str] = []
+    table: dict[str, dict[str, float]] = {}
+    for name, by_rev in rows.items():
+        runs = [r["stage_s"] for r in by_rev.get(sha, []) if "stage_s" in r]
+        if not runs:
+            continue
+        for run in runs:
+            stages += [k for k in run if k not in stages]
+        table[name] = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in stages}
+    if not table:
+        return []
+    lines = ["", f"Where the time went at {sha}, seconds by stage (the config's `result.stage_s`; "
+             "a 'stage: part' column is part of that stage; 'advise' wall above also counts "
+             "Python's start-up and imports):", ""]  # fmt: skip
+    lines += ["| model | " + " | ".join(stages) + " |", "| --- |" + " ---: |" * len(stages)]
+    for name, row in table.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row.get(k, 0.0):.1f}" for k in stages) + " |")
+    return lines
 
 
 def main() -> int:

@@ -52,3 +52,20 @@ def test_labels_written_with_every_setting_are_shortened() -> None:
     assert shorten(full.replace("amp=off", "amp=bf16") + ", layers: 2x unfold_gemm") == (
         "amp=bf16, layers: 2x unfold_gemm"
     )
+
+
+def test_the_breakdown_table_says_where_the_time_went() -> None:
+    script = _script()
+    args = argparse.Namespace(device="cpu", mode="train", repeats=1)
+    stage_s = {"start-up and load": 3.0, "global knobs": 12.0, "global knobs: precision checks": 4.0,
+               "final check": 2.0, "other": 0.5, "total": 17.5}  # fmt: skip
+    rows = {"net": {"aaa": [{"wall_s": 20.0, "pick": "default", "stage_s": stage_s}]},
+            "old": {"aaa": [{"wall_s": 30.0, "pick": "default"}]}}  # fmt: skip
+    text = script._report(args, ["aaa"], rows, machine="m", command="c")
+    assert "Sum of the medians: aaa 50.0 s" in text
+    header = next(ln for ln in text.splitlines() if ln.startswith("| model | start-up"))
+    assert "global knobs: precision checks" in header
+    row = next(ln for ln in text.splitlines() if ln.startswith("| net | 3.0"))
+    assert row.split("|")[3].strip() == "12.0"
+    after = text.split("Where the time went", 1)[1]
+    assert "| old |" not in after  # a revision that did not record it has no breakdown row
