@@ -25,7 +25,7 @@ from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
-from advisor.stages.compiling import compile_candidates, run_compile_stage
+from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
 from advisor.stages.confirm import check_pick
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import machine_moved, retime_finalists
@@ -197,7 +197,8 @@ def _stages(
         todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
         with clock.stage("compile"):
             compiled = run_compile_stage(outcome, todo, evaluator, options.storage,
-                                         plan.compile, options.progress)  # fmt: skip
+                                         plan.compile, options.progress,
+                                         compile_race(outcome, sp))  # fmt: skip
         if compiled:
             with clock.stage("re-time"):
                 again, retime_error = retime_finalists(workload, outcome, dev, sp, options,

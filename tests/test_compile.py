@@ -24,7 +24,7 @@ from advisor.search.compile_bill import alternative, bill, compile_note, paying
 from advisor.search.pick import pick_for_steps
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan
-from advisor.stages.compiling import compile_candidates
+from advisor.stages.compiling import compile_candidates, compile_race
 from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"
@@ -254,3 +254,15 @@ def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default(
     assert pick.chosen is twin and "10,000-step horizon" in pick.why
     note = compile_note([base, twin, slow], twin, twin, steps=None)
     assert note is not None and "10,000-step horizon" in note and "not recommended" in note
+
+
+def test_a_compiled_candidate_races_the_fastest_eager_one() -> None:
+    base, cl = _r(Settings(), 10.0), _r(Settings(memory_format="channels_last"), 8.0)
+    compiled = _r(Settings(compile="default"), 1.0, cold=5.0)  # not its own yardstick
+    outcome = SearchOutcome([base, cl, compiled], base, [], "s", current_environment(CPU), 0.0)
+    space = SearchSpace(name="s", knobs={"compile": ["off", "default"]})
+    race = compile_race(outcome, space)
+    assert race is not None and race.judge_below_ms == pytest.approx(8.0 * (1 + space.min_gain))
+    assert race.limit_ms == pytest.approx(space.race_limit_ms(8.0))
+    off = SearchSpace(name="s", knobs={"compile": ["off", "default"]}, race=False)
+    assert compile_race(outcome, off) is None

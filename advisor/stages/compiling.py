@@ -34,12 +34,13 @@ import torch
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
 from advisor.search import Progress, SearchOutcome
 from advisor.search.pick import pick_final
 from advisor.search.storage import LayerStore, open_storage
 from advisor.space import Dropped, SearchSpace, compile_modes
 
-__all__ = ["FIRST_COMPILE_S", "compile_candidates", "run_compile_stage"]
+__all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
 
 # What a first compile trial is assumed to take before one was measured: a cold compile of the
 # smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
@@ -87,6 +88,21 @@ def compile_candidates(
     ]
 
 
+def compile_race(outcome: SearchOutcome, space: SearchSpace) -> Race | None:
+    """The race a compiled candidate runs: against the fastest accepted eager candidate, as in
+    the search. One that provably cannot beat it stops after its first samples, before the
+    dearest parts of its trial (the gate's capture, which compiles again, and the warm
+    compile): it could not change the answer."""
+    if not space.race:
+        return None
+    ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None
+          and not r.settings.compiled]  # fmt: skip
+    leader = min(ok, key=lambda r: r.median_ms, default=None)
+    if leader is None or leader.measurement is None:
+        return None
+    return space.race_against(leader.measurement.ci_high_ms)
+
+
 def run_compile_stage(
     outcome: SearchOutcome,
     candidates: list[Settings],
@@ -94,10 +110,12 @@ def run_compile_stage(
     storage: str | None,
     deadline: float | None,
     progress: Callable[[Progress], None] | None = None,
+    race: Race | None = None,
 ) -> list[TrialResult]:
-    """Measure `candidates` with the run's evaluator while the budget allows; their results are
-    added to the outcome (trial number -1: not trials of the main study) and returned. Those the
-    budget left out are named in `outcome.not_measured`."""
+    """Measure `candidates` with the run's evaluator while the budget allows, each in `race`
+    (`compile_race`); their results are added to the outcome (trial number -1: not trials of
+    the main study) and returned. Those the budget left out are named in
+    `outcome.not_measured`."""
     store = LayerStore(open_storage(storage), outcome.study_name)
     start = time.perf_counter()
     longest = FIRST_COMPILE_S
@@ -112,7 +130,7 @@ def run_compile_stage(
                 outcome.not_measured.append(settings.label())
                 continue
             t0 = time.perf_counter()
-            result = evaluator(settings, time_left_s=left)
+            result = evaluator(settings, race=race, time_left_s=left)
             longest = max(time.perf_counter() - t0, 1.0)  # the next one costs about as much
             store.add_model_result(result)
         outcome.results.append(result)
