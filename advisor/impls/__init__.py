@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from advisor.errors import ImplError
+from advisor.impls._swap import fallbacks
 from advisor.impls.base import CONV_TYPES, ConvImpl, ConvSignature
 from advisor.impls.native import NativeImpl
 from advisor.impls.rewrites import FoldTimeImpl, TransposeAsMulImpl
@@ -80,6 +81,7 @@ __all__ = [
     "ConvImpl",
     "ConvSignature",
     "conv_modules",
+    "fallbacks",
     "get_impl",
     "names",
     "register",

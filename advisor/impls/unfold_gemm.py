@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from advisor.impls._swap import (
     SwappingImpl,
@@ -244,6 +244,15 @@ class UnfoldGemmImpl(SwappingImpl):
     class_prefix = "UnfoldGemm"
     conv_fn = unfold_gemm_conv
     conv_transpose_fn = unfold_gemm_conv_transpose
+
+    def call_why_not(
+        self, module: nn.Module, input: Tensor, output_padding: list[int] | None
+    ) -> str | None:
+        # wrap checks the module's output_padding; this covers one from a changed stride.
+        stride: tuple[int, ...] = module.stride  # type: ignore[assignment]
+        if output_padding is not None and any(op >= s for op, s in zip(output_padding, stride)):
+            return f"output_padding {output_padding} >= stride {stride} does not fit col2im"
+        return super().call_why_not(module, input, output_padding)
 
     def layer_reason(self, sig: ConvSignature) -> str | None:
         if sig.transposed:
