@@ -79,6 +79,11 @@ def swapped_class(original: type[nn.Module], impl_name: str) -> type[nn.Module]:
             "__module__": __name__,
             "__qualname__": name,
         }
+        # A Lazy* module turns itself into `cls_to_become` (e.g. nn.Conv2d) on its first call:
+        # make that the swapped class too, or the swap would silently end there.
+        become = getattr(original, "cls_to_become", None)
+        if isinstance(become, type) and issubclass(become, nn.Module):
+            namespace["cls_to_become"] = swapped_class(become, impl_name)
         cls = type(name, (original,), namespace)
         _CLASSES[key] = cls
     return cls

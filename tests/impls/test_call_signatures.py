@@ -182,6 +182,15 @@ CALLS: dict[str, Call] = {
         dtype=torch.complex64,
         falls_back=EVERY_IMPL,
     ),
+    # Lazy modules: initialised by the call, and still swapped afterwards
+    "lazy_conv2d": Call(lambda: nn.LazyConv2d(4, 3, padding=1), (2, 3, 5, 5)),
+    "lazy_conv3d": Call(lambda: nn.LazyConv3d(4, (1, 3, 3)), (2, 3, 2, 5, 5)),
+    "lazy_t2d": Call(
+        lambda: nn.LazyConvTranspose2d(2, 2, stride=2),
+        (1, 4, 3, 3),
+        {"output_size": [7, 7]},
+        falls_back=("transpose_as_mul",),
+    ),
 }
 PAIRS = [(name, impl) for name in CALLS for impl in SWAPPED]
 
@@ -262,3 +271,12 @@ def test_pytorch_errors_stay_pytorch_errors() -> None:
     with pytest.raises(RuntimeError):
         conv(torch.randn(1, 3, 0, 5))  # an empty spatial dim: PyTorch's own error
     assert impls.fallbacks(conv) == 1
+
+
+def test_lazy_module_stays_swapped_after_initialising() -> None:
+    module = impls.swap(nn.LazyConv2d(4, 3), "unfold_gemm")
+    module(torch.randn(1, 3, 5, 5))
+    assert type(module).__name__ == "UnfoldGemmConv2d" and isinstance(module, nn.Conv2d)
+    assert module.in_channels == 3
+    impls.swap(module, "native")
+    assert type(module) is nn.Conv2d
