@@ -212,12 +212,16 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 
 def cast_for_autocast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
-    """Cast floating tensors as autocast would for a conv, for ops autocast does not cover."""
+    """Cast floating tensors as autocast would for a conv, for ops autocast does not cover
+    (float64 excepted, as autocast does)."""
     first = next(t for t in tensors if t is not None)
     dtype = autocast_dtype(first.device.type)
     if dtype is None:
         return tensors
-    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+    return tuple(
+        t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+        for t in tensors
+    )
 
 
 def conv_tf32(dtype: torch.dtype) -> bool:

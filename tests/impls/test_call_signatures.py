@@ -280,3 +280,17 @@ def test_lazy_module_stays_swapped_after_initialising() -> None:
     assert module.in_channels == 3
     impls.swap(module, "native")
     assert type(module) is nn.Conv2d
+
+
+def test_autocast_leaves_float64_alone_as_pytorch_does() -> None:
+    """Under autocast a float64 conv stays float64 in PyTorch: so in the swapped one too."""
+    x = torch.randn(1, 4, 3, 3, dtype=torch.float64)
+    for impl in ("transpose_as_mul", "triton"):
+        module = T2().double()
+        want = module(x)
+        impls.swap(module, impl)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = module(x)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want)
+        assert impls.fallbacks(module) == (impl == "triton")
