@@ -26,6 +26,8 @@ from advisor.impls import _swap
 from tests.impls.conv_cases import to_channels_last
 from tests.impls.swap_check import compare
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SWAPPED = [n for n in impls.names() if n != "native"]
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
