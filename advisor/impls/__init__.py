@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from advisor.errors import ImplError
+from advisor.impls._swap import fallbacks
 from advisor.impls.base import CONV_TYPES, ConvImpl, ConvSignature
 from advisor.impls.native import NativeImpl
 from advisor.impls.rewrites import FoldTimeImpl, TransposeAsMulImpl
@@ -85,6 +86,7 @@ __all__ = [
     "ConvImpl",
     "ConvSignature",
     "conv_modules",
+    "fallbacks",
     "get_impl",
     "names",
     "register",

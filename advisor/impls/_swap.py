@@ -8,10 +8,18 @@ the original class still holds, and `native` unwraps by restoring `_advisor_orig
 The subclasses are created at run time, so pickling by class name would fail; `__reduce_ex__`
 rebuilds them from (original class, impl name) instead, which makes `torch.save(model)`,
 `pickle` and `copy.deepcopy` work.
+
+A swapped module never raises where its PyTorch module would not: an implementation's
+`call_why_not` names the calls it does not compute (a dtype it lacks, an output_size it cannot
+honour, ...), and those calls run PyTorch's own forward instead. Each such call adds one to the
+module's `fallbacks` and logs a debug line (logger `advisor.impls._swap`) naming the layer, the
+implementation and the reason. Only that check decides: an exception inside an implementation is
+a bug and propagates, never turned into a silent fallback.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar
@@ -27,16 +35,29 @@ from advisor.knobs import GlobalFlags
 # The conv a forward computes, given the module and an input that needs no more padding_mode work:
 # forward(module, input, padding, output_padding) -> output. output_padding is None for plain convs.
 ForwardFn = Callable[[nn.Module, Tensor, "tuple[int, ...] | str", "list[int] | None"], Tensor]
+# Whether an implementation computes this call: call_why_not(module, input, output_padding) is
+# None if it does, else why not (PyTorch's forward then computes it). Called before any padding.
+CallCheck = Callable[[nn.Module, Tensor, "list[int] | None"], "str | None"]
+
+logger = logging.getLogger(__name__)
 
 _FORWARDS: dict[str, ForwardFn] = {}
+_CALL_CHECKS: dict[str, CallCheck] = {}
 _CLASS_NAMES: dict[str, str] = {}
 _CLASSES: dict[tuple[type[nn.Module], str], type[nn.Module]] = {}
 
 
-def register_forward(impl_name: str, class_prefix: str, forward: ForwardFn) -> None:
-    """Declare how implementation `impl_name` computes a conv module's forward."""
+def register_forward(
+    impl_name: str, class_prefix: str, forward: ForwardFn, call_why_not: CallCheck | None = None
+) -> None:
+    """Declare how implementation `impl_name` computes a conv module's forward, and which calls
+    it leaves to PyTorch (`call_why_not`; None: it computes every call)."""
     _FORWARDS[impl_name] = forward
     _CLASS_NAMES[impl_name] = class_prefix
+    if call_why_not is None:
+        _CALL_CHECKS.pop(impl_name, None)
+    else:
+        _CALL_CHECKS[impl_name] = call_why_not
 
 
 def original_class(module: nn.Module) -> type[nn.Module]:
@@ -49,14 +70,20 @@ def swapped_class(original: type[nn.Module], impl_name: str) -> type[nn.Module]:
     cls = _CLASSES.get(key)
     if cls is None:
         name = f"{_CLASS_NAMES[impl_name]}{original.__name__}"
-        namespace = {
+        namespace: dict[str, object] = {
             "_advisor_original_class": original,
             "_advisor_impl": impl_name,
+            "fallbacks": 0,  # calls PyTorch's forward computed; the instance's own once counted
             "forward": _swapped_forward,
             "__reduce_ex__": _reduce_ex,
             "__module__": __name__,
             "__qualname__": name,
         }
+        # A Lazy* module turns itself into `cls_to_become` (e.g. nn.Conv2d) on its first call:
+        # make that the swapped class too, or the swap would silently end there.
+        become = getattr(original, "cls_to_become", None)
+        if isinstance(become, type) and issubclass(become, nn.Module):
+            namespace["cls_to_become"] = swapped_class(become, impl_name)
         cls = type(name, (original,), namespace)
         _CLASSES[key] = cls
     return cls
@@ -65,6 +92,7 @@ def swapped_class(original: type[nn.Module], impl_name: str) -> type[nn.Module]:
 def swap_module(module: nn.Module, impl_name: str) -> nn.Module:
     """Make `module` (in place, also returned) compute its forward with `impl_name`."""
     module.__class__ = swapped_class(original_class(module), impl_name)
+    module.__dict__.pop("fallbacks", None)  # counted per implementation: a new swap starts at 0
     return module
 
 
@@ -72,23 +100,58 @@ def _swapped_forward(
     self: nn.Module, input: Tensor, output_size: list[int] | None = None
 ) -> Tensor:
     m: nn.modules.conv._ConvNd = self  # type: ignore[assignment]
-    forward = _FORWARDS[type(self)._advisor_impl]  # type: ignore[attr-defined]
+    impl = type(self)._advisor_impl  # type: ignore[attr-defined]
+    forward = _FORWARDS[impl]
     ndim = len(m.kernel_size)
+    output_padding: list[int] | None = None
     if m.transposed:
         if m.padding_mode != "zeros":
             raise ValueError(f"Only `zeros` padding mode is supported for {type(m).__name__}")
-        output_padding = m._output_padding(  # type: ignore[operator]
-            input, output_size, m.stride, m.padding, m.kernel_size, ndim, m.dilation
+        output_padding = list(
+            m._output_padding(  # type: ignore[operator]
+                input, output_size, m.stride, m.padding, m.kernel_size, ndim, m.dilation
+            )
         )
-        return forward(self, input, tuple(m.padding), list(output_padding))  # type: ignore[arg-type]
-    if output_size is not None:
+    elif output_size is not None:
         raise TypeError("output_size is only accepted by transposed convolutions")
+    check = _CALL_CHECKS.get(impl)
+    reason = check(self, input, output_padding) if check is not None else None
+    if reason is not None:
+        return _pytorch_forward(m, impl, reason, input, output_size)
+    if output_padding is not None:
+        return forward(self, input, tuple(m.padding), output_padding)  # type: ignore[arg-type]
     if m.padding_mode != "zeros":
         # What nn.ConvNd does: pad explicitly with the mode, then convolve without padding.
         input = F.pad(input, m._reversed_padding_repeated_twice, mode=m.padding_mode)
         return forward(self, input, (0,) * ndim, None)
     padding = m.padding if isinstance(m.padding, str) else tuple(m.padding)
     return forward(self, input, padding, None)
+
+
+def _pytorch_forward(
+    m: nn.modules.conv._ConvNd,
+    impl: str,
+    reason: str,
+    input: Tensor,
+    output_size: list[int] | None,
+) -> Tensor:
+    """The call computed by the original class's forward: PyTorch's own op, same parameters."""
+    original = original_class(m)
+    # Under torch.compile, logging would break the graph: the fallback is just traced there.
+    if not torch.compiler.is_compiling():
+        object.__setattr__(m, "fallbacks", getattr(m, "fallbacks", 0) + 1)
+        if logger.isEnabledFor(logging.DEBUG):
+            layer = f"{original.__name__}({m.extra_repr()})"
+            logger.debug("%s under %s: PyTorch's conv computes this call: %s", layer, impl, reason)
+    if m.transposed:
+        return original.forward(m, input, output_size)
+    return original.forward(m, input)
+
+
+def fallbacks(module: nn.Module) -> int:
+    """How many calls of swapped `module` PyTorch's own conv computed (0 for a native module)."""
+    count = getattr(module, "fallbacks", 0)
+    return count if isinstance(count, int) else 0
 
 
 def _rebuild(original: type[nn.Module], impl_name: str) -> nn.Module:
@@ -149,12 +212,16 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 
 def cast_for_autocast(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
-    """Cast floating tensors as autocast would for a conv, for ops autocast does not cover."""
+    """Cast floating tensors as autocast would for a conv, for ops autocast does not cover
+    (float64 excepted, as autocast does)."""
     first = next(t for t in tensors if t is not None)
     dtype = autocast_dtype(first.device.type)
     if dtype is None:
         return tensors
-    return tuple(t.to(dtype) if t is not None and t.is_floating_point() else t for t in tensors)
+    return tuple(
+        t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+        for t in tensors
+    )
 
 
 def conv_tf32(dtype: torch.dtype) -> bool:
@@ -192,6 +259,19 @@ class SwappingImpl(ConvImpl):
             return f"dtype {dtype} is not a floating type"
         return self.layer_reason(sig)
 
+    def call_why_not(
+        self, module: nn.Module, input: Tensor, output_padding: list[int] | None
+    ) -> str | None:
+        """None if this implementation computes this call of `module`, else why not: PyTorch's
+        own forward then computes it (see `_swapped_forward`). Subclasses add their own rules."""
+        if input.dtype not in FLOAT_DTYPES:
+            return f"input dtype {input.dtype} is not a supported floating type"
+        ndim = len(module.kernel_size)  # type: ignore[arg-type]
+        if input.numel() == 0 and 0 in input.shape[-ndim - 1 :]:
+            # An empty channel or spatial dim (a zero batch is computed): PyTorch's error or result.
+            return f"empty input {tuple(input.shape)} beyond its batch dim"
+        return None
+
     def module_forward(
         self,
         module: nn.Module,
@@ -212,7 +292,7 @@ class SwappingImpl(ConvImpl):
         )
 
     def __init__(self) -> None:
-        register_forward(self.name, self.class_prefix, self.module_forward)
+        register_forward(self.name, self.class_prefix, self.module_forward, self.call_why_not)
 
     def wrap(self, module: nn.Module) -> nn.Module:
         sig = ConvSignature.from_module(module)

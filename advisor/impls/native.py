@@ -22,4 +22,5 @@ class NativeImpl(ConvImpl):
         original = getattr(type(module), "_advisor_original_class", None)
         if original is not None:
             module.__class__ = original
+            module.__dict__.pop("fallbacks", None)  # the swapped forward's count
         return module

@@ -168,6 +168,15 @@ class TransposeAsMulImpl(SwappingImpl):
             return f"output_padding {sig.output_padding} is not 0"
         return None
 
+    def call_why_not(
+        self, module: nn.Module, input: Tensor, output_padding: list[int] | None
+    ) -> str | None:
+        # An output_size= larger than input * stride (U-Net decoders pass one): the extra rows
+        # are bias only, which the block-per-pixel product does not write.
+        if output_padding is not None and any(output_padding):
+            return f"output_size needs output_padding {output_padding}"
+        return super().call_why_not(module, input, output_padding)
+
     def module_forward(
         self,
         module: nn.Module,
@@ -176,6 +185,5 @@ class TransposeAsMulImpl(SwappingImpl):
         output_padding: list[int] | None,
     ) -> Tensor:
         m: nn.modules.conv._ConvNd = module  # type: ignore[assignment]
-        if output_padding is not None and any(output_padding):
-            raise ValueError("transpose_as_mul: an output_size that needs output_padding")
+        assert not output_padding or not any(output_padding), "call_why_not lets none through"
         return transpose_as_mul(input, m.weight, m.bias, m.stride, m.groups)

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from advisor.device.ops import cuda_ops, device_guard
 from advisor.impls._swap import (
     SwappingImpl,
+    autocast_dtype,
     cast_for_autocast,
     conv_out_size,
     conv_tf32,
@@ -30,12 +31,7 @@ from advisor.impls._swap import (
 )
 from advisor.impls.base import ConvSignature
 from advisor.impls.triton_configs import too_thin
-from advisor.impls.triton_loader import (
-    interpreting,
-    kernels,
-    kernels_problem,
-    triton_import_problem,
-)
+from advisor.impls.triton_loader import device_problem, interpreting, kernels
 from advisor.impls.unfold_gemm import is_channels_last
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -367,6 +363,21 @@ class TritonImpl(SwappingImpl):
     conv_fn = triton_conv
     conv_transpose_fn = triton_conv_transpose
 
+    def call_why_not(
+        self, module: nn.Module, input: Tensor, output_padding: list[int] | None
+    ) -> str | None:
+        # why_not's rules for this call's tensors: the module may have been swapped without
+        # asking, or for another device or dtype. All cheap (the loading checks are cached).
+        problem = device_problem(input.device)
+        if problem is not None:
+            return problem
+        cast = autocast_dtype(input.device.type)
+        for t in (input, module.weight):  # the dtype the kernels see: autocast spares float64
+            dtype = cast if cast is not None and t.dtype != torch.float64 else t.dtype
+            if dtype not in _DTYPES:
+                return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
+        return super().call_why_not(module, input, output_padding)
+
     def layer_reason(self, sig: ConvSignature) -> str | None:
         if sig.groups > _MAX_GRID_YZ:
             return f"groups={sig.groups} exceeds the grid limit {_MAX_GRID_YZ}"
@@ -375,17 +386,7 @@ class TritonImpl(SwappingImpl):
     def why_not(
         self, sig: ConvSignature, *, device: torch.device, dtype: torch.dtype
     ) -> str | None:
-        problem = triton_import_problem()
-        if problem is not None:
-            return problem
-        device = torch.device(device)
-        if device.type == "cpu" and not interpreting():
-            return "triton runs on CPU tensors only under TRITON_INTERPRET=1 (for testing)"
-        if device.type not in ("cpu", "cuda"):
-            return f"triton kernels need a CUDA device, not {device.type}"
-        if device.type == "cuda" and not cuda_ops().is_available():
-            return "CUDA is not available"
-        problem = kernels_problem(interpreting())
+        problem = device_problem(torch.device(device))
         if problem is not None:
             return problem
         if dtype not in _DTYPES:

@@ -14,9 +14,18 @@ import re
 import sys
 from types import ModuleType
 
+import torch
+
+from advisor.device.ops import cuda_ops
 from advisor.errors import first_line
 
-__all__ = ["interpreting", "kernels", "kernels_problem", "triton_import_problem"]
+__all__ = [
+    "device_problem",
+    "interpreting",
+    "kernels",
+    "kernels_problem",
+    "triton_import_problem",
+]
 
 _MIN_TRITON = (3, 4)  # the kernel module reads triton.knobs, new in Triton 3.4
 _KERNELS: dict[bool, ModuleType] = {}
@@ -86,3 +95,17 @@ def kernels_problem(interpret: bool) -> str | None:
     except Exception as exc:  # an old or broken triton fails in many ways, all "cannot run here"
         return f"triton {version} cannot load the kernels here: {first_line(exc)}"
     return None
+
+
+def device_problem(device: torch.device) -> str | None:
+    """None if the kernels can run on `device` here, else why not, as one line."""
+    problem = triton_import_problem()
+    if problem is not None:
+        return problem
+    if device.type == "cpu" and not interpreting():
+        return "triton runs on CPU tensors only under TRITON_INTERPRET=1 (for testing)"
+    if device.type not in ("cpu", "cuda"):
+        return f"triton kernels need a CUDA device, not {device.type}"
+    if device.type == "cuda" and not cuda_ops().is_available():
+        return "CUDA is not available"
+    return kernels_problem(interpreting())

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from advisor.impls._swap import (
     SwappingImpl,
@@ -102,12 +102,13 @@ def unfold_gemm_conv(
     kernel = tuple(weight.shape[2:])
     pads = resolve_padding(padding, kernel, dilation, stride)
     channels_last = is_channels_last(x)
-    cout = weight.shape[0]
+    cout, ck = weight.shape[0], weight.shape[1] * prod(kernel)
     # (G, Cout/G, Cin/G * prod(kernel)) with the K order matching the columns built below.
+    # Every reshape here names all its sizes: a -1 is ambiguous on a zero batch.
     if channels_last:
-        w2 = weight.permute(0, *range(2, ndim + 2), 1).reshape(groups, cout // groups, -1)
+        w2 = weight.permute(0, *range(2, ndim + 2), 1).reshape(groups, cout // groups, ck)
     else:
-        w2 = weight.reshape(groups, cout // groups, -1)
+        w2 = weight.reshape(groups, cout // groups, ck)
 
     if all(k == 1 for k in kernel) and all(p == (0, 0) for p in pads):
         # Pointwise: the input already is the column matrix (after subsampling for stride).
@@ -129,10 +130,10 @@ def unfold_gemm_conv(
 
 
 def _pointwise_cols(x: Tensor, groups: int, channels_last: bool) -> Tensor:
-    n, c = x.shape[:2]
+    n, c, *spatial = x.shape
     if channels_last:
-        return x.permute(0, *range(2, x.dim()), 1).reshape(-1, groups, c // groups)
-    return x.reshape(n, groups, c // groups, -1)
+        return x.permute(0, *range(2, x.dim()), 1).reshape(n * prod(spatial), groups, c // groups)
+    return x.reshape(n, groups, c // groups, prod(spatial))
 
 
 def _im2col(
@@ -163,28 +164,29 @@ def _im2col(
             x = x[..., ::d]
     if channels_last:
         # (N, *out, G, Cg, *kernel) -> (N, *out, G, *kernel, Cg): channels innermost.
+        out = prod(x.shape[1 : ndim + 1])
         x = x.unflatten(ndim + 1, (groups, c // groups))
         x = x.permute(*range(ndim + 2), *range(ndim + 3, 2 * ndim + 3), ndim + 2)
-        return x.reshape(-1, groups, c // groups * prod(kernel))
+        return x.reshape(n * out, groups, c // groups * prod(kernel))
     # (N, C, *out, *kernel) -> (N, C, *kernel, *out)
     x = x.permute(0, 1, *range(ndim + 2, 2 * ndim + 2), *range(2, ndim + 2))
-    return x.reshape(n, groups, c // groups * prod(kernel), -1)
+    return x.reshape(n, groups, c // groups * prod(kernel), prod(x.shape[-ndim:]))
 
 
 def _gemm_channels_first(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
     # (G, Cog, CK) @ (N, G, CK, L) -> (N, G, Cog, L): one batched GEMM, output already NC*.
     out = _matmul(w2, cols)
-    return out.reshape(n, -1, *out_spatial)
+    return out.reshape(n, w2.shape[0] * w2.shape[1], *out_spatial)
 
 
 def _gemm_channels_last(cols: Tensor, w2: Tensor, n: int, out_spatial: tuple[int, ...]) -> Tensor:
-    groups = w2.shape[0]
+    groups, cout = w2.shape[0], w2.shape[0] * w2.shape[1]
     if groups == 1:
         out = _matmul(cols[:, 0], w2[0].t())  # (N*L, Cout): channels innermost
     else:
         out = _matmul(cols.transpose(0, 1), w2.transpose(1, 2))  # (G, N*L, Cog)
-        out = out.transpose(0, 1).reshape(cols.shape[0], -1)
-    out = out.view(n, *out_spatial, -1)
+        out = out.transpose(0, 1).reshape(cols.shape[0], cout)
+    out = out.view(n, *out_spatial, cout)
     return out.permute(0, -1, *range(1, len(out_spatial) + 1))  # channels-last strides
 
 
@@ -217,10 +219,12 @@ def unfold_gemm_conv_transpose(
         (i - 1) * s - 2 * p + d * (k - 1) + op + 1
         for i, k, s, p, op, d in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
     ]
-    # (G, Cog*K, Cig) @ (N, G, Cig, L) -> (N, G, Cog*K, L): one batched GEMM.
+    # (G, Cog*K, Cig) @ (N, G, Cig, L) -> (N, G, Cog*K, L): one batched GEMM. No -1 in the
+    # reshapes: it is ambiguous on a zero batch.
+    length = prod(x.shape[2:])
     w3 = weight.reshape(groups, cin // groups, cog * prod(kernel)).transpose(1, 2)
-    cols = _matmul(w3, x.reshape(n, groups, cin // groups, -1))
-    cols = cols.reshape(n, groups * cog * prod(kernel), -1)
+    cols = _matmul(w3, x.reshape(n, groups, cin // groups, length))
+    cols = cols.reshape(n, groups * cog * prod(kernel), length)
     if ndim == 1:  # col2im is 2-D only: a 1-D conv is a 2-D one of height 1
         kernel, stride, dilation = ((1, *t) for t in (kernel, stride, dilation))
         padding = (0, *padding)
@@ -240,6 +244,15 @@ class UnfoldGemmImpl(SwappingImpl):
     class_prefix = "UnfoldGemm"
     conv_fn = unfold_gemm_conv
     conv_transpose_fn = unfold_gemm_conv_transpose
+
+    def call_why_not(
+        self, module: nn.Module, input: Tensor, output_padding: list[int] | None
+    ) -> str | None:
+        # wrap checks the module's output_padding; this covers one from a changed stride.
+        stride: tuple[int, ...] = module.stride  # type: ignore[assignment]
+        if output_padding is not None and any(op >= s for op, s in zip(output_padding, stride)):
+            return f"output_padding {output_padding} >= stride {stride} does not fit col2im"
+        return super().call_why_not(module, input, output_padding)
 
     def layer_reason(self, sig: ConvSignature) -> str | None:
         if sig.transposed:

@@ -5,5 +5,7 @@
 - `per_layer`: conv groups x implementations on the best settings.
 - `compiling`: torch.compile candidates and their cold and warm compile costs.
 - `walltime`: each stage's wall time, shown as it ends and kept in the result.
+- `confirm`: the pick, the default and the runner-up of another family timed together once
+  more (the final check's run-level part).
 - `final_check`: the recommendation against the default in a fresh process, as `apply` builds it.
 """

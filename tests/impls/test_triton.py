@@ -156,7 +156,7 @@ def test_why_not_without_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_why_not_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tc, "triton_import_problem", lambda: "triton is not installed")
+    monkeypatch.setattr(triton_loader, "triton_import_problem", lambda: "triton is not installed")
     sig = ConvSignature.from_module(torch.nn.Conv2d(3, 4, 3))
     reason = tc.TritonImpl().why_not(sig, device=torch.device("cpu"), dtype=torch.float32)
     assert reason == "triton is not installed"

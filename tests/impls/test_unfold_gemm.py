@@ -118,3 +118,38 @@ def test_the_tf32_gemm_switches_matmul_tf32_on_and_restores_it() -> None:
     torch.testing.assert_close(out, want)
     for got, exp in zip((ga, gb), torch.autograd.grad(want, (a, b), g)):
         torch.testing.assert_close(got, exp)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "kwargs", "channels_last"),
+    [
+        ((0, 3, 7), (4, 3, 3), {"padding": 1}, False),
+        ((0, 3, 7, 5), (4, 3, 3, 2), {}, False),
+        ((0, 4, 6, 5), (6, 2, 3, 3), {"groups": 2, "stride": 2}, True),
+        ((0, 4, 6, 5), (6, 2, 1, 1), {"groups": 2}, False),  # pointwise
+        ((0, 4, 6, 5), (6, 4, 1, 1), {}, True),
+        ((0, 2, 3, 4, 4), (4, 2, 2, 3, 3), {"padding": (0, 1, 1)}, False),
+    ],
+)
+def test_zero_batch(x_shape: tuple, w_shape: tuple, kwargs: dict, channels_last: bool) -> None:
+    """A zero batch computes: the right (empty) output and zero weight and bias gradients."""
+    x = torch.randn(x_shape)
+    if channels_last:
+        x = to_channels_last(x)
+    w, b = torch.randn(w_shape, requires_grad=True), torch.randn(w_shape[0], requires_grad=True)
+    ref = getattr(torch.nn.functional, f"conv{len(w_shape) - 2}d")(x, w, b, **kwargs)
+    out = unfold_gemm_conv(x.requires_grad_(), w, b, **kwargs)
+    assert out.shape == ref.shape
+    gx, gw, gb = torch.autograd.grad(out.sum(), (x, w, b))
+    assert gx.shape == x.shape and not gw.any() and not gb.any()
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_zero_batch_transpose(ndim: int) -> None:
+    x = torch.randn(0, 4, *[3] * ndim, requires_grad=True)
+    w = torch.randn(4, 3, *[2] * ndim, requires_grad=True)
+    ref = getattr(torch.nn.functional, f"conv_transpose{ndim}d")(x, w, None, 2)
+    out = unfold_gemm_conv_transpose(x, w, None, 2)
+    assert out.shape == ref.shape
+    gx, gw = torch.autograd.grad(out.sum(), (x, w))
+    assert gx.shape == x.shape and not gw.any()
