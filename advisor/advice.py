@@ -14,6 +14,7 @@ from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note
 from advisor.search.pick import Pick, pick_for_steps, speedup_over
+from advisor.stages.confirm import after_final_check, first_step_note, runner_held
 from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
 from advisor.workload.info import WorkloadInfo
@@ -167,34 +168,6 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         wall_s=r.wall_s if r.wall_s is not None else math.nan,
     )
     return row
-
-
-def runner_held(final: FinalCheck, results: list[TrialResult]) -> TrialResult | None:
-    """The final check's runner-up where it held against the default, else None."""
-    if not final.runner_up_held or final.runner_up is None:
-        return None
-    return next((r for r in results if r.settings == final.runner_up), None)
-
-
-def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
-    """The pick the final check leaves: the runner-up of another family where it beat the pick
-    there beyond noise, or held where the pick did not; else the pick, with the order of the two
-    said where this machine could not decide it."""
-    label = pick.chosen.settings.label()
-    runner = runner_held(final, results)
-    seen = f"in the final check {final.place}"
-    if runner is not None and (final.order == "runner-up" or not final.held):
-        how = "beat it" if final.held else f"held where {label} did not ({final.figures()})"
-        why = (f"{runner.settings.label()}, of another family than the search's pick {label}, "
-               f"{how} {seen} ({final.runner_up_text()}): recommended instead")  # fmt: skip
-        return Pick(runner, pick.fastest, why)
-    why = f"{pick.why}; it held {seen} ({final.figures()})"
-    if final.order == "undecided" and final.runner_up is not None:
-        why += (f"; beside it, {final.runner_up_text()}: the order of the two is within what "
-                "this machine can decide")  # fmt: skip
-    elif final.order == "pick" and final.runner_up is not None:
-        why += f"; it beat the runner-up {final.runner_up.label()} there"
-    return Pick(pick.chosen, pick.fastest, why)
 
 
 def trial_stage(r: TrialResult, number: int) -> str:
@@ -358,7 +331,9 @@ def build_advice(
         tuning_s=outcome.elapsed_s,
         payback=payback(outcome.elapsed_s, base, chosen),
         notes=notes or [],
-        compile_note=compile_note(outcome.results, chosen, eager, steps),
+        compile_note=first_step_note(
+            compile_note(outcome.results, chosen, eager, steps), chosen, final
+        ),
         steps=steps,
         other_load=other_load,
         final_check=final,

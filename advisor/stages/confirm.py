@@ -23,7 +23,7 @@ from advisor.knobs import Settings
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import pick_for_steps
+from advisor.search.pick import Pick, pick_for_steps
 from advisor.search.storage import FinalCheckRecord
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
@@ -31,7 +31,14 @@ from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, 
 from advisor.stages.finalists import shared_record
 from advisor.workload.build import Workload
 
-__all__ = ["check_pick", "family", "runner_up"]
+__all__ = [
+    "after_final_check",
+    "check_pick",
+    "family",
+    "first_step_note",
+    "runner_held",
+    "runner_up",
+]
 
 log = logging.getLogger("advisor")
 
@@ -111,3 +118,44 @@ def check_pick(
     if options.progress is not None:
         options.progress(Progress(1, 1, None, pick.chosen, 0.0, stage="final check"))
     return check, None
+
+
+def runner_held(final: FinalCheck, results: list[TrialResult]) -> TrialResult | None:
+    """The final check's runner-up where it held against the default, else None."""
+    if not final.runner_up_held or final.runner_up is None:
+        return None
+    return next((r for r in results if r.settings == final.runner_up), None)
+
+
+def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
+    """The pick the final check leaves: the runner-up of another family where it beat the pick
+    there beyond noise, or held where the pick did not; else the pick, with the order of the two
+    said where this machine could not decide it."""
+    label = pick.chosen.settings.label()
+    runner = runner_held(final, results)
+    seen = f"in the final check {final.place}"
+    if runner is not None and (final.order == "runner-up" or not final.held):
+        how = "beat it" if final.held else f"held where {label} did not ({final.figures()})"
+        why = (f"{runner.settings.label()}, of another family than the search's pick {label}, "
+               f"{how} {seen} ({final.runner_up_text()}): recommended instead")  # fmt: skip
+        return Pick(runner, pick.fastest, why)
+    why = f"{pick.why}; it held {seen} ({final.figures()})"
+    if final.order == "undecided" and final.runner_up is not None:
+        why += (f"; beside it, {final.runner_up_text()}: the order of the two is within what "
+                "this machine can decide")  # fmt: skip
+    elif final.order == "pick" and final.runner_up is not None:
+        why += f"; it beat the runner-up {final.runner_up.label()} there"
+    return Pick(pick.chosen, pick.fastest, why)
+
+
+def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | None) -> str | None:
+    """The compile note, with what the user's first training step will cost where the final
+    check saw it: the pick's first call in a fresh process, as `advisor.apply` builds it."""
+    if note is None or not chosen.settings.compiled or final is None:
+        return note
+    if final.first_call_s is None or final.where != "fresh process":
+        return note
+    return (
+        f"{note}; your training's first step compiles it: {final.first_call_s:.1f} s here "
+        "(its first call in the final check's fresh process)"
+    )
