@@ -245,7 +245,11 @@ def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default(
     b = bill(compiled, twin)
     assert b.saving_ms == pytest.approx(0.98) and b.steps == 6_939  # (7.0 - 0.2) s / 0.98 ms
     note = compile_note(results, compiled, base, steps=None)
-    assert note is not None and "over memory_format=channels_last, amp=bf16;" in note and "6,939 steps" in note
+    assert (
+        note is not None
+        and "over memory_format=channels_last, amp=bf16;" in note
+        and "6,939 steps" in note
+    )
     # Within the default horizon it competes; with a slower compile it does not, and says why.
     slow = _r(compiled.settings, 20.40, cold=12.0)  # 11.8 s / 0.98 ms = 12,041 steps
     kept, out = paying([base, twin, slow], base, steps=None)

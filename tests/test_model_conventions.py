@@ -17,9 +17,9 @@ from advisor.stages.per_layer import conv_inputs
 from advisor.workload.build import (
     model_workload,
     object_workload,
-    with_shape_set,
-    workload_from_info,
 )
+from advisor.workload.rebuild import workload_from_info
+from advisor.workload.shape_sets import with_shape_set
 
 DATA = Path(__file__).parent / "data"
 KW = str(DATA / "kwargs_model.py")

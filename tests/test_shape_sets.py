@@ -12,10 +12,10 @@ from advisor.space import load_space
 from advisor.workload.build import (
     layer_workload,
     model_workload,
-    with_shape_set,
-    workload_from_info,
 )
 from advisor.workload.layer_spec import layer_spec
+from advisor.workload.rebuild import workload_from_info
+from advisor.workload.shape_sets import with_shape_set
 
 CPU = torch.device("cpu")
 

@@ -38,8 +38,11 @@ def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
         TrialResult(settings=Settings(), status="ok"),
         TrialResult(settings=Settings(amp="bf16"), status="ok", precision_check=bf16),
         # a second candidate at bf16 carries the same verdict: measured once
-        TrialResult(settings=Settings(amp="bf16", memory_format="channels_last"), status="ok",
-                    precision_check=bf16),  # fmt: skip
+        TrialResult(
+            settings=Settings(amp="bf16", memory_format="channels_last"),
+            status="ok",
+            precision_check=bf16,
+        ),  # fmt: skip
         TrialResult(settings=Settings(compile="default"), status="ok", compile_cold_s=6.5),
         TrialResult(settings=Settings(compile="default", amp="bf16"), status="failed"),
     ]

@@ -20,11 +20,11 @@ from advisor.workload.build import (
     layer_workload,
     model_workload,
     object_workload,
-    with_shape_set,
-    workload_from_info,
 )
 from advisor.workload.info import LayerInfo, ModelFileInfo, ObjectInfo, parse_info
 from advisor.workload.layer_spec import layer_spec
+from advisor.workload.rebuild import workload_from_info
+from advisor.workload.shape_sets import with_shape_set
 from tests.conftest import DATA
 
 CPU = torch.device("cpu")
