@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import advisor
 import advisor.compiled
 from advisor.compiled import recompile_reason
 from advisor.device.environment import current_environment
+from advisor.execute import runner
 from advisor.execute.runner import Gate, evaluate
 from advisor.gate.numeric import compare
 from advisor.knobs import Settings
@@ -167,6 +169,26 @@ def test_hitting_the_recompile_limit_is_named() -> None:
         reason = recompile_reason(e, cases=2)
     assert reason is not None and "recompiled more than 12 times" in reason
     assert recompile_reason(RuntimeError("other")) is None
+
+
+def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
+    """Where the gate's dropout mode breaks a compiled model the timed steps ran (a graph break in
+    the model, then an in-place activation before an in-place dropout), the reason says whose
+    failure it is: not torch.compile's."""
+
+    class Failing:
+        def capture(self, record_convs: bool = False, canonical: bool = True) -> str:
+            if canonical:
+                raise RuntimeError("one of the variables needed ... modified by an inplace op")
+            return "as timed"
+
+    cand: Any = Failing()
+    with pytest.raises(RuntimeError, match=r"the gate's capture under its dropout masks \(the "
+                       r"compiled steps ran\): RuntimeError: one of the variables"):  # fmt: skip
+        runner._capture(cand, compiled=True, dropout=True)
+    assert runner._capture(cand, compiled=True, dropout=False) == "as timed"  # no masks drawn
+    with pytest.raises(RuntimeError, match="^one of the variables"):  # eager: as it is
+        runner._capture(cand, compiled=False, dropout=True)
 
 
 # ---- compiled for real -------------------------------------------------------------------------------

@@ -118,6 +118,27 @@ def _stopped(
     )
 
 
+def _capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
+    """The candidate's step as the gate compares it. A compiled model: the step as timed, under
+    the canonical dropout masks only where the reference drew some; no per-layer record
+    (`evaluate`). Its capture under the masks compiles the model again with the gate's dropout
+    mode in it: a failure there, after the timed steps ran, is the gate's, and its reason says so
+    (`advisor.measure.canonical_dropout`: a graph break in the model, then an in-place
+    activation before an in-place dropout)."""
+    if not compiled:
+        return cand.capture(record_convs=True)
+    if not dropout:
+        return cand.capture(record_convs=False, canonical=False)
+    try:
+        return cand.capture(record_convs=False)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with whose failure it is
+        raise RuntimeError(
+            f"the gate's capture under its dropout masks (the compiled steps ran): {first_line(e)}"
+        ) from e
+
+
 def _close(cand: Candidate) -> str | None:
     """Close a candidate; why that failed, or None."""
     try:
@@ -238,12 +259,7 @@ def _evaluate(
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
-                # A compiled model: the step as timed, under the canonical dropout masks only
-                # where the reference drew some; no per-layer record (`evaluate`).
-                compiled = settings.compiled
-                got = cand.capture(
-                    record_convs=not compiled, canonical=gate.dropout or not compiled
-                )
+                got = _capture(cand, settings.compiled, gate.dropout)
                 errors = compare(got, ref, mode)
                 err = max(err, errors.out)
                 if grad_err is not None:
