@@ -4,8 +4,10 @@ end to end (a real torch.compile of small models: tens of seconds on a 2-core CP
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +16,9 @@ import advisor
 import advisor.compiled
 from advisor.compiled import recompile_reason
 from advisor.device.environment import current_environment
+from advisor.execute import runner
 from advisor.execute.runner import Gate, evaluate
+from advisor.gate.numeric import compare
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.results import TrialResult
@@ -172,6 +176,26 @@ def test_hitting_the_recompile_limit_is_named() -> None:
     assert recompile_reason(RuntimeError("other")) is None
 
 
+def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
+    """Where the gate's dropout mode breaks a compiled model the timed steps ran (a graph break in
+    the model, then an in-place activation before an in-place dropout), the reason says whose
+    failure it is: not torch.compile's."""
+
+    class Failing:
+        def capture(self, record_convs: bool = False, canonical: bool = True) -> str:
+            if canonical:
+                raise RuntimeError("one of the variables needed ... modified by an inplace op")
+            return "as timed"
+
+    cand: Any = Failing()
+    with pytest.raises(RuntimeError, match=r"the gate's capture under its dropout masks \(the "
+                       r"compiled steps ran\): RuntimeError: one of the variables"):  # fmt: skip
+        runner._capture(cand, compiled=True, dropout=True)
+    assert runner._capture(cand, compiled=True, dropout=False) == "as timed"  # no masks drawn
+    with pytest.raises(RuntimeError, match="^one of the variables"):  # eager: as it is
+        runner._capture(cand, compiled=False, dropout=True)
+
+
 # ---- compiled for real -------------------------------------------------------------------------------
 
 
@@ -270,3 +294,39 @@ def test_a_compiled_candidate_races_the_fastest_eager_one() -> None:
     assert race.limit_ms == pytest.approx(space.race_limit_ms(8.0))
     off = SearchSpace(name="s", knobs={"compile": ["off", "default"]}, race=False)
     assert compile_race(outcome, off) is None
+
+
+@pytest.mark.slow
+def test_in_place_activations_and_dropout_compile_and_train_under_the_canonical_masks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MobileNetV3's classifier (Hardswish(inplace=True) then Dropout(inplace=True)) trains under
+    torch.compile, so its compiled candidate is measured and judged, not failed: the gate's
+    capture under the canonical masks must leave the model one graph (issue 30, item 3)."""
+    workload = make_workload(model_file=str(DATA / "inplace_dropout.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "train", space)
+    assert gate.dropout
+    compiled = Settings(compile="default")
+    result = evaluate(workload, compiled, CPU, "train", space, gate)
+    assert result.status == "ok", result.reason
+    assert result.rel_error is not None and result.rel_error < 1e-4  # the eager reference's
+    assert result.grad_error is not None and result.grad_error < 1e-3  # masks, to fp32 noise
+    # The gate still sees a wrong compiled model: the same one with its output 5% off.
+    apply_module = importlib.import_module("advisor.apply")  # `advisor.apply` is the function
+    real = apply_module.compile_model
+
+    def off(model: torch.nn.Module, settings: Settings) -> torch.nn.Module:
+        if settings.compiled:  # the references (the noise floor's too) stay right
+            model.register_forward_hook(lambda _m, _a, out: out * 1.05)
+        return real(model, settings)
+
+    monkeypatch.setattr(apply_module, "compile_model", off)
+    cand = Candidate(workload, compiled, CPU, "train", gate.seed)
+    try:
+        got = cand.capture(record_convs=False)
+    finally:
+        cand.close()
+    errors = compare(got, gate.cases[0], "train")
+    assert errors.out > 0.04
+    assert gate.tolerance(compiled, errors).judge(errors) is not None

@@ -4,12 +4,14 @@ width), so a channels_last candidate dropped other units than the fp32 reference
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from advisor.gate.numeric import REFERENCE, Gate, compare
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
+from advisor.measure.canonical_dropout import canonical_dropout
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
 
@@ -54,3 +56,32 @@ def test_the_noise_floor_is_not_made_of_dropout_masks() -> None:
     gate = Gate(workload, torch.device("cpu"), "train", space)
     noise = gate.noise()  # float64 and perturbed-input fp32 references against the reference
     assert noise.out < 1e-4 and (noise.grad or 0.0) < 1e-3, noise
+
+
+@pytest.mark.slow
+def test_a_compiled_model_with_in_place_dropout_trains_under_the_canonical_masks() -> None:
+    """Around a compiled model the mode drew its mask where Dynamo cannot trace (a graph break):
+    the backward then failed ("modified by an inplace operation ... CopyBackwards") where
+    torch.compile alone trains. It draws the eager masks now, and the model trains."""
+    torch.manual_seed(0)
+    # MobileNetV3's classifier up to its dropout, whose output shows the mask
+    model = nn.Sequential(
+        nn.Linear(16, 32), nn.Hardswish(inplace=True), nn.Dropout(0.5, inplace=True)
+    ).train()
+    x, w = torch.randn(8, 16), torch.randn(8, 32)
+
+    def step(run: nn.Module) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+        model.zero_grad(set_to_none=True)
+        with canonical_dropout(0) as mode:
+            out = run(x)
+        (out * w).sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()], mode.calls
+
+    out, grads, calls = step(model)
+    cout, cgrads, ccalls = step(torch.compile(model))  # type: ignore[arg-type]
+    assert calls == ccalls == 1
+    assert 0.3 < float((out == 0).float().mean()) < 0.7  # p=0.5 drops about half
+    assert torch.equal(cout == 0, out == 0)  # the same units dropped
+    torch.testing.assert_close(cout, out)
+    for g, cg in zip(grads, cgrads, strict=True):
+        torch.testing.assert_close(cg, g)

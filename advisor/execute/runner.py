@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import resource
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +22,14 @@ from advisor.compiled import (
     recompile_reason,
     start_inductor,
 )
-from advisor.device.allocator import release_free_heap, settle_cpu_allocator
-from advisor.device.ops import cuda_ops, device_guard
+from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.ops import device_guard
 from advisor.errors import first_line
 from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
+from advisor.measure.memory import PeakMemory
 from advisor.measure.results import Status, TrialResult
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.timing import (
@@ -45,58 +44,6 @@ from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
 __all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
-
-
-def _reset_peak_rss() -> None:
-    """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
-    trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""
-    release_free_heap()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
-
-
-class _PeakMemory:
-    """A trial's own peak memory above what was in use when it started: CUDA allocations on a
-    GPU, resident memory on a CPU. The first call's one-off buffers (Triton autotuning's 256 MiB
-    benchmark buffer, cuDNN's benchmark workspaces) are not the candidate's working set: the
-    peak is restarted after it (`after_first`) and the first call's own peak kept apart."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.first_call_mb = 0.0
-        self._restart()
-        self.rss0 = _peak_rss_mb()
-        self.mem0 = cuda_ops().memory_allocated(device) if device.type == "cuda" else 0
-
-    def _restart(self) -> None:
-        if self.device.type == "cuda":
-            cuda_ops().reset_peak_memory(self.device)
-        else:
-            _reset_peak_rss()
-
-    def growth_mb(self) -> float:
-        if self.device.type == "cuda":
-            return (cuda_ops().max_memory_allocated(self.device) - self.mem0) / 2**20
-        return max(0.0, _peak_rss_mb() - self.rss0)
-
-    def after_first(self) -> None:
-        self.first_call_mb = max(self.first_call_mb, self.growth_mb())
-        self._restart()
 
 
 def _stopped(
@@ -116,6 +63,27 @@ def _stopped(
         per_shape=per_shape if len(per_shape) > 1 else None,
         precision=precision,
     )
+
+
+def _capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
+    """The candidate's step as the gate compares it. A compiled model: the step as timed, under
+    the canonical dropout masks only where the reference drew some; no per-layer record
+    (`evaluate`). Its capture under the masks compiles the model again with the gate's dropout
+    mode in it: a failure there, after the timed steps ran, is the gate's, and its reason says so
+    (`advisor.measure.canonical_dropout`: a graph break in the model, then an in-place
+    activation before an in-place dropout)."""
+    if not compiled:
+        return cand.capture(record_convs=True)
+    if not dropout:
+        return cand.capture(record_convs=False, canonical=False)
+    try:
+        return cand.capture(record_convs=False)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with whose failure it is
+        raise RuntimeError(
+            f"the gate's capture under its dropout masks (the compiled steps ran): {first_line(e)}"
+        ) from e
 
 
 def _close(cand: Candidate) -> str | None:
@@ -222,7 +190,7 @@ def _evaluate(
     settle_cpu_allocator()
     warm_device(device)
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
-    memory = _PeakMemory(device)
+    memory = PeakMemory(device)
     peak = 0.0
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
@@ -256,12 +224,7 @@ def _evaluate(
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
-                # A compiled model: the step as timed, under the canonical dropout masks only
-                # where the reference drew some; no per-layer record (`evaluate`).
-                compiled = settings.compiled
-                got = cand.capture(
-                    record_convs=not compiled, canonical=gate.dropout or not compiled
-                )
+                got = _capture(cand, settings.compiled, gate.dropout)
                 errors = compare(got, ref, mode)
                 err = max(err, errors.out)
                 if grad_err is not None:

@@ -5,5 +5,5 @@
 - `candidate`: one candidate ready to run (its model, inputs and training step), with captures.
 - `canonical_dropout`: the same dropout units in every candidate's capture.
 - `results`: `TrialResult`; `verdict`: a precision check's settings and verdict.
-- `machine_load`: other processes' share of the CPU; `roofline`: floors from measured peaks.
+- `memory`: a trial's own peak memory; `machine_load`: other processes' share of the CPU; `roofline`: floors from measured peaks.
 """

@@ -12,6 +12,18 @@ tensor's logical order, from a seed and its call number: the same units in every
 dropout is affine in its input for a fixed mask, `out = x * a + b` (`b = 0` but for the alpha
 variants), so `a` and `b` come from running PyTorch's own function on ones and zeros under that
 seed. Only the gate's captures use it; timed steps run PyTorch's own kernels.
+
+Around a compiled model Dynamo traces the mode into the model's graph, which must stay one graph
+as under the user's own `torch.compile`. Drawing the mask under `fork_rng`/`manual_seed` cannot be
+traced: it broke the graph inside the mode, and Dynamo then compiled the mode's `__torch_function__`
+once per torch call of the step, each op a graph of its own. An in-place activation is then a
+graph mutating its input, and the in-place dropout after it (`Hardswish(inplace=True)`,
+`Dropout(inplace=True)`: MobileNetV3's classifier) made the backward fail ("modified by an inplace
+operation ... CopyBackwards") on a model that trains compiled. So the mask is drawn by a custom op
+(`advisor::canonical_dropout_affine`): opaque to Dynamo and Inductor, it runs eagerly inside the
+compiled graph, with the same seed and call number as in eager mode. A graph break in the model
+itself does the same under any TorchFunctionMode (Dynamo compiles the mode per op after it): an
+in-place activation before an in-place dropout still fails there, in the gate's capture only.
 """
 
 from __future__ import annotations
@@ -35,6 +47,24 @@ _DROPOUTS: tuple[Callable[..., Any], ...] = (
     F.feature_alpha_dropout,
 )
 _SIGNATURES = {f: inspect.signature(f) for f in _DROPOUTS}
+_BY_NAME = {f.__name__: f for f in _DROPOUTS}
+
+
+@torch.library.custom_op("advisor::canonical_dropout_affine", mutates_args=())
+def affine(name: str, shape: list[int], p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`a`, `b` (fp32, on the CPU) with `name`(x) == x * a + b for the mask drawn under `seed`."""
+    func = _BY_NAME[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ones = func(torch.ones(shape), p=p, training=True)
+        torch.manual_seed(seed)
+        zeros = func(torch.zeros(shape), p=p, training=True)
+    return ones - zeros, zeros
+
+
+@affine.register_fake
+def _(name: str, shape: list[int], p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty(shape), torch.empty(shape)
 
 
 class canonical_dropout(TorchFunctionMode):  # noqa: N801 - used as a context manager
@@ -61,20 +91,8 @@ class canonical_dropout(TorchFunctionMode):  # noqa: N801 - used as a context ma
         if not bound.arguments["training"] or p == 0 or not torch.is_tensor(x):
             return func(*args, **kwargs)
         self.calls += 1
-        a, b = self._affine(func, tuple(x.shape), p)
+        a, b = affine(func.__name__, list(x.shape), p, self.seed * 100_003 + self.calls)
         a, b = a.to(x.device, x.dtype), b.to(x.device, x.dtype)
-        if bound.arguments["inplace"]:
+        if bound.arguments["inplace"]:  # as PyTorch's: the input itself, changed
             return x.mul_(a).add_(b)
         return x * a + b
-
-    def _affine(
-        self, func: Callable[..., Any], shape: tuple[int, ...], p: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`a`, `b` with func(x) == x * a + b for this call's mask, drawn on the CPU."""
-        seed = self.seed * 100_003 + self.calls
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            ones = func(torch.ones(shape), p=p, training=True)
-            torch.manual_seed(seed)
-            zeros = func(torch.zeros(shape), p=p, training=True)
-        return ones - zeros, zeros
