@@ -4,6 +4,8 @@ not (a signal below bf16's resolution; fp16 activations past 65504). Each over 5
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from advisor.gate import numeric as gate_module
 from advisor.gate import training
 from advisor.gate.precision import check_precision
 from advisor.knobs import Settings
-from advisor.measure.verdict import PrecisionCheckSettings
+from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings
 from advisor.workload.args import make_workload
 from tests.conftest import DATA
 
@@ -170,6 +172,16 @@ def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band
         assert check.floor == pytest.approx(0.01 * 0.8)
     else:
         assert "does not train like fp32" in check.summary
+
+
+def test_a_verdict_with_inf_or_nan_reads_back_from_json() -> None:
+    """A diverged run (Inf) and a gap not measured (NaN) survive the study's JSON."""
+    check = PrecisionCheck(precision="fp16", own_path=Settings(amp="fp16"), mode="train",
+                           accepted=False, summary="x", gap=math.nan, band=math.inf,
+                           losses={"fp16": [1.0, math.inf]})  # fmt: skip
+    for back in (PrecisionCheck.model_validate_json(check.model_dump_json()),
+                 PrecisionCheck.model_validate(json.loads(json.dumps(check.model_dump(mode="json"))))):  # fmt: skip
+        assert math.isnan(back.gap) and back.band == math.inf and back.losses == check.losses
 
 
 @pytest.mark.slow

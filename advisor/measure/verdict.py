@@ -81,7 +81,9 @@ class PrecisionCheckSettings(BaseModel):
 class PrecisionCheck(BaseModel):
     """How one precision was judged on this model, and the numbers behind the verdict."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Inf and NaN (a diverged run; a gap not measured) written as JSON's Infinity and NaN, so a
+    # verdict stored with the study reads back.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
     precision: str
     own_path: Settings  # PyTorch's own path at that precision, as run
     mode: Literal["train", "infer"]
