@@ -89,7 +89,8 @@ def _learnt(ref: list[float], start: float) -> float:
 
 def _gap(run: list[float], ref: list[float], batches: int, start: float, ref_start: float) -> float:
     """The largest difference between two runs' epoch losses, each over its own start (a run on
-    other batches starts elsewhere: ResNet-18's other draws start 8% apart, then learn alike)."""
+    other batches starts elsewhere: ResNet-18's other draws start up to 9% apart, then learn
+    alike)."""
     if len(run) != len(ref) or not all(math.isfinite(x) for x in run):
         return math.inf
     a, b = training.epochs(run, batches), training.epochs(ref, batches)

@@ -66,8 +66,9 @@ class PrecisionCheckSettings(BaseModel):
     band_factor: float = Field(
         1.5, gt=0, description="accept when the precision's gap is within this x the fp32 band"
     )
-    # 0.25: at the rate kept, fp32 learnt 48-98% of the start on the six CPU zoo networks x 3
-    # draws (video_cnn the least); MobileNetV3-Small at Adam 1e-3 ended at 1.5-10x its start.
+    # 0.25: at the rate kept fp32 learnt 47-98% of the start on the six CPU zoo networks x 5
+    # draws (benchmarks/results/gate_verdicts_cpu.md); MobileNetV3-Small at Adam 1e-3 ended at
+    # 2-10x its start.
     min_learnt: float = Field(
         0.25,
         ge=0,
@@ -78,7 +79,7 @@ class PrecisionCheckSettings(BaseModel):
     )
     # 0.05: a band of 19% of the start (MobileNetV3-Small, issue 31) accepts any precision whose
     # loss curve stays within 29% of fp32's; at the rates kept the six CPU zoo networks' bands
-    # were 0.0-5.5% (benchmarks/results/gate_verdicts_cpu.md).
+    # were 0.03-3.9% on 29 of 30 draws (MobileNetV3-Small's draw 0: 5.5%, not judged).
     max_band: float = Field(
         0.05,
         gt=0,
