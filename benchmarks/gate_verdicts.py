@@ -1,10 +1,12 @@
 """The advisor's numeric gate, verdict by verdict, over several input draws of real networks.
 
 For each model and each input seed, the gate (`advisor.gate.numeric.Gate`, as `advisor advise` builds it
-from a space) judges: exact-fp32 channels_last, bf16 autocast, bf16 + channels_last, and two conv
-implementations that are wrong on purpose (weights off by 1e-3 relative; one kernel tap dropped,
-from tests/plugins/faulty_impls.py); the bf16 column's training check (advisor/gate/precision.py:
-its largest loss gap against the fp32 band) is shown beside. Then the two negative controls of
+from a space) judges: exact-fp32 channels_last, bf16 autocast, bf16 + channels_last, oneDNN's bf16
+fp32 convs (`cpu_fp32=bf16`), and two conv implementations that are wrong on purpose (weights off
+by 1e-3 relative; one kernel tap dropped, from tests/plugins/faulty_impls.py); the training check
+behind the bf16 column (advisor/gate/precision.py) is shown beside: the learning rate kept, fp32's
+loss from the start to the end, the fp32 band and bf16's largest loss gap (both over the start),
+or "not judged" and why (fp32 did not learn the task, or its band is over `max_band`). Then the two negative controls of
 that check (tests/data/below_bf16.py in bf16, tests/data/fp16_overflow.py in fp16), which must be
 rejected on every draw. A verdict that changes with the seed is the lottery this gate exists to
 remove. Timing is minimal: only the verdicts matter here.
@@ -31,7 +33,15 @@ from advisor.measure.timing import TimingPolicy  # noqa: E402
 from advisor.space import load_space  # noqa: E402
 from advisor.workload.build import model_workload  # noqa: E402
 
-MODELS = ["relu_bn_block", "resnet18", "mobilenet_v3_small", "monai_unet3d"]
+MODELS = [
+    "small_cnn",
+    "video_cnn",
+    "relu_bn_block",
+    "resnet18",
+    "mobilenet_v3_small",
+    "monai_unet3d",
+]
+EXAMPLES = ("small_cnn", "video_cnn")  # advisor/examples/; the others are benchmarks/models/
 # Negative controls of the training check: (model file, the precision it must reject).
 CONTROLS = {
     "below_bf16": (ROOT / "tests" / "data" / "below_bf16.py", Settings(amp="bf16")),
@@ -41,6 +51,7 @@ CANDIDATES = {
     "channels_last": Settings(memory_format="channels_last"),
     "bf16": Settings(amp="bf16"),
     "bf16+channels_last": Settings(amp="bf16", memory_format="channels_last"),
+    "bf16 fp32 convs": Settings(cpu_fp32="bf16"),
     "weights x1.001": Settings(conv_impl="test_scaled"),
     "tap dropped": Settings(conv_impl="test_tap"),
 }
@@ -48,14 +59,23 @@ QUICK = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=3, max_samples=3, 
 
 
 def _check(r) -> str:  # noqa: ANN001 - a TrialResult
-    """The training (or output) check that judged the result's precision: gap vs band (and vs
-    the check's resolution, 1% of what fp32 learnt, where that is wider)."""
+    """The training (or output) check that judged the result's precision: fp32's loss from the
+    start to the end at the rate kept, the band and the gap over the start (and the check's
+    resolution, 1% of what fp32 learnt, where that is wider); or not judged, and why."""
     c = r.precision_check
     if c is None:
         return "-"
+    if c.mode == "infer":
+        verdict = "accepted" if c.accepted else "**rejected**"
+        return f"{verdict}: error {c.gap:.1e} vs {c.band:g}, {c.seconds:.0f} s"
+    ref = c.losses.get("fp32", [])
+    learnt = f"lr {c.lr:g}, fp32 {c.start:.3g} -> {ref[-1]:.3g}" if ref else "fp32 -"
+    if not c.judged:
+        why = "fp32 did not learn" if "did not learn" in c.summary else "band too wide"
+        return f"**not judged** ({why}): {learnt}, band {c.band:.2%}, {c.seconds:.0f} s"
     verdict = "accepted" if c.accepted else "**rejected**"
     floor = f", floor {c.floor:.2%}" if c.floor > 1.5 * c.band else ""
-    return f"{verdict}: gap {c.gap:.2%} vs band {c.band:.2%}{floor}, {c.seconds:.0f} s"
+    return f"{verdict}: {learnt}, gap {c.gap:.2%} vs band {c.band:.2%}{floor}, {c.seconds:.0f} s"
 
 
 def _cell(r) -> str:  # noqa: ANN001 - a TrialResult
@@ -63,6 +83,9 @@ def _cell(r) -> str:  # noqa: ANN001 - a TrialResult
         grad = f", grad {r.grad_error:.1e} <= {r.grad_tolerance:.1e}" if r.grad_error else ""
         return f"ok (out {r.rel_error:.1e}{grad})"
     if r.status == "rejected":
+        c = r.precision_check
+        if c is not None and not c.judged:
+            return "**rejected**: not judged by its training check"
         by = (r.rejected_by or "").split("=")[0] or "its training check (Inf or NaN)"
         return f"**rejected** by {by}"
     return f"failed: {r.reason}"
@@ -92,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     for name in args.models:
-        path = ROOT / "benchmarks" / "models" / f"{name}.py"
+        where = ("advisor", "examples") if name in EXAMPLES else ("benchmarks", "models")
+        path = ROOT.joinpath(*where, f"{name}.py")
         try:
             w = model_workload(str(path))
         except Exception as e:  # noqa: BLE001 - e.g. monai not installed
@@ -106,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             results = {k: evaluate(w, s, cpu, args.mode, space, gate, policy=QUICK)
                        for k, s in CANDIDATES.items()}  # fmt: skip
             cells = [_cell(r) for r in results.values()] + [_check(results["bf16"])]
+            onednn = results["bf16 fp32 convs"].precision_check
+            if onednn is not None and onednn.judged:  # judged against the same fp32 runs as bf16
+                cells[-1] += f"; fp32 convs gap {onednn.gap:.2%}"
             lines.append(f"| {seed} | " + " | ".join(cells) + " |")
             print(f"{name} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         lines.append("")

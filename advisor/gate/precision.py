@@ -10,26 +10,38 @@ next to the noise between two mini-batches, which SGD lives with. So, in train m
 - a task the model can learn at the scale of its own outputs: fixed synthetic batches drawn like
   the example inputs, and as targets the outputs of a *teacher*, the same model with every
   parameter moved by `teacher_noise` x its RMS (computed once, in fp32);
-- `steps` optimiser steps (Adam, `lr`) from the same initial weights, batches in turn; the loss
-  is the relative squared error to the teacher, summed over outputs;
+- `steps` optimiser steps (Adam) from the same initial weights, batches in turn, each batch
+  under its own fixed dropout masks (those of its targets); the loss is the relative squared
+  error to the teacher, summed over outputs; the **start** is the untrained model's mean loss
+  over the batches;
+- the learning rate: one at which fp32 *learns the task* (steady: no pass through the batches
+  with a mean loss above 1.1 x the start; and ending at most (1 - `min_learnt`) x the start)
+  with a band (below) within `max_band` of the start: `lr`, else 10x lower (to lr/100) where
+  fp32 is unsteady or its band too wide, or 10x higher where it learnt too little;
 - runs: the fp32 reference; fp32 on other batches of the same kind (and their teacher targets):
   the mini-batch noise SGD lives with; optionally (`jitter_runs`, 0 by default) fp32 with the
   inputs moved by `jitter` (relative): the model's own run-to-run sensitivity, 11-7,000 times
   smaller than the mini-batch noise on every network and draw measured
   (benchmarks/results/check_cost_cpu.md); and the precision through PyTorch's own path
   (autocast, the GradScaler for fp16, the TF32 or oneDNN flags);
-- the gap of a run is the largest difference of its loss from the reference's at any step,
-  relative to the reference's starting loss; the **band** is the largest gap of the fp32 runs.
-  The precision is accepted when its losses stay finite and its gap is within `band_factor` x
-  the band: it trains like fp32 does with other inputs.
+- the gap of a run is the largest difference of its mean loss per pass from the reference's,
+  over the start (an fp32 run on other batches: each run over its own start); the **band** is
+  the largest gap of the fp32 runs. The precision is accepted when its losses stay finite and
+  its gap is within `band_factor` x the band (it trains like fp32 does with other inputs), or
+  within `resolution` x what fp32 learnt;
+- **not judged** (so not accepted, and the precision not run) where no rate qualifies: fp32
+  itself did not learn the task, or its band is over `max_band` at every rate it learnt at. A
+  check is only as sharp as fp32's own learning on its task: MobileNetV3-Small at Adam 1e-3 went
+  from 0.925 to 1.71, and its band of 19% of the start would have accepted almost anything.
 
 In infer mode, the precision's output error relative to how much the outputs vary across the
 batch (the information they carry) must be within `signal_tolerance`, outputs finite; for a
 classifier-shaped output the top-1 agreement with fp32 is reported.
 
-Error modes, said plainly: a model that barely learns in `steps` steps at `lr` makes every gap
-small (a precision that would drift later is not caught); the band from a single other draw can
-be small or large by chance (`batch_runs`, `jitter_runs` add draws). The per-layer check against
+Error modes, said plainly: a model that learns little in `steps` steps makes every gap small (a
+precision that would drift later is not caught: `min_learnt` bounds how little); the band from a
+single other draw can be small or large by chance (`batch_runs`, `jitter_runs` add draws), and a
+wide one refuses to judge rather than accept. The per-layer check against
 float64 (advisor/gate/numeric.py) still catches a wrong kernel at any precision.
 """
 
@@ -37,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -59,38 +71,48 @@ __all__ = [
 ]
 
 
-def _steady(losses: list[float], batches: int) -> bool:
-    """Whether a run learnt without blowing up: its loss per pass never rose above the first
-    pass's by more than 10%, and it ended below where it started."""
-    e = training.epochs(losses, batches)
-    return all(math.isfinite(x) for x in e) and max(e) <= 1.1 * e[0] and e[-1] < e[0]
-
-
-def _learnt(ref: list[float], batches: int) -> float:
-    """What a run learnt: its loss drop from the first pass to the end, over the first pass."""
+def _fits(ref: list[float], batches: int, start: float, cfg: PrecisionCheckSettings) -> str:
+    """How fp32 did at a rate: "learns" the check's task (steady: every pass's mean loss within
+    `training.STEADY` x the start, all finite; and a final loss at most (1 - `min_learnt`) x the
+    start), "unsteady", or "slow" (steady, but learnt too little)."""
     e = training.epochs(ref, batches)
-    return max(0.0, e[0] - e[-1]) / max(abs(e[0]), 1e-12)
+    if len(ref) != cfg.steps + 1 or not all(math.isfinite(x) and x <= training.STEADY * start
+                                            for x in e):  # fmt: skip
+        return "unsteady"
+    return "learns" if e[-1] <= (1 - cfg.min_learnt) * start else "slow"
 
 
-def _gap(run: list[float], ref: list[float], batches: int) -> float:
-    """The largest difference between two runs' epoch losses, over the reference's first."""
+def _learnt(ref: list[float], start: float) -> float:
+    """What a run learnt: its loss drop from the start to the end, over the start."""
+    return max(0.0, start - ref[-1]) / max(abs(start), 1e-12)
+
+
+def _gap(run: list[float], ref: list[float], batches: int, start: float, ref_start: float) -> float:
+    """The largest difference between two runs' epoch losses, each over its own start (a run on
+    other batches starts elsewhere: ResNet-18's other draws start up to 9% apart, then learn
+    alike)."""
     if len(run) != len(ref) or not all(math.isfinite(x) for x in run):
         return math.inf
     a, b = training.epochs(run, batches), training.epochs(ref, batches)
-    return max(abs(x - y) for x, y in zip(a, b, strict=True)) / max(abs(b[0]), 1e-12)
+    s, r = max(abs(start), 1e-12), max(abs(ref_start), 1e-12)
+    return max(abs(x / s - y / r) for x, y in zip(a, b, strict=True))
 
 
 @dataclass(frozen=True)
 class Fp32Runs:
     """The fp32 side of a training check, the same whichever precision is judged against it:
-    the batches and their targets, the learning rate fp32 trains steadily at, and the fp32 runs
-    (the reference and the band's). Kept per model and measured once, so a second precision
-    (bf16 autocast, then oneDNN's bf16 fp32 convs) costs one training run, not four."""
+    the batches and their targets, the task's starting loss, the learning rate fp32 learns it at,
+    the fp32 runs (the reference and the band's) and their band, or why the check cannot judge.
+    Kept per model and measured once, so a second precision (bf16 autocast, then oneDNN's bf16
+    fp32 convs) costs one training run, not four."""
 
-    cfg: PrecisionCheckSettings  # at the learning rate the reference trained steadily at
+    cfg: PrecisionCheckSettings  # at the learning rate kept
     batches: list
     targets: list
     runs: dict[str, list[float]]
+    start: float
+    band: float
+    refused: str | None = None  # why no precision is judged on this task (None: they are)
 
 
 def fp32_runs(
@@ -101,41 +123,104 @@ def fp32_runs(
     seed: int = 0,
     deadline: float | None = None,
 ) -> Fp32Runs:
-    """The reference run, at the largest learning rate (lr, lr/10, lr/100) at which fp32 itself
-    trains steadily (at too high a rate, e.g. MobileNetV3-Small with Adam at 1e-3, the loss climbs
-    tenfold and every run's gap is noise), and the band's fp32 runs: other batches of the same
-    kind (`batch_runs`), jittered inputs (`jitter_runs`)."""
+    """The fp32 runs at a learning rate where fp32 learns the task (`_fits`) with a band within
+    `max_band`: `lr` first; then down by 10x, to lr/100 at most, while fp32 is unsteady there or
+    its band too wide (MobileNetV3-Small at Adam 1e-3: the loss climbs tenfold; ResNet-18 at 1e-4
+    doubles, then falls); or up by 10x, once, where it learnt too little (a lower rate learns
+    less). Each rate's reference is a probe that stops at its first unsteady pass. Where no rate
+    qualifies, the runs say why: those of the narrowest band of the rates fp32 learnt at (too
+    wide), else the last rate tried (not learnt)."""
     batches = training.batches_of(workload, cfg.batches, 1000 + 100 * seed)
     targets = training.targets_of(workload, batches, device, mode, cfg, seed)
-    rates = (cfg.lr, cfg.lr / 10, cfg.lr / 100)
-    for i, lr in enumerate(rates):
-        cfg = cfg.model_copy(update={"lr": lr})
-        last = i == len(rates) - 1  # taken whatever it does: the check needs a reference
+    start = training.start_loss(workload, device, batches, targets)
+    tried: list[tuple[float, list[float], str]] = []  # (rate, its reference's losses, _fits)
+    power, turn, kept = 0, 0, None  # the rate is lr x 10**power; turn: -1 down, +1 up
+    while True:
+        lr = cfg.lr * 10**power if power >= 0 else cfg.lr / 10**-power
+        at = cfg.model_copy(update={"lr": lr})
         try:
-            ref = training.train(workload, training.REFERENCE, device, batches, targets, cfg, deadline=deadline,
-                         probe=not last)  # fmt: skip
-        except training.Unsteady:
-            continue
-        if last or _steady(ref, cfg.batches):
+            ref = training.train(workload, training.REFERENCE, device, batches, targets, at,
+                                 deadline=deadline, probe=start)  # fmt: skip
+        except training.Unsteady as e:
+            ref = e.losses
+        fits = _fits(ref, at.batches, start, at)
+        tried.append((lr, ref, fits))
+        if fits == "learns":
+            runs, band = _band(workload, device, mode, at, seed, deadline, batches, targets, ref,
+                               start)  # fmt: skip
+            found = Fp32Runs(at, batches, targets, runs, start, band)
+            if band <= at.max_band:
+                return found
+            if kept is None or band < kept.band:
+                kept = replace(found, refused=_too_wide(ref, start, band, at))
+        want = 1 if fits == "slow" else -1  # unsteady, or a band too wide: slower
+        turn = turn or want  # the first rate sets the direction; a turn ends the search
+        power += turn
+        if want != turn or not -2 <= power <= 1:
             break
-    runs = {"fp32": ref}
+    if kept is not None:
+        return kept
+    last = cfg.model_copy(update={"lr": tried[-1][0]})
+    why = _not_learnt(start, tried, last)
+    return Fp32Runs(last, batches, targets, {"fp32": tried[-1][1]}, start, math.nan, why)
+
+
+def _band(
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    cfg: PrecisionCheckSettings,
+    seed: int,
+    deadline: float | None,
+    batches: list,
+    targets: list,
+    ref: list[float],
+    start: float,
+) -> tuple[dict[str, list[float]], float]:
+    """The band's fp32 runs beside the reference: jittered inputs (`jitter_runs`), other batches
+    of the same kind (`batch_runs`); and their largest gap, each run over its own start."""
+    runs, gaps = {"fp32": ref}, []
     for j in range(cfg.jitter_runs):
-        jitter = cfg.jitter * (1 + j)
-        runs[f"fp32 jittered {j + 1}"] = training.train(
-            workload, training.REFERENCE, device, batches, targets, cfg, jitter, deadline
-        )
+        run = training.train(workload, training.REFERENCE, device, batches, targets, cfg,
+                             cfg.jitter * (1 + j), deadline)  # fmt: skip
+        runs[f"fp32 jittered {j + 1}"] = run
+        gaps.append(_gap(run, ref, cfg.batches, start, start))
     for k in range(cfg.batch_runs):
         other = training.batches_of(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
-        runs[f"fp32 other batches {k + 1}"] = training.train(
-            workload,
-            training.REFERENCE,
-            device,
-            other,
-            training.targets_of(workload, other, device, mode, cfg, seed),
-            cfg,
-            deadline=deadline,
-        )
-    return Fp32Runs(cfg=cfg, batches=batches, targets=targets, runs=runs)
+        aims = training.targets_of(workload, other, device, mode, cfg, seed)
+        run = training.train(workload, training.REFERENCE, device, other, aims, cfg,
+                             deadline=deadline)  # fmt: skip
+        runs[f"fp32 other batches {k + 1}"] = run
+        own = training.start_loss(workload, device, other, aims)
+        gaps.append(_gap(run, ref, cfg.batches, own, start))
+    return runs, max(gaps, default=0.0)
+
+
+def _not_learnt(
+    start: float, tried: list[tuple[float, list[float], str]], cfg: PrecisionCheckSettings
+) -> str:
+    """Why fp32 did not learn the task: what it did at each rate tried."""
+    said = []
+    for lr, ref, fits in tried:
+        e = training.epochs(ref, cfg.batches)
+        if fits == "unsteady":
+            said.append(f"at lr {lr:g} its loss rose to {max(e):.3g} (mean of a pass)")
+        else:
+            said.append(f"at lr {lr:g} it fell only to {ref[-1]:.3g}")
+    return (
+        f"fp32 itself did not learn the check's task in {cfg.steps} steps (loss at the start "
+        f"{start:.3g}; " + "; ".join(said) + f"; learnt: no pass above {training.STEADY:g} x the "
+        f"start and the end at most {1 - cfg.min_learnt:g} x it)"
+    )
+
+
+def _too_wide(ref: list[float], start: float, band: float, cfg: PrecisionCheckSettings) -> str:
+    return (
+        f"fp32's own band is too wide to tell a precision by ({cfg.steps} steps at lr "
+        f"{cfg.lr:g}, loss {start:.3g} -> {ref[-1]:.3g} in fp32; on other batches its loss "
+        f"curve is {band:.1%} of the start away, over the {cfg.max_band:.0%} the check judges "
+        "within; the narrowest band of the rates it learnt at)"
+    )
 
 
 def check_precision(
@@ -152,24 +237,28 @@ def check_precision(
     """Judge PyTorch's own path at `precision` (`own_path`) on this model (see the module doc).
     Raises `CheckOutOfTime` when `deadline` (a `time.perf_counter()` time) passes first.
     `fp32_cache` (one per model and device) keeps the fp32 runs for the next precision."""
-    start = time.perf_counter()
+    begun = time.perf_counter()
     if mode == "infer":
-        return _check_outputs(workload, own_path, precision, device, cfg, seed, start)
+        return _check_outputs(workload, own_path, precision, device, cfg, seed, begun)
     fp32 = fp32_cache.get((seed, cfg)) if fp32_cache is not None else None
     if fp32 is None:
         fp32 = fp32_runs(workload, device, mode, cfg, seed, deadline)
         if fp32_cache is not None:
             fp32_cache[(seed, cfg)] = fp32
-    cfg, runs = fp32.cfg, dict(fp32.runs)
+    cfg, runs, start, band = fp32.cfg, dict(fp32.runs), fp32.start, fp32.band
+    ref = runs["fp32"]
+    common = dict(precision=precision, own_path=own_path, mode="train", band=band, start=start,
+                  lr=cfg.lr)  # fmt: skip
+    if fp32.refused is not None:  # the precision is not run: nothing it does could be told
+        return PrecisionCheck(**common, accepted=False, judged=False, gap=math.nan, losses=runs,
+                              summary=f"{precision}: not judged on this model: {fp32.refused}",
+                              seconds=time.perf_counter() - begun)  # fmt: skip
     runs[precision] = training.train(workload, own_path, device, fp32.batches, fp32.targets, cfg,
                              deadline=deadline)  # fmt: skip
-    ref = runs["fp32"]
-    others = [r for name, r in runs.items() if name not in ("fp32", precision)]
-    band = max((_gap(r, ref, cfg.batches) for r in others), default=0.0)
-    gap = _gap(runs[precision], ref, cfg.batches)
-    floor = cfg.resolution * _learnt(ref, cfg.batches)
+    gap = _gap(runs[precision], ref, cfg.batches, start, start)
+    floor = cfg.resolution * _learnt(ref, start)
     accepted = math.isfinite(gap) and gap <= max(cfg.band_factor * band, floor)
-    trained = f"{ref[0]:.3g} -> {ref[-1]:.3g} in fp32"
+    trained = f"{start:.3g} -> {ref[-1]:.3g} in fp32"
     if accepted:
         head = (
             f"{precision}: trains like fp32 on this model ({cfg.steps} steps at lr {cfg.lr:g}, "
@@ -194,9 +283,8 @@ def check_precision(
             f"{gap:.1%} of the start, over {cfg.band_factor:g} x the fp32 band {band:.1%} and "
             f"{cfg.resolution:g} x what fp32 learnt)"
         )
-    return PrecisionCheck(precision=precision, own_path=own_path, mode="train", accepted=accepted,
-                          summary=summary, gap=gap, band=band, floor=floor, losses=runs,
-                          seconds=time.perf_counter() - start)  # fmt: skip
+    return PrecisionCheck(**common, accepted=accepted, summary=summary, gap=gap, floor=floor,
+                          losses=runs, seconds=time.perf_counter() - begun)  # fmt: skip
 
 
 def _outputs(
@@ -220,7 +308,7 @@ def _check_outputs(
     device: torch.device,
     cfg: PrecisionCheckSettings,
     seed: int,
-    start: float,
+    begun: float,
 ) -> PrecisionCheck:
     """Infer mode: the precision's output error relative to the outputs' spread across the batch
     (the information they carry), and top-1 agreement where the output looks like logits."""
@@ -250,4 +338,4 @@ def _check_outputs(
     )
     return PrecisionCheck(precision=precision, own_path=own_path, mode="infer", accepted=accepted,
                           summary=summary, gap=worst, band=cfg.signal_tolerance,
-                          top1_agreement=top1, seconds=time.perf_counter() - start)  # fmt: skip
+                          top1_agreement=top1, seconds=time.perf_counter() - begun)  # fmt: skip

@@ -66,6 +66,27 @@ class PrecisionCheckSettings(BaseModel):
     band_factor: float = Field(
         1.5, gt=0, description="accept when the precision's gap is within this x the fp32 band"
     )
+    # 0.25: at the rate kept fp32 learnt 47-98% of the start on the six CPU zoo networks x 5
+    # draws (benchmarks/results/gate_verdicts_cpu.md); MobileNetV3-Small at Adam 1e-3 ended at
+    # 2-10x its start.
+    min_learnt: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        description="train: the check judges only where fp32 learns its task: a steady run (no "
+        "pass's mean loss above 1.1 x the start) whose final loss is at most (1 - this) x the "
+        "start; else the precision is not judged (not accepted)",
+    )
+    # 0.05: a band of 19% of the start (MobileNetV3-Small, issue 31) accepts any precision whose
+    # loss curve stays within 29% of fp32's; at the rates kept the six CPU zoo networks' bands
+    # were 0.03-3.9% on 29 of 30 draws (MobileNetV3-Small's draw 0: 5.5%, not judged).
+    max_band: float = Field(
+        0.05,
+        gt=0,
+        description="train: the check judges only where the fp32 band (its loss curve on other "
+        "batches, each run over its own start) is within this fraction of the start; else the "
+        "precision is not judged (not accepted)",
+    )
     resolution: float = Field(
         0.01,
         ge=0,
@@ -81,14 +102,21 @@ class PrecisionCheckSettings(BaseModel):
 class PrecisionCheck(BaseModel):
     """How one precision was judged on this model, and the numbers behind the verdict."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Inf and NaN (a diverged run; a gap not measured) written as JSON's Infinity and NaN, so a
+    # verdict stored with the study reads back.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
     precision: str
     own_path: Settings  # PyTorch's own path at that precision, as run
     mode: Literal["train", "infer"]
     accepted: bool
+    # train: False where the check could not tell (fp32 did not learn its task, or its band is
+    # over `max_band`): not accepted, the precision not run (gap NaN), the summary says why
+    judged: bool = True
     summary: str  # one line for the result, the config and the report
     gap: float  # train: largest loss gap / starting loss; infer: error over the signal
     band: float  # train: the fp32 runs' largest gap; infer: the signal tolerance
+    start: float = 0.0  # train: the fp32 reference's starting loss (the untrained model's)
+    lr: float = 0.0  # train: the learning rate the runs used
     # train: the smallest gap the check tells from fp32 (`resolution` x what fp32 learnt)
     floor: float = 0.0
     losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
