@@ -23,6 +23,7 @@ from advisor.execute.evaluators import Evaluator
 from advisor.execute.probe import hand_over, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
+from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
@@ -122,6 +123,8 @@ def run_advise(
         if spare is not None and spare.ready(SPARE_WAIT_S + time.perf_counter() - start):
             spare.close()  # not loaded yet (or failed): the check starts its own, as it would
             spare = None
+        if storage != "memory":
+            open_storage(storage)  # a storage that cannot be opened is bad input: said first
         clock.until_now(LOAD)
         try:
             with clock.stage("global knobs"):

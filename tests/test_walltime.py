@@ -27,7 +27,8 @@ def test_the_clock_adds_up_spans_and_reports_each_as_it_ends() -> None:
             time.sleep(0.01)
     with pytest.raises(RuntimeError), clock.stage("compile"):
         raise RuntimeError("a failing stage still counts")
-    assert [s for s, _ in told] == [LOAD, "re-time", "re-time", "compile"]
+    # a stage that raised counts its time but is not told as done (its error is the one line)
+    assert [s for s, _ in told] == [LOAD, "re-time", "re-time"] and "compile" in clock.spans
     assert clock.spans[LOAD] >= 2.0
     assert clock.spans["re-time"] == pytest.approx(told[1][1] + told[2][1])
 

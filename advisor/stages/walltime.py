@@ -33,9 +33,9 @@ class StageClock:
     spans: dict[str, float] = field(default_factory=dict)
     _last: float | None = None
 
-    def _add(self, name: str, seconds: float) -> None:
+    def _add(self, name: str, seconds: float, ended: bool = True) -> None:
         self.spans[name] = self.spans.get(name, 0.0) + seconds
-        if self.report is not None:
+        if self.report is not None and ended:
             self.report(name, seconds)
 
     def until_now(self, name: str) -> None:
@@ -45,10 +45,13 @@ class StageClock:
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         began = time.perf_counter()
+        ended = False
         try:
             yield
+            ended = True
         finally:
-            self._add(name, time.perf_counter() - began)
+            # A stage that raised is not shown as done: its error is the run's one line.
+            self._add(name, time.perf_counter() - began, ended)
 
 
 def breakdown(
