@@ -161,7 +161,15 @@ def _evaluate_any(
                 result = _evaluate(workload, settings, device, mode, space, gate, policy,
                                    clock, race, time_left_s)  # fmt: skip
             left = None if time_left_s is None else time_left_s - (now() - start)
-            if result.status in ("ok", "rejected") and (left is None or left > 0):
+            # No warm compile for one that cannot beat the best eager candidate (`race`): slower
+            # per step, it never pays its compile, warm or cold.
+            bound = race.judge_below_ms if race is not None else None
+            cannot_win = bound is not None and result.median_ms >= bound
+            if (
+                result.status in ("ok", "rejected")
+                and (left is None or left > 0)
+                and not cannot_win
+            ):
                 result = _with_warm_compile(result, workload, device, mode, gate, cold, now)
         keep_artifacts(cold)
         return result
