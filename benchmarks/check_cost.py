@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             side = fp32_runs(w, cpu, "train", cfg, seed)
             seconds = time.perf_counter() - t0
             ref = side.runs["fp32"]
-            gaps = {k: _gap(side.runs[k], ref, side.cfg.batches) for k in band_runs}
+            gaps = {k: _gap(side.runs[k], ref, side.cfg.batches, side.starts.get(k, side.start),
+                            side.start) for k in band_runs}  # fmt: skip
             lines.append(_row(name, seed, seconds, side.cfg.lr, gaps))
             print(lines[-1], file=sys.stderr, flush=True)
     text = "\n".join(lines)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -113,6 +113,7 @@ class Fp32Runs:
     start: float
     band: float
     refused: str | None = None  # why no precision is judged on this task (None: they are)
+    starts: dict[str, float] = field(default_factory=dict)  # a band run's own starting loss
 
 
 def fp32_runs(
@@ -146,9 +147,9 @@ def fp32_runs(
         fits = _fits(ref, at.batches, start, at)
         tried.append((lr, ref, fits))
         if fits == "learns":
-            runs, band = _band(workload, device, mode, at, seed, deadline, batches, targets, ref,
-                               start)  # fmt: skip
-            found = Fp32Runs(at, batches, targets, runs, start, band)
+            runs, band, starts = _band(workload, device, mode, at, seed, deadline, batches,
+                                       targets, ref, start)  # fmt: skip
+            found = Fp32Runs(at, batches, targets, runs, start, band, starts=starts)
             if band <= at.max_band:
                 return found
             if kept is None or band < kept.band:
@@ -176,14 +177,16 @@ def _band(
     targets: list,
     ref: list[float],
     start: float,
-) -> tuple[dict[str, list[float]], float]:
+) -> tuple[dict[str, list[float]], float, dict[str, float]]:
     """The band's fp32 runs beside the reference: jittered inputs (`jitter_runs`), other batches
-    of the same kind (`batch_runs`); and their largest gap, each run over its own start."""
-    runs, gaps = {"fp32": ref}, []
+    of the same kind (`batch_runs`); their largest gap, each run over its own start; and those
+    starts."""
+    runs, gaps, starts = {"fp32": ref}, [], {"fp32": start}
     for j in range(cfg.jitter_runs):
         run = training.train(workload, training.REFERENCE, device, batches, targets, cfg,
                              cfg.jitter * (1 + j), deadline)  # fmt: skip
         runs[f"fp32 jittered {j + 1}"] = run
+        starts[f"fp32 jittered {j + 1}"] = start
         gaps.append(_gap(run, ref, cfg.batches, start, start))
     for k in range(cfg.batch_runs):
         other = training.batches_of(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
@@ -192,8 +195,9 @@ def _band(
                              deadline=deadline)  # fmt: skip
         runs[f"fp32 other batches {k + 1}"] = run
         own = training.start_loss(workload, device, other, aims)
+        starts[f"fp32 other batches {k + 1}"] = own
         gaps.append(_gap(run, ref, cfg.batches, own, start))
-    return runs, max(gaps, default=0.0)
+    return runs, max(gaps, default=0.0), starts
 
 
 def _not_learnt(
