@@ -181,7 +181,7 @@ def trial_stage(r: TrialResult, number: int) -> str:
 def payback(tuning_s: float, baseline: TrialResult, chosen: TrialResult) -> str:
     """The tuning's own bill: how many steps of the pick pay back the wall time tuning took."""
     saving_ms = baseline.median_ms - chosen.median_ms
-    if chosen is baseline or chosen.settings == baseline.settings or not saving_ms > 0:
+    if chosen.settings == baseline.settings or not saving_ms > 0:
         return f"tuning took {tuning_s:.0f} s and kept PyTorch's default: nothing to pay it back"
     steps = math.ceil(tuning_s * 1e3 / saving_ms)
     return (

@@ -19,7 +19,6 @@ import torch
 
 from advisor.config import FinalCheck
 from advisor.execute.ownership import owner_id
-from advisor.knobs import Settings
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome
@@ -57,7 +56,6 @@ def runner_up(
         r for r in results
         if r.status == "ok" and r.retimed and r.measurement is not None
         and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
-        and r.settings != Settings()
     ]  # fmt: skip
     return min(others, key=lambda r: r.median_ms, default=None)
 
