@@ -17,6 +17,15 @@ from advisor.device.ops import cuda_ops
 from advisor.errors import DeviceError
 
 
+def cache_dir() -> Path:
+    """The advisor's cache folder: $ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/conv-advisor, else
+    ~/.cache/conv-advisor (studies, Inductor's start-up artifacts)."""
+    if "ADVISOR_CACHE_DIR" in os.environ:
+        return Path(os.environ["ADVISOR_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "conv-advisor"
+
+
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """'auto' (or None) -> CUDA when available, else CPU; anything else must exist here."""
     if device is None or str(device) == "auto":

@@ -6,11 +6,9 @@ training loop does under `advisor.apply` (see `advisor.measure.candidate`); the 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -23,7 +21,6 @@ from advisor.compiled import (
     start_inductor,
 )
 from advisor.device.allocator import settle_cpu_allocator
-from advisor.device.ops import device_guard
 from advisor.errors import first_line
 from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
@@ -36,7 +33,6 @@ from advisor.measure.timing import (
     TimingPolicy,
     l2_flusher,
     measure,
-    synchronize,
     warm_device,
 )
 from advisor.measure.verdict import CANNOT_WIN
@@ -62,6 +58,7 @@ def _stopped(
         measurement=combine(per_shape, weights),
         per_shape=per_shape if len(per_shape) > 1 else None,
         precision=precision,
+        compile_cold_s=_first_calls_s(per_shape) if settings.compiled and per_shape else None,
     )
 
 
@@ -123,11 +120,13 @@ def evaluate(
     candidate whose first call runs past it stops there, unmeasured and not gated.
 
     A compiled candidate (`settings.compile`) compiles with empty caches: each shape's first call
-    is its cold compile, then the first calls of a second compile in a fresh compiler state with
-    the caches filled are its warm one (`compile_cold_s` / `compile_warm_s`, never in the
-    samples). Its numerics are checked at model level only (the per-layer check runs conv
-    modules alone: it cannot see inside a compiled graph, and the eager modules are its eager
-    twin's, checked there); a recompile on every call fails it. `wall_s` is the whole call's.
+    is its cold compile (`compile_cold_s`, never in the samples; the warm cost of the pick is its
+    first call in the final check's fresh process). Raced and slower per step than the best
+    eager candidate by min_gain beyond its interval, it stops before the gate's capture
+    (`_compile_cannot_win`). Its numerics are checked at model level only (the per-layer check
+    runs conv modules alone: it cannot see inside a compiled graph, and the eager modules are
+    its eager twin's, checked there); a recompile on every call fails it. `wall_s` is the whole
+    call's.
     """
     started = time.perf_counter()
     result = _evaluate_any(workload, settings, device, mode, space, gate, policy, clock, race,
@@ -148,29 +147,15 @@ def _evaluate_any(
     time_left_s: float | None,
 ) -> TrialResult:
     if settings.compiled:
-        now = clock or time.perf_counter
-        start = now()
         try:
             start_inductor()  # not the candidate's cost: once per process
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
             return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
                            gate.precision(settings))  # fmt: skip
         cold = cold_cache()
-        with recompile_guard(len(gate.cases)):
-            with inductor_caches(cold):
-                result = _evaluate(workload, settings, device, mode, space, gate, policy,
-                                   clock, race, time_left_s)  # fmt: skip
-            left = None if time_left_s is None else time_left_s - (now() - start)
-            # No warm compile for one that cannot beat the best eager candidate (`race`): slower
-            # per step, it never pays its compile, warm or cold.
-            bound = race.judge_below_ms if race is not None else None
-            cannot_win = bound is not None and result.median_ms >= bound
-            if (
-                result.status in ("ok", "rejected")
-                and (left is None or left > 0)
-                and not cannot_win
-            ):
-                result = _with_warm_compile(result, workload, device, mode, gate, cold, now)
+        with recompile_guard(len(gate.cases)), inductor_caches(cold):
+            result = _evaluate(workload, settings, device, mode, space, gate, policy, clock,
+                               race, time_left_s)  # fmt: skip
         keep_artifacts(cold)
         return result
     return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
@@ -229,6 +214,10 @@ def _evaluate(
             per_shape.append(m)
             if race is not None and m.stopped is not None and "slower than" in m.stopped:
                 lost = m.stopped  # lost the race, or cut by the budget while slower: not gated
+            elif settings.compiled and judge_below is not None and race is not None and (
+                m.ci_low_ms > judge_below
+            ):
+                lost = _compile_cannot_win(m, judge_below)
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
@@ -323,35 +312,16 @@ def _cannot_win_unjudged(
     )
 
 
+def _compile_cannot_win(m: Measurement, judge_below_ms: float) -> str:
+    """Why a compiled candidate is stopped after its samples, before the gate's capture (which
+    compiles the model again under the gate's dropout masks): its interval lies above the best
+    eager candidate's by the space's min_gain, so it is slower per step and never pays."""
+    return (
+        f"{CANNOT_WIN}: {m.ci_low_ms:.3f} ms at best, slower than the best accepted "
+        f"candidate's {judge_below_ms:.3f} ms; slower per step, it never pays its compile: not "
+        "gated (the gate's capture would compile it again)"
+    )
+
+
 def _first_calls_s(per_shape: list[Measurement]) -> float:
     return sum(m.first_call_ms or 0.0 for m in per_shape) / 1e3
-
-
-def _with_warm_compile(
-    result: TrialResult,
-    workload: Workload,
-    device: torch.device,
-    mode: Mode,
-    gate: Gate,
-    cache: Path,
-    now: Callable[[], float],
-) -> TrialResult:
-    """`result` with its warm compile cost: every shape's first call again, in a fresh compiler
-    state with `cache` filled by its cold compile (a training run started again on this
-    machine). Left out when it fails (the cold figure stands)."""
-    total = 0.0
-    with inductor_caches(cache), device_guard(device):
-        for case in range(len(gate.cases)):
-            cand = Candidate(workload, result.settings, device, mode, gate.seed, case=case)
-            try:
-                synchronize(device)
-                t0 = now()
-                cand.step()
-                synchronize(device)
-                total += now() - t0
-            except Exception:  # noqa: BLE001 - the cold measurement stands
-                return result
-            finally:
-                with contextlib.suppress(Exception):
-                    cand.close()
-    return result.model_copy(update={"compile_warm_s": total})

@@ -130,6 +130,16 @@ def compile_note(
     if not compiled:
         return None
     ok = [r for r in compiled if r.status == "ok" and r.measurement is not None]
+    slower = [r for r in compiled if r.status == "stopped" and r.measurement is not None]
+    if not ok and slower:  # raced out after its samples (execute.runner): never gated
+        best = min(slower, key=lambda r: r.median_ms)
+        alt = alternative(best, results, eager)
+        return (
+            f"torch.compile ({best.settings.label()}) was slower per step than "
+            f"{alt.settings.label()} ({best.median_ms:.3f} vs {alt.median_ms:.3f} ms; its cold "
+            f"compile took {best.compile_cold_s or 0.0:.1f} s): it never pays, and was not "
+            "checked further"
+        )
     if not ok:
         r = compiled[0]
         return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}"

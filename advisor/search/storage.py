@@ -4,7 +4,6 @@ or an optuna journal file. Only imported by the search: training start never pay
 
 from __future__ import annotations
 
-import os
 import random
 import time
 import warnings
@@ -17,6 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from advisor.config import FinalCheck
+from advisor.device.environment import cache_dir
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
@@ -27,14 +27,6 @@ HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
 GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
 RETRIES = 2  # a point whose process died is retried this many times, then recorded as failed
 _CREATE_TRIES = 5
-
-
-def cache_dir() -> Path:
-    """$ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/conv-advisor, else ~/.cache/conv-advisor."""
-    if "ADVISOR_CACHE_DIR" in os.environ:
-        return Path(os.environ["ADVISOR_CACHE_DIR"])
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "conv-advisor"
 
 
 def default_storage_url() -> str:

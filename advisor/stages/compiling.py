@@ -44,7 +44,7 @@ __all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile
 
 # What a first compile trial is assumed to take before one was measured: a cold compile of the
 # smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
-# mode 118 s (benchmarks/results/zoo_cpu_avx2.md); the trial adds a warm compile and its samples.
+# mode 118 s (benchmarks/results/zoo_cpu_avx2.md); the trial adds its samples and the gate's capture.
 FIRST_COMPILE_S = 20.0
 
 
