@@ -22,6 +22,7 @@ from advisor.errors import AdvisorError
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.probe import hand_over, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
+from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
@@ -181,33 +182,31 @@ def _stages(
                                                  deadline=first, evaluator=evaluator)  # fmt: skip
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
+    # The per-layer combination and the compiled candidates are re-timed with the finalists
+    # once, after both stages: the compile stage starts from the global pick, which the first
+    # re-time settled, and each re-time of the finalists costs seconds.
+    new: list[TrialResult] = []
     if per_layer and retime_error is None:
         options.deadline = plan.layers
         with clock.stage("per-layer"):
             choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
                                                 evaluator=evaluator)  # fmt: skip
         if combined is not None:
-            with clock.stage("re-time"):
-                again, retime_error = retime_finalists(
-                    workload, outcome, dev, sp, options, only_with=[combined],
-                    deadline=plan.compile or plan.retime, evaluator=evaluator,
-                )  # fmt: skip
-            retimed = again or retimed
+            new.append(combined)
     if workload.is_layer:
         compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
     if plan.compile is not None and retime_error is None:
         options.deadline = plan.compile
         todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
         with clock.stage("compile"):
-            compiled = run_compile_stage(outcome, todo, evaluator, options.storage,
-                                         plan.compile, options.progress,
-                                         compile_race(outcome, sp))  # fmt: skip
-        if compiled:
-            with clock.stage("re-time"):
-                again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                       only_with=compiled, deadline=plan.retime,
-                                                       evaluator=evaluator)  # fmt: skip
-            retimed = again or retimed
+            new += run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
+                                     options.progress, compile_race(outcome, sp))  # fmt: skip
+    if new:
+        with clock.stage("re-time"):
+            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                   only_with=new, deadline=plan.retime,
+                                                   evaluator=evaluator)  # fmt: skip
+        retimed = again or retimed
     return retimed, retime_error, choices, stats
 
 
