@@ -26,6 +26,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,19 +117,22 @@ def start_folder() -> Path:
     return cache_dir() / "inductor-start" / torch.__version__
 
 
-def start_inductor() -> None:
+def start_inductor() -> float:
     """Inductor's one-off start in a process (its imports, the C++ compiler's checks), paid on a
     trivial function in `start_folder()`: every measured compile is then the model's own,
-    whichever candidate comes first, and its cold cache holds the model's artifacts alone."""
+    whichever candidate comes first, and its cold cache holds the model's artifacts alone.
+    Returns the seconds it took (0 when this process had started it)."""
     global _STARTED
     if _STARTED:
-        return
+        return 0.0
     _STARTED = True
+    t0 = time.perf_counter()
     folder = start_folder()
     folder.mkdir(parents=True, exist_ok=True)
     with inductor_caches(folder):
         torch.compile(lambda x: x + 1)(torch.ones(2))
     torch.compiler.reset()
+    return time.perf_counter() - t0
 
 
 @contextlib.contextmanager
