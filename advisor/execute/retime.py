@@ -123,8 +123,8 @@ class RetimeSession:
         except BaseException:
             self.close()
             raise
-        first = next((i for i, r in enumerate(results) if r.settings.compiled), None)
-        if first is not None and first < len(self.first_ms):
+        if start_s:  # paid here, so some finalist compiles: the first of them carries it
+            first = next(i for i, r in enumerate(results) if r.settings.compiled)
             self.first_ms[first] += start_s * 1e3
 
     def sample(self, i: int) -> float:
