@@ -6,9 +6,10 @@ environment (GPU, driver, CUDA, cuDNN, torch, Triton):
 
 1. the CLI's default path on the GPU: `advisor advise advisor/examples/small_cnn.py --device cuda`
    (trials isolated in a worker process: gpu_audit #1 made every one of them fail);
-2. `advisor.apply(tuned.json, model)`, then the legacy TF32 getters and
+2. the GPU tests: `pytest -m gpu tests/gpu` (before the max-autotune compile, whose cold
+   start can take minutes, so that a short deadline still reaches them);
+3. `advisor.apply(tuned.json, model)`, then the legacy TF32 getters and
    `torch.compile(model, mode="max-autotune")` (#2: they raised after apply), compared with eager;
-3. the GPU tests: `pytest -m gpu tests/gpu`;
 4. one seed case of the suite (`seed_conv2d_3to16_infer`, short budgets).
 
 Without a CUDA device it says so in one line and exits 2. On the device tool (docs/gpu-benchmarks.md
@@ -118,11 +119,11 @@ def run_checks(work: Path, deadline_s: float) -> list[dict[str, Any]]:
         ("CLI advise --device cuda (isolated)",
          [py, "-m", "advisor", "advise", "advisor/examples/small_cnn.py", "--device", "cuda",
           "--mode", "train", "--budget", "60", "--storage", "memory", "--out", str(tuned)], 150),
-        ("advisor.apply, legacy TF32 getters, torch.compile(max-autotune)",
-         [py, "-c", APPLY_COMPILE, str(tuned), str(ROOT)], 180),
         ("GPU tests (pytest -m gpu tests/gpu)",
          [py, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "-p", "no:cacheprovider",
           "--durations=8"], 300),
+        ("advisor.apply, legacy TF32 getters, torch.compile(max-autotune)",
+         [py, "-c", APPLY_COMPILE, str(tuned), str(ROOT)], 180),
         ("suite: seed_conv2d_3to16_infer",
          [py, "benchmarks/suite.py", "--device", "cuda", "--only", "seed_conv2d_3to16_infer",
           "--advise-time", "30", "--timing-cap", "0.5", "--min-run-time", "0.2",
