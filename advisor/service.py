@@ -101,8 +101,6 @@ def run_advise(
         finally:
             restore_global_state(saved)  # what the user's code set at import is not the caller's
         per_layer = not workload.is_layer and sp.per_layer
-        plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
-                           compiles and not workload.is_layer)  # fmt: skip
         options = SearchOptions(
             mode=mode,  # type: ignore[arg-type]
             trials=trials,
@@ -114,7 +112,6 @@ def run_advise(
             objectives=objectives,
             progress=progress,
             fresh=fresh,
-            deadline=plan.search,
         )
         # One evaluator (one worker process when isolated) for the whole model's trials, its
         # per-layer combination, its compiled candidates and the re-times: each worker start
@@ -127,6 +124,10 @@ def run_advise(
         if storage != "memory":
             open_storage(storage)  # a storage that cannot be opened is bad input: said first
         clock.until_now(LOAD)
+        # The stages share what the start-up and the load left of the budget.
+        plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
+                           compiles and not workload.is_layer, now=time.perf_counter())  # fmt: skip
+        options.deadline = plan.search
         try:
             with clock.stage("global knobs"):
                 outcome = search(workload, dev, sp, options, evaluator=evaluator)

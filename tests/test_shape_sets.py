@@ -100,3 +100,7 @@ def test_benchmark_note_counts_the_per_shape_search() -> None:
         update={"measurement": Measurement(samples_ms=[11.0] * 5, first_call_ms=50.0)}
     )
     assert "does not pay" in benchmark_note([off, slower], off)
+    # A twin from another time window (the pick re-timed, its twin from the search) says nothing.
+    retimed = slower.model_copy(update={"retimed": True})
+    assert benchmark_note([off, retimed], retimed) is None
+    assert "does not pay" in benchmark_note([off.model_copy(update={"retimed": True}), retimed], off)

@@ -29,23 +29,33 @@ class BudgetPlan:
 
 
 def budget_plan(
-    start: float, budget_s: float, space: SearchSpace, per_layer: bool, compile: bool = False
+    start: float,
+    budget_s: float,
+    space: SearchSpace,
+    per_layer: bool,
+    compile: bool = False,
+    now: float | None = None,
 ) -> BudgetPlan:
-    """Split a run's time budget. The final stages keep what they need, up to a quarter of the
-    budget: the final re-time a trial's time cap per finalist, then the final check a fresh
-    process and two finalists' time caps (each at least half of that reserve when it is cut).
-    The rest is shared equally by the search, the per-layer stage and the compile stage where
-    there are such stages (a stage that finishes early leaves its time to the next: the eager
-    picture first, compile only with what is left)."""
+    """Split a run's time budget, which counts from `start`. The final stages keep what they
+    need, up to a quarter of the budget: the final re-time a trial's time cap per finalist, then
+    the final check a fresh process and two finalists' time caps (each at least half of that
+    reserve when it is cut). The rest, from `now` (when the search begins: the start-up and the
+    model's load are spent), goes to the search, the per-layer stage and the compile stage where
+    there are such stages: a double share to the search, whose pick the later stages refine (on
+    an H200, a 60 s budget split equally from the start left the global knobs 5 s after a 10 s
+    load: two candidates), an equal share to each of the others. A stage that finishes early
+    leaves its time to the next: the eager picture first, compile only with what is left."""
     n = space.retime_top + 2  # the finalists, the default and a per-layer combination
     cap = space.timing.max_time_s
     retime_s, check_s = 1.5 * n * cap, FRESH_START_S + 1.5 * 2 * cap
     reserve = min(0.25 * budget_s, retime_s + check_s)
     check_s = min(check_s, reserve / 2) if reserve < retime_s + check_s else check_s
     end = start + budget_s
-    stages = end - reserve - start
-    shares = 1 + int(per_layer) + int(compile)
-    search = start + stages / shares
+    begin = start if now is None else min(max(now, start), end - reserve)
+    stages = end - reserve - begin
+    later = int(per_layer) + int(compile)
+    shares = (2 if later else 1) + later
+    search = begin + stages * (2 if later else 1) / shares
     layers = search + stages / shares if per_layer else search
     compile_end = end - reserve if compile else None
     if not compile and per_layer:
