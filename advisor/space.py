@@ -145,6 +145,14 @@ class SearchSpace(BaseModel):
         description="a candidate is stopped only when slower than the best by this factor (and "
         "min_gain): its first samples after warm-up can be this much slower than its steady state",
     )
+    compile_max_gain: float | None = Field(
+        None,
+        gt=1.0,
+        description="the most torch.compile is assumed to speed up its eager twin: settings whose "
+        "eager time is slower than the best eager candidate's by more than this factor (beyond "
+        "both intervals) are not compiled, since their compile could not change the answer; "
+        "null: every base of the compile stage is compiled",
+    )
 
     def race_limit_ms(self, leader_ci_high_ms: float) -> float:
         """Where racing stops a candidate: the best accepted candidate's CI upper end, plus

@@ -103,6 +103,30 @@ def test_compiled_candidates_are_the_best_eager_ones_and_the_default() -> None:
     assert compile_candidates(outcome, space, CPU, shape_set=False) == [Settings(compile="default")]
 
 
+def test_the_default_is_not_compiled_where_no_compile_could_rescue_it() -> None:
+    # small_cnn train on a 2-core CPU: the default at 40.2 ms, the eager pick (channels_last +
+    # bf16) at 19.8 ms. Its compile (7 s cold) measured 33.2 ms: a compile would have had to make
+    # the default 2x faster, more than any compile did in the zoo (1.48x at most).
+    base, pick = Settings(), Settings(memory_format="channels_last", amp="bf16")
+    space = SearchSpace(name="s", knobs={"compile": ["off", "default"]}, compile_max_gain=1.6)
+    far = [_r(base, 40.2), _r(pick, 19.8)]
+    outcome = SearchOutcome(far, far[0], [], "s", current_environment(CPU), 0.0)
+    assert compile_candidates(outcome, space, CPU, shape_set=False) == [
+        pick.model_copy(update={"compile": "default"})
+    ]
+    (dropped,) = [d for d in outcome.dropped if "default settings" in d.what]
+    assert "2.03x the best eager candidate's" in dropped.reason and "1.6x" in dropped.reason
+    # within reach (MobileNetV3-Small train: 1.2x), the default is compiled too
+    near = [_r(base, 31.6), _r(pick, 26.4)]
+    outcome = SearchOutcome(near, near[0], [], "s", current_environment(CPU), 0.0)
+    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, shape_set=False)
+    # beyond the factor only by the point estimates, not beyond both intervals: compiled
+    noisy = TrialResult(settings=base, status="ok",
+                        measurement=Measurement(samples_ms=[20.0, 45.0, 33.0, 36.0, 60.0, 25.0]))  # fmt: skip
+    outcome = SearchOutcome([noisy, far[1]], noisy, [], "s", current_environment(CPU), 0.0)
+    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, shape_set=False)
+
+
 def test_apply_compiles_last_and_keeps_the_model_itself(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
     settings = Settings(memory_format="channels_last", compile="default")

@@ -8,7 +8,10 @@ seconds to minutes on a small CPU and the eager search has already ruled most se
 PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
 too, after the eager pick's compile: an eager win does not always carry into a compiled graph
 (MobileNetV3-Small, infer, on a 2-core CPU: channels_last compiled ran slower than the default
-layout compiled, which beat the eager pick by 1.2x). A shape set
+layout compiled, which beat the eager pick by 1.2x), unless its eager time is out of a
+compile's reach: slower than the best eager candidate's by more than the space's
+`compile_max_gain` (on a 2-core CPU a compile made its eager twin at most 1.48x faster in 24 zoo
+rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). A shape set
 tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph for all).
 
 Per-layer implementations are not compiled: a compiled candidate takes the global settings of
@@ -70,8 +73,14 @@ def compile_candidates(
     bases: list[Settings] = []
     for r in (eager.chosen, eager.fastest, outcome.baseline):
         base = r.settings.global_only().eager()
-        if base not in bases:
-            bases.append(base)
+        if base in bases:
+            continue
+        out_of_reach = _out_of_reach(r, (eager.chosen, eager.fastest), space.compile_max_gain)
+        if out_of_reach is not None:
+            on = "PyTorch's default settings" if base == Settings() else base.label()
+            outcome.dropped.append(Dropped(f"compile on {on}", out_of_reach))
+            continue
+        bases.append(base)
     dynamics: list[bool | None] = [False, True] if shape_set else [None]
     return [
         base.model_copy(update={"compile": mode, "compile_dynamic": dyn})
@@ -79,6 +88,26 @@ def compile_candidates(
         for base in bases
         for dyn in dynamics
     ]
+
+
+def _out_of_reach(
+    base: TrialResult, best: tuple[TrialResult, ...], max_gain: float | None
+) -> str | None:
+    """Why compiling `base` could not change the answer, or None: its eager time, beyond its
+    interval, is slower than the best eager candidate's by more than `max_gain` (the space's
+    `compile_max_gain`), the most a compile is assumed to speed up its eager twin."""
+    measured = [r.measurement for r in best if r.measurement is not None]
+    if max_gain is None or base.measurement is None or not measured:
+        return None
+    leader = min(measured, key=lambda m: m.ci_high_ms)
+    if base.measurement.ci_low_ms <= max_gain * leader.ci_high_ms:
+        return None
+    return (
+        f"its eager time ({base.measurement.median_ms:.3g} ms) is "
+        f"{base.measurement.median_ms / leader.median_ms:.2f}x the best eager candidate's "
+        f"({leader.median_ms:.3g} ms): its compile could not win unless it were more than "
+        f"{max_gain:g}x faster than eager (the space's compile_max_gain)"
+    )
 
 
 def compile_race(outcome: SearchOutcome, space: SearchSpace) -> Race | None:
