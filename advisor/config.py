@@ -62,6 +62,9 @@ class FinalCheck(BaseModel):
         description="the strongest alternative of another family (memory format or precision), "
         "timed beside the recommendation and the default",
     )
+    runner_up_first_call_s: float | None = Field(
+        None, description="the runner-up's first call there (a compile from warm caches)"
+    )
     runner_up_speedup: tuple[float, float, float] | None = Field(
         None, description="the runner-up over the default: ratio, 95% interval"
     )

@@ -10,12 +10,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from advisor.advice import Advice, build_advice
-from advisor.compiled import shared_measurement_cache
+from advisor.compiled import leave_for_training, shared_measurement_cache
 from advisor.device.environment import resolve_device
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.errors import AdvisorError
@@ -81,8 +82,7 @@ def run_advise(
     # Compiled candidates' caches are shared by the run's processes: a re-time or the final
     # check compiles warm from what a trial compiled cold.
     with contextlib.ExitStack() as stack:
-        if compiles:
-            stack.enter_context(shared_measurement_cache())
+        run_cache = stack.enter_context(shared_measurement_cache()) if compiles else None
         probed, spare = None, None
         if isolate and workload_args.get("model_file") is not None:
             # The final check's fresh process loads the model file beside the probe (both
@@ -146,18 +146,36 @@ def run_advise(
             with clock.stage("final check"):
                 check, check_error = check_pick(workload, outcome, dev, sp, options, steps, plan,
                                                 share, notes, spare)  # fmt: skip
-    outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
-    share = usage.others_share()
+        outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
+        share = usage.others_share()
+        advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices,
+                              retimed, retime_error=retime_error, notes=notes,
+                              unsettled=unsettled, steps=steps, final=check,
+                              final_error=check_error, other_load=share,
+                              stage_s=breakdown(clock.spans, outcome.results,
+                                                outcome.elapsed_s))  # fmt: skip
+        if run_cache is not None and advice.settings.compiled:
+            _leave_compile_caches(advice, run_cache)
     warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
-    advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices, retimed,
-                          retime_error=retime_error, notes=notes, unsettled=unsettled,
-                          steps=steps, final=check, final_error=check_error,
-                          other_load=share, stage_s=breakdown(clock.spans, outcome.results,
-                                                              outcome.elapsed_s))  # fmt: skip
     if warnings and advice.config.result is not None:
         result = advice.config.result.model_copy(update={"warnings": warnings})
         advice.config = advice.config.model_copy(update={"result": result})
     return advice
+
+
+def _leave_compile_caches(advice: Advice, run_cache: Path) -> None:
+    """A compiled recommendation: the run's compile artifacts are left in the Inductor cache
+    the user's training reads, and the compile note says so (its first step then costs what
+    the final check's first call did, not a cold compile)."""
+    target = leave_for_training(run_cache)
+    result = advice.config.result
+    if target is None or result is None or result.compile_note is None:
+        return
+    note = (f"{result.compile_note}; this run left its compile caches in {target} "
+            "(Inductor's cache folder), which your torch.compile reads on this machine")  # fmt: skip
+    advice.config = advice.config.model_copy(
+        update={"result": result.model_copy(update={"compile_note": note})}
+    )
 
 
 def _stages(

@@ -31,6 +31,7 @@ from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race
 from advisor.workload.args import make_workload
+from tests.conftest import run_env
 
 DATA = Path(__file__).parent / "data"
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -417,3 +418,48 @@ def test_in_place_activations_and_dropout_compile_and_train_under_the_canonical_
     errors = compare(got, gate.cases[0], "train")
     assert errors.out > 0.04
     assert gate.tolerance(compiled, errors).judge(errors) is not None
+
+
+USER_COMPILE = """
+import torch
+from torch._dynamo.utils import counters
+f = torch.compile(lambda x: torch.relu(x) * 2 + 1)
+f(torch.arange(8.0))
+print(counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
+"""
+# A worker of the run: a cold compile in an empty folder, its artifacts kept in the run's folder.
+RUN_COMPILE = """
+import torch
+from advisor.compiled import cold_cache, inductor_caches, keep_artifacts
+cold = cold_cache()
+with inductor_caches(cold):
+    torch.compile(lambda x: torch.relu(x) * 2 + 1)(torch.arange(8.0))
+keep_artifacts(cold)
+"""
+
+
+def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The user's first training step should compile from what the run compiled (as the final
+    # check's fresh process does), not pay a cold compile again.
+    import subprocess
+    import sys
+
+    from advisor.compiled import leave_for_training, shared_measurement_cache, training_cache
+
+    def fresh(code: str) -> str:  # processes started as the run's workers and the user's are
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300, env=run_env())  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    user = tmp_path / "user-inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(user))
+    assert training_cache() == user
+    with shared_measurement_cache() as run:
+        assert leave_for_training(run) is None  # nothing compiled: nothing to leave
+        fresh(RUN_COMPILE)
+        assert leave_for_training(run) == user
+    hits, misses = map(int, fresh(USER_COMPILE).split()[-2:])
+    assert (hits, misses) == (1, 0)

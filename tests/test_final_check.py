@@ -254,3 +254,18 @@ def test_a_runner_up_that_beats_the_pick_where_the_user_runs_it_is_recommended()
     results = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
     advice = build_advice(_outcome(results), info, "train", "s", final=check)
     assert advice.settings == BF16, advice.config.result.why
+
+
+def test_a_compiled_runner_up_recommended_instead_names_its_own_first_step() -> None:
+    # The final check's runner-up (compiled) replaced an eager pick; the advice printed the
+    # eager pick's first call ("compiles it: 0.0 s") as the compiled one's first step.
+    from advisor.stages.confirm import first_step_note
+
+    compiled = _r(CL.model_copy(update={"compile": "default"}), 8.0)
+    check = _check(True).model_copy(
+        update={"first_call_s": 0.04, "runner_up": compiled.settings, "runner_up_first_call_s": 6.2}
+    )
+    note = first_step_note("torch.compile pays", compiled, check)
+    assert note is not None and "compiles it: 6.2 s here" in note
+    eager_pick = check.model_copy(update={"runner_up": Settings(amp="bf16"), "first_call_s": 5.1})
+    assert "compiles it: 5.1 s here" in first_step_note("pays", compiled, eager_pick)  # type: ignore[operator]

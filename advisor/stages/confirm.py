@@ -151,9 +151,12 @@ def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | N
     check saw it: the pick's first call in a fresh process, as `advisor.apply` builds it."""
     if note is None or not chosen.settings.compiled or final is None:
         return note
-    if final.first_call_s is None or final.where != "fresh process":
+    # The runner-up recommended instead (`after_final_check`): its own first call, not the
+    # replaced pick's (an eager pick's 0.0 s was printed for a compiled runner-up).
+    first = final.runner_up_first_call_s if chosen.settings == final.runner_up else final.first_call_s
+    if first is None or final.where != "fresh process":
         return note
     return (
-        f"{note}; your training's first step compiles it: {final.first_call_s:.1f} s here "
+        f"{note}; your training's first step compiles it: {first:.1f} s here "
         "(its first call in the final check's fresh process)"
     )

@@ -85,16 +85,16 @@ def measure_pair(
     device: torch.device,
     mode: Mode,
     policy: TimingPolicy,
-) -> tuple[list[TrialResult], float]:
+) -> tuple[list[TrialResult], list[float]]:
     """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
-    re-timed together, interleaved, on every shape; and the recommendation's first call
-    (seconds over the shapes)."""
+    re-timed together, interleaved, on every shape; and each one's first call (seconds over
+    the shapes)."""
     per_case: list[list[list[float]]] = []
-    first_s = 0.0
+    first_s = [0.0] * len(pair)
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, pair, device, mode, policy, case)
         try:
-            first_s += session.first_ms[1] / 1e3
+            first_s = [a + ms / 1e3 for a, ms in zip(first_s, session.first_ms, strict=True)]
             samplers = [partial(session.sample, i) for i in range(len(pair))]
             per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
         finally:
@@ -139,11 +139,12 @@ def check_here(
         rounds=len(ms[0].samples_ms),  # type: ignore[union-attr]
         held=lo > 1.0 and (one is None or one[1] > 1.0),
         one_thread=one,
-        first_call_s=first_s,
+        first_call_s=first_s[1],
         other_load=usage.others_share(),
     )
     if len(pair) > 2:
         check = runner_up_check(check, pair[2].settings, ms, one_runner, min_gain)
+        check = check.model_copy(update={"runner_up_first_call_s": first_s[2]})
     return check
 
 
