@@ -442,10 +442,12 @@ f = torch.compile(lambda x: torch.relu(x) * 2 + 1)
 f(torch.arange(8.0))
 print(counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
 """
-# A worker of the run: a cold compile in an empty folder, its artifacts kept in the run's folder.
+# A worker of the run: Inductor started in the kept start folder, then a cold compile in an
+# empty folder, its artifacts kept in the run's folder.
 RUN_COMPILE = """
 import torch
-from advisor.compiled import cold_cache, inductor_caches, keep_artifacts
+from advisor.compiled import cold_cache, inductor_caches, keep_artifacts, start_inductor
+start_inductor()
 cold = cold_cache()
 with inductor_caches(cold):
     torch.compile(lambda x: torch.relu(x) * 2 + 1)(torch.arange(8.0))
