@@ -217,13 +217,8 @@ def leave_for_training(run_folder: Path) -> Path | None:
     if not warm.is_dir() or not any(warm.iterdir()):
         return None
     target = training_cache()
-    try:
-        if start_folder().is_dir():
-            shutil.copytree(start_folder(), target, dirs_exist_ok=True)
-        shutil.copytree(warm, target, dirs_exist_ok=True)
-    except (OSError, shutil.Error):
-        return None
-    return target
+    started = not start_folder().is_dir() or _merge(start_folder(), target)
+    return target if started and _merge(warm, target) else None
 
 
 def measurement_cache() -> Path:
@@ -238,8 +233,17 @@ def cold_cache() -> Path:
     return Path(tempfile.mkdtemp(prefix="cold-", dir=_root()))
 
 
+def _merge(folder: Path, into: Path) -> bool:
+    """Copy `folder`'s files into `into` (kept files of the same name are replaced); whether the
+    copy succeeded."""
+    try:
+        shutil.copytree(folder, into, dirs_exist_ok=True)
+    except (OSError, shutil.Error):
+        return False
+    return True
+
+
 def keep_artifacts(cold: Path) -> None:
     """Merge a cold compile's artifacts into `measurement_cache()` and remove its folder."""
-    with contextlib.suppress(OSError, shutil.Error):
-        shutil.copytree(cold, measurement_cache(), dirs_exist_ok=True)
+    _merge(cold, measurement_cache())
     shutil.rmtree(cold, ignore_errors=True)

@@ -54,8 +54,9 @@ def budget_plan(
     begin = start if now is None else min(max(now, start), end - reserve)
     stages = end - reserve - begin
     later = int(per_layer) + int(compile)
-    shares = (2 if later else 1) + later
-    search = begin + stages * (2 if later else 1) / shares
+    own = 2 if later else 1  # the search's shares
+    shares = own + later
+    search = begin + stages * own / shares
     layers = search + stages / shares if per_layer else search
     compile_end = end - reserve if compile else None
     if not compile and per_layer:
