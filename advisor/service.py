@@ -31,7 +31,7 @@ from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
 from advisor.stages.confirm import check_pick
 from advisor.stages.final_check import FreshProcess
-from advisor.stages.finalists import machine_moved, retime_finalists
+from advisor.stages.finalists import machine_moved, retime_finalists, settled
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
@@ -194,11 +194,17 @@ def _stages(
     per-layer choices and the per-layer stage's counts."""
     # The global finalists are re-timed together first, so the per-layer and compile stages
     # work from the settings that would be recommended; a candidate of theirs that reaches the
-    # finalists is then re-timed with them, interleaved, before it can be picked.
+    # finalists is then re-timed with them, interleaved, before it can be picked. Where the
+    # search already settled the pick (`settled`), that first re-time is left to the end.
     first = plan.layers if per_layer else (plan.compile or plan.layers)
-    with clock.stage("re-time"):
-        retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                 deadline=first, evaluator=evaluator)  # fmt: skip
+    later = per_layer or plan.compile is not None  # stages that may add finalists
+    retimed, retime_error = 0, None
+    deferred = later and settled(outcome, sp)
+    if not deferred:
+        with clock.stage("re-time"):
+            retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                     deadline=first,
+                                                     evaluator=evaluator)  # fmt: skip
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
     # The per-layer combination and the compiled candidates are re-timed with the finalists
@@ -220,10 +226,12 @@ def _stages(
         with clock.stage("compile"):
             new += run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
                                      options.progress, compile_race(outcome, sp))  # fmt: skip
-    if new:
+    if (new or deferred) and retime_error is None:
+        # A deferred first re-time happens here whatever the stages added: once, with them.
         with clock.stage("re-time"):
             again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                   only_with=new, deadline=plan.retime,
+                                                   only_with=None if deferred else new,
+                                                   deadline=plan.retime,
                                                    evaluator=evaluator)  # fmt: skip
         retimed = again or retimed
     return retimed, retime_error, choices, stats

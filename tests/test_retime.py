@@ -64,3 +64,37 @@ def test_retime_interleaves_fresh_samples_and_restores_flags() -> None:
         assert len(new.per_shape[0].samples_ms) == len(fresh[0].per_shape[0].samples_ms)
         assert 5 <= len(new.measurement.samples_ms) <= 8
         assert new.measurement.samples_ms != old.measurement.samples_ms
+
+
+def _spread(settings: Settings, ms: float, rel: float) -> TrialResult:
+    samples = [ms * (1 + rel * f) for f in (-1, -0.5, 0, 0.5, 1) * 3]
+    return TrialResult(settings=settings, status="ok", measurement=Measurement(samples_ms=samples))
+
+
+def test_a_pick_the_search_settled_is_not_re_timed_before_the_later_stages() -> None:
+    from advisor.device.environment import current_environment
+    from advisor.search import SearchOutcome
+    from advisor.space import SearchSpace
+    from advisor.stages.finalists import settled
+
+    space = SearchSpace(name="s", knobs={})
+    cl_bf16 = Settings(memory_format="channels_last", amp="bf16")
+
+    def outcome(results: list[TrialResult]) -> SearchOutcome:
+        return SearchOutcome(results, results[0], [], "s", current_environment(CPU), 0.0)
+
+    # small_cnn train on a 2-core CPU: channels_last + bf16 at 19.5 ms, the next at 28.2 ms
+    clear = [_spread(Settings(), 38.0, 0.02), _spread(Settings(amp="bf16"), 28.2, 0.05),
+             _spread(cl_bf16, 19.5, 0.02)]  # fmt: skip
+    assert settled(outcome(clear), space)
+    # a runner-up whose interval reaches the leader's: a re-time could change the pick
+    close = [*clear, _spread(Settings(memory_format="channels_last"), 20.0, 0.05)]
+    assert not settled(outcome(close), space)
+    # the default itself within reach of the leader
+    near = [_spread(Settings(), 20.2, 0.05), _spread(cl_bf16, 19.5, 0.02)]
+    assert not settled(outcome(near), space)
+    # the default fastest: nothing to re-time before the later stages either way
+    assert not settled(outcome([_spread(Settings(), 10.0, 0.01), _spread(cl_bf16, 19.5, 0.02)]),
+                       space)  # fmt: skip
+    # re-times turned off in the space
+    assert not settled(outcome(clear), SearchSpace(name="s", knobs={}, retime_top=0))

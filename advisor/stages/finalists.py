@@ -26,7 +26,7 @@ from advisor.search.storage import RetimeRecord, SharedRecord, open_storage
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["machine_moved", "retime_finalists", "shared_record"]
+__all__ = ["machine_moved", "retime_finalists", "settled", "shared_record"]
 
 log = logging.getLogger("advisor")
 
@@ -83,6 +83,24 @@ def retime_finalists(
     outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
     outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
     return len(fin), None
+
+
+def settled(outcome: SearchOutcome, space: SearchSpace) -> bool:
+    """Whether a re-time now could only confirm the eager pick: one candidate's interval lies
+    below every other accepted candidate's, PyTorch's default's included, by more than
+    `min_gain`, so the finalists are that one and the default. The per-layer and compile stages
+    then start from it without a re-time of their own, and the finalists are re-timed once, at
+    the end, with what those stages add (small_cnn train on a 2-core CPU: channels_last + bf16
+    at 19.5 ms against 28.2 ms for the next; each re-time of the finalists costs 2-3 s)."""
+    top = space.retime_top
+    if not top:
+        return False
+    fin = finalists(outcome.results, outcome.baseline, top, space.min_gain)
+    lead = [r for r in fin if r.settings != outcome.baseline.settings]
+    base = outcome.baseline.measurement
+    if len(lead) != 1 or lead[0].measurement is None or base is None:
+        return False
+    return lead[0].measurement.ci_high_ms * (1 + space.min_gain) < base.ci_low_ms
 
 
 Record = TypeVar("Record", bound=SharedRecord[Any])
