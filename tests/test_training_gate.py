@@ -209,3 +209,51 @@ def test_unknown_tolerance_key_is_one_clear_error() -> None:
         advisor.advise(
             layer="Conv2d(3, 4, 3)", input_shape="1,3,8,8", tolerances={"grad.fp32": 1e-3}
         )
+
+
+class OpNames(TorchDispatchMode):
+    """The ATen ops a step runs, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_a_layers_timed_training_step_has_no_loss_over_its_output(amp: str) -> None:
+    """A layer's output feeds the next layer, not a loss: its timed step starts the backward from
+    the output gradient (no cast, product and sum over the whole output, which were over half of
+    a 1x1 conv's step on small_cnn), and the gradients are bit for bit the gate's, which takes
+    them through a loss."""
+    w = layer_workload(layer_spec("Conv2d(8, 16, 1)", input_shape="2,8,16,16"))
+    cand = Candidate(w, Settings(memory_format="channels_last", amp=amp), CPU, "train", seed=3)
+    try:
+        cand.step()  # the first draws the output gradients
+        with OpNames() as seen:
+            cand.step()
+        assert seen.ops["aten.convolution_backward"] == 1
+        assert not {"aten.sum", "aten.mul", "aten.stack"} & set(seen.ops)
+        timed = {n: p.grad.clone() for n, p in cand.tuned.module.named_parameters()}
+        timed["input.0"] = cand.inputs[0].grad.clone()
+        gated = cand.capture().grads
+        assert timed.keys() == gated.keys()
+        for name, g in gated.items():
+            assert torch.equal(timed[name].to(g.dtype), g), name
+    finally:
+        cand.close()
+
+
+def test_a_models_timed_training_step_keeps_its_loss() -> None:
+    """A whole model's output goes into a loss in training: its timed step has one."""
+    cand = Candidate(model_workload(RELU_BN), Settings(), CPU, "train", seed=3)
+    try:
+        cand.step()
+        with OpNames() as seen:
+            cand.step()
+        assert seen.ops["aten.sum"] >= 1
+    finally:
+        cand.close()

@@ -24,7 +24,7 @@ from advisor.impls import conv_modules
 from advisor.impls import names as impl_names
 from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
-from advisor.measure.candidate import Mode
+from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.results import TrialResult
 from advisor.search.options import SearchOptions
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
@@ -67,6 +67,8 @@ def study_name_for(
     }
     if tuple(objectives) != ("time",):
         key["objectives"] = list(objectives)
+    if workload.is_layer and mode == "train":  # a layer's training step was timed another way
+        key["layer_step"] = LAYER_STEP
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
     base = user_name or f"{mode}-{digest[:10]}"
     return f"{base}@{env.fingerprint}"

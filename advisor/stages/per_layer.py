@@ -25,7 +25,7 @@ from advisor import impls
 from advisor.apply import compute_dtype
 from advisor.execute.evaluators import Evaluator, Lent
 from advisor.knobs import Settings
-from advisor.measure.candidate import Candidate, ConvInput, Mode
+from advisor.measure.candidate import LAYER_STEP, Candidate, ConvInput, Mode
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator
@@ -117,7 +117,7 @@ def layer_context(mode: Mode, space: SearchSpace) -> str:
                  "min_gain"},
     )  # fmt: skip
     digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{mode}|{digest}"
+    return f"{mode}|{digest}|{LAYER_STEP}"
 
 
 def choose_layer_impls(
