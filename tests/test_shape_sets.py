@@ -103,4 +103,6 @@ def test_benchmark_note_counts_the_per_shape_search() -> None:
     # A twin from another time window (the pick re-timed, its twin from the search) says nothing.
     retimed = slower.model_copy(update={"retimed": True})
     assert benchmark_note([off, retimed], retimed) is None
-    assert "does not pay" in benchmark_note([off.model_copy(update={"retimed": True}), retimed], off)
+    assert "does not pay" in benchmark_note(
+        [off.model_copy(update={"retimed": True}), retimed], off
+    )

@@ -153,7 +153,9 @@ def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | N
         return note
     # The runner-up recommended instead (`after_final_check`): its own first call, not the
     # replaced pick's (an eager pick's 0.0 s was printed for a compiled runner-up).
-    first = final.runner_up_first_call_s if chosen.settings == final.runner_up else final.first_call_s
+    first = (
+        final.runner_up_first_call_s if chosen.settings == final.runner_up else final.first_call_s
+    )
     if first is None or final.where != "fresh process":
         return note
     return (
