@@ -104,6 +104,48 @@ def test_compiled_candidates_are_the_best_eager_ones_and_the_default() -> None:
     assert compile_candidates(outcome, space, CPU, shape_set=False) == [Settings(compile="default")]
 
 
+def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_one() -> None:
+    """Inductor runs every conv in channels_last on a CPU with oneDNN: a contiguous candidate
+    compiles to the same graph plus a weight conversion per step, so its channels_last twin is
+    compiled instead, once (MobileNetV3-Small train: the eager pick channels_last and the
+    default were both compiled, 57 s cold each)."""
+    from advisor.stages.compiling import inductor_convs_channels_last
+
+    assert inductor_convs_channels_last(CPU) == torch.backends.mkldnn.is_available()
+    if not inductor_convs_channels_last(CPU):
+        pytest.skip("this torch has no oneDNN: Inductor keeps the model's layout")
+    assert not inductor_convs_channels_last(torch.device("cuda"))
+    base, cl = Settings(), Settings(memory_format="channels_last")
+    bf16, cl_bf16 = Settings(amp="bf16"), Settings(memory_format="channels_last", amp="bf16")
+    space = SearchSpace(name="s", knobs={"memory_format": ["contiguous", "channels_last"],
+                                         "amp": ["off", "bf16"], "compile": ["off", "default"]})  # fmt: skip
+
+    def got(results: list[TrialResult], baseline: int = 0) -> tuple[list[Settings], list[str]]:
+        outcome = SearchOutcome(results, results[baseline], [], "s", current_environment(CPU), 0.0)
+        return compile_candidates(outcome, space, CPU, shape_set=False), [
+            d.what for d in outcome.dropped
+        ]
+
+    # MobileNetV3-Small train: the eager pick is channels_last; the default compiles as its twin
+    todo, dropped = got([_r(base, 33.8), _r(cl, 27.6), _r(bf16, 40.0)])
+    assert todo == [Settings(memory_format="channels_last", compile="default")]
+    assert dropped == ["compile on PyTorch's default settings"]
+    # a contiguous pick (amp=bf16) compiles as channels_last + bf16, and the default as cl
+    todo, _ = got([_r(base, 43.0), _r(cl, 45.0), _r(bf16, 35.0), _r(cl_bf16, 50.0)])
+    assert todo == [cl_bf16.model_copy(update={"compile": "default"}),
+                    cl.model_copy(update={"compile": "default"})]  # fmt: skip
+    # where channels_last failed (or its numerics were rejected) the model's layout is compiled
+    broken = _r(cl, 27.6).model_copy(update={"status": "failed", "measurement": None})
+    todo, dropped = got([_r(base, 33.8), broken])
+    assert todo == [Settings(compile="default")] and dropped == []
+    # a space without channels_last compiles what it has
+    only = SearchSpace(name="s", knobs={"amp": ["off", "bf16"], "compile": ["off", "default"]})
+    outcome = SearchOutcome([_r(base, 33.8), _r(bf16, 30.0)], _r(base, 33.8), [], "s",
+                            current_environment(CPU), 0.0)  # fmt: skip
+    assert all(s.memory_format == "contiguous"
+               for s in compile_candidates(outcome, only, CPU, shape_set=False))  # fmt: skip
+
+
 def test_the_default_is_not_compiled_where_no_compile_could_rescue_it() -> None:
     # small_cnn train on a 2-core CPU: the default at 40.2 ms, the eager pick (channels_last +
     # bf16) at 19.8 ms. Its compile (7 s cold) measured 33.2 ms: a compile would have had to make
