@@ -6,12 +6,12 @@ applied to the best eager candidates (the eager pick and the fastest accepted on
 space's order of modes: not the cross product with every eager candidate, since a compile costs
 seconds to minutes on a small CPU and the eager search has already ruled most settings out.
 PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
-too, after the eager pick's compile: an eager win does not always carry into a compiled graph
-(MobileNetV3-Small, infer, on a 2-core CPU: channels_last compiled ran slower than the default
-layout compiled, which beat the eager pick by 1.2x), unless its eager time is out of a
-compile's reach: slower than the best eager candidate's by more than the space's
+too, after the eager pick's compile, unless its eager time is out of a compile's reach: slower than the best eager candidate's by more than the space's
 `compile_max_gain` (on a 2-core CPU a compile made its eager twin at most 1.48x faster in 24 zoo
-rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). A shape set
+rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
+contiguous candidate is compiled as its channels_last twin (`channels_last_twin`: Inductor runs
+every conv in channels_last there), so the default and a channels_last pick share one compile.
+A shape set
 tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph for all).
 
 Per-layer implementations are not compiled: a compiled candidate takes the global settings of
@@ -115,10 +115,10 @@ def channels_last_twin(
     where Inductor runs every conv in channels_last anyway (`inductor_convs_channels_last`).
     Compiled from contiguous weights, the graph is the same but for a conversion of every conv
     weight (and its gradient) at each step: on a 2-core CPU the channels_last twin ran as fast
-    or faster in every model tried (interleaved, one process, Inductor default mode: small_cnn
-    train 1.14x, MobileNetV3-Small train 1.06x and infer 1.08x, relu_bn_block train 1.03x), so
-    compiling both pays a second cold compile (about 57 s for MobileNetV3-Small train) for a
-    candidate that cannot win. Only where the space lists channels_last and the eager twin ran
+    or faster in all 12 rows of the six zoo models in both modes (1.01-4.1x, monai_unet3d infer
+    0.98x within noise; benchmarks/results/compile_layout_cpu.md), so compiling both pays a
+    second cold compile (about 57 s for MobileNetV3-Small train) for a candidate that cannot
+    win. Only where the space lists channels_last and the eager twin ran
     in the search (accepted, or raced out as slower; not failed or rejected)."""
     if base.memory_format != "contiguous" or not inductor_convs_channels_last(device):
         return None
