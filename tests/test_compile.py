@@ -108,9 +108,10 @@ def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_
     compiles to the same graph plus a weight conversion per step, so its channels_last twin is
     compiled instead, once (MobileNetV3-Small train: the eager pick channels_last and the
     default were both compiled, 57 s cold each)."""
+    from advisor.device.flags import onednn_convs
     from advisor.stages.compiling import inductor_convs_channels_last
 
-    assert inductor_convs_channels_last(CPU) == torch.backends.mkldnn.is_available()
+    assert inductor_convs_channels_last(CPU) == onednn_convs()
     if not inductor_convs_channels_last(CPU):
         pytest.skip("this torch has no oneDNN: Inductor keeps the model's layout")
     assert not inductor_convs_channels_last(torch.device("cuda"))

@@ -26,6 +26,7 @@ import torch
 __all__ = [
     "conv_tf32",
     "has_mkldnn_conv_precision",
+    "onednn_convs",
     "cudnn_benchmark",
     "read_flags",
     "matmul_tf32",
@@ -166,6 +167,11 @@ def _implied_matmul_precision(values: dict[str, str]) -> str:
 def has_mkldnn_conv_precision() -> bool:
     """Whether this torch lets oneDNN compute fp32 convs in bf16 (`mkldnn.conv.fp32_precision`)."""
     return "mkldnn.conv" in _new_values()
+
+
+def onednn_convs() -> bool:
+    """Whether CPU convs run on oneDNN here (built with it, and not turned off)."""
+    return torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
 
 
 def write_mkldnn_conv(value: str) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from advisor.device.flags import onednn_convs
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
@@ -103,9 +104,7 @@ def inductor_convs_channels_last(device: torch.device) -> bool:
         return False
     from torch._inductor import config
 
-    return bool(config.layout_optimization) and torch.backends.mkldnn.is_available() and bool(
-        torch.backends.mkldnn.enabled
-    )
+    return bool(config.layout_optimization) and onednn_convs()
 
 
 def channels_last_twin(
