@@ -7,11 +7,12 @@ space's order of modes: not the cross product with every eager candidate, since 
 seconds to minutes on a small CPU and the eager search has already ruled most settings out.
 PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
 too, after the eager pick's compile, unless its eager time is out of a compile's reach: slower
-than the best eager candidate's by more than the space's `compile_max_gain` (on a 2-core CPU a compile made its eager twin at most 1.48x faster in 24 zoo
-rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
+than the best eager candidate's by more than the space's `compile_max_gain` (on a 2-core CPU
+a compile made its eager twin at most 1.48x faster in 24 zoo rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
 contiguous candidate is compiled as its channels_last twin (`channels_last_twin`: Inductor runs
 every conv in channels_last there), so the default and a channels_last pick share one compile.
-A shape set tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph for all).
+A shape set tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph
+for all).
 
 Per-layer implementations are not compiled: a compiled candidate takes the global settings of
 its eager twin with every conv on PyTorch's native kernel. Inductor lowers the whole graph and
