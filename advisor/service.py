@@ -134,7 +134,7 @@ def run_advise(
             trial_baseline = outcome.baseline
             retimed, retime_error, choices, stats = _stages(workload, outcome, dev, sp, options,
                                                             plan, per_layer, evaluator,
-                                                            clock)  # fmt: skip
+                                                            clock, steps)  # fmt: skip
         finally:
             evaluator.close()
         notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
@@ -188,6 +188,7 @@ def _stages(
     per_layer: bool,
     evaluator: Evaluator,
     clock: StageClock,
+    steps: int | None = None,
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
     """After the search: the first re-time, the per-layer stage, the compile stage and the
     re-times they call for. Returns how many were re-timed last, why a re-time failed, the
@@ -225,7 +226,7 @@ def _stages(
         todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
         with clock.stage("compile"):
             new += run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
-                                     options.progress, compile_race(outcome, sp))  # fmt: skip
+                                     options.progress, compile_race(outcome, sp, steps))  # fmt: skip
     if (new or deferred) and retime_error is None:
         # A deferred first re-time happens here whatever the stages added: once, with them.
         with clock.stage("re-time"):

@@ -6,5 +6,7 @@
   loop they run, and the first run of a model file's code in one.
 - `retime`: the finalists re-timed together, interleaved; `benchmark_processes`: a process per
   `cudnn.benchmark` value on CUDA.
+- `payback`: a compiled candidate timed beside its eager rival, stopped before the gate's capture
+  when its cold compile cannot pay back within the horizon.
 - `ownership`: which process owns a running trial; `streams`: user prints kept off stdout.
 """

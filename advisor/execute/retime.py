@@ -121,7 +121,7 @@ class RetimeSession:
         try:
             for r in results:
                 self.cands.append(Candidate(workload, r.settings, device, mode, case=case))
-            self.before = [partial(_prepare, self.pristine, c.tuned) for c in self.cands]
+            self.before = [partial(prepare_flags, self.pristine, c.tuned) for c in self.cands]
             steps = [c.step for c in self.cands]
             self.first_ms: list[float] = []  # each finalist's first call here (a compile)
             self.launch_ms = warm_up(
@@ -201,7 +201,7 @@ def retimed_results(
     return out
 
 
-def _prepare(pristine: dict[str, Any], tuned: Tuned) -> None:
+def prepare_flags(pristine: dict[str, Any], tuned: Tuned) -> None:
     """Before each finalist's sample: PyTorch's state as it was, then that finalist's flags."""
     restore_global_state(pristine)
     GlobalFlags.switch_to(tuned.settings, tuned.device)

@@ -21,7 +21,9 @@ from advisor.compiled import (
     start_inductor,
 )
 from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.global_state import global_state
 from advisor.errors import first_line
+from advisor.execute.payback import cannot_pay
 from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
@@ -187,6 +189,7 @@ def _evaluate(
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
+    pristine = global_state()  # before any candidate's flags: a payback check builds a second
     judge_below = race.judge_below_ms if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
@@ -211,7 +214,11 @@ def _evaluate(
                     settings=settings, status="stopped", reason=m.stopped, precision=precision
                 )
             per_shape.append(m)
-            if race is not None and m.stopped is not None and "slower than" in m.stopped:
+            unpaid = _unpaid(cand, m, race, workload, device, mode, gate.seed, case, policy,
+                             pristine, clock)  # fmt: skip
+            if unpaid is not None:
+                lost = unpaid
+            elif race is not None and m.stopped is not None and "slower than" in m.stopped:
                 # Lost the race, or cut by the budget while slower: not gated. A compiled
                 # candidate too, though its capture under dropout masks compiles again: only the
                 # race's margin stops it before, as any candidate (its bar was measured in an
@@ -289,6 +296,31 @@ def _evaluate(
         first_call_peak_mb=memory.first_call_mb,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
     )
+
+
+def _unpaid(
+    cand: Candidate,
+    m: Measurement,
+    race: Race | None,
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    seed: int,
+    case: int,
+    policy: TimingPolicy,
+    pristine: dict[str, object],
+    clock: Callable[[], float] | None,
+) -> str | None:
+    """Why a compiled candidate stops before the gate's capture: its cold compile cannot pay
+    back within the race's horizon against its rival, timed beside it (`payback.cannot_pay`);
+    None for any other candidate, or one that still might."""
+    if race is None or race.rival is None or race.horizon_steps is None:
+        return None
+    if not cand.tuned.settings.compiled or m.stopped is not None or not m.samples_ms:
+        return None  # raced out, or cut by the budget: the race's own stop says why
+    return cannot_pay(cand, m, Settings.model_validate_json(race.rival), race.horizon_steps,
+                      workload=workload, device=device, mode=mode, seed=seed, case=case,
+                      policy=policy, pristine=pristine, clock=clock)  # fmt: skip
 
 
 def _cannot_win_unjudged(

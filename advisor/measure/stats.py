@@ -202,6 +202,12 @@ class Race:
     # min_gain. Above it, it cannot win the pick (the leader only gets faster, and
     # `advisor.execute.retime.finalists` drops it by the same rule), so it is stopped unjudged.
     judge_below_ms: float | None = None
+    # A compiled candidate's payback check (`advisor.execute.payback`): the eager settings it
+    # is billed against (as JSON: the race travels to a worker as plain values) and the steps
+    # its cold compile must pay back within. Timed beside them after its samples, a compile
+    # that cannot pay back is stopped before the gate's capture.
+    rival: str | None = None
+    horizon_steps: int | None = None
 
     def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         counted = [w for w in warmups if w > 2 * self.limit_ms]

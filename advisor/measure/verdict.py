@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.knobs import Settings
 
 __all__ = [
+    "CANNOT_PAY",
     "CANNOT_WIN",
     "OUT_OF_TIME",
     "PrecisionCheck",
@@ -24,6 +25,9 @@ OUT_OF_TIME = "the budget ran out during its precision check"
 # how the reason of a trial stopped unjudged begins: measured in full at a precision not judged
 # yet, it could not win the pick, so its training check was not paid (`stats.Race.judge_below_ms`)
 CANNOT_WIN = "cannot win"
+# how the reason of a compiled trial stopped before the gate begins: timed beside its eager
+# rival, its cold compile could not pay back within the horizon (`advisor.execute.payback`)
+CANNOT_PAY = "its cold compile cannot pay back"
 
 
 def own_path(settings: Settings) -> Settings:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from advisor.measure.results import TrialResult
+from advisor.measure.verdict import CANNOT_PAY
 
 __all__ = [
     "HORIZON_STEPS",
@@ -135,6 +136,10 @@ def compile_note(
         return None
     ok = [r for r in compiled if r.status == "ok" and r.measurement is not None]
     slower = [r for r in compiled if r.status == "stopped" and r.measurement is not None]
+    unpaid = [r for r in slower if CANNOT_PAY in (r.reason or "")]
+    if not ok and unpaid:  # timed beside its rival, it could not pay (execute.payback)
+        best = min(unpaid, key=lambda r: r.median_ms)
+        return f"torch.compile ({best.settings.label()}) is not recommended: {best.reason}"
     if not ok and slower:  # raced out after its samples (execute.runner): never gated
         best = min(slower, key=lambda r: r.median_ms)
         alt = alternative(best, results, eager)

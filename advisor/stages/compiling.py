@@ -28,6 +28,7 @@ after an interleaved re-time with the finalists, like a per-layer combination.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,12 +40,20 @@ from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
+from advisor.measure.verdict import CANNOT_PAY
 from advisor.search import Progress, SearchOutcome
+from advisor.search.compile_bill import horizon
 from advisor.search.pick import pick_final
 from advisor.search.storage import LayerStore, open_storage
 from advisor.space import Dropped, SearchSpace, compile_modes
 
-__all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
+__all__ = [
+    "FIRST_COMPILE_S",
+    "compile_candidates",
+    "compile_race",
+    "race_for",
+    "run_compile_stage",
+]
 
 # What a first compile trial is assumed to take before one was measured: a cold compile of the
 # smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
@@ -158,11 +167,15 @@ def _out_of_reach(
     )
 
 
-def compile_race(outcome: SearchOutcome, space: SearchSpace) -> Race | None:
+def compile_race(
+    outcome: SearchOutcome, space: SearchSpace, steps: int | None = None
+) -> Race | None:
     """The race a compiled candidate runs: against the fastest accepted eager candidate, as in
     the search. One that provably cannot beat it stops after its first samples, before the
-    dearest parts of its trial (the gate's capture, which compiles again, and the warm
-    compile): it could not change the answer."""
+    dearest part of its trial (the gate's capture, which compiles again on a model with
+    dropout): it could not change the answer. One that could beat it is then timed beside the
+    eager pick (its bill's alternative, `race_for` per candidate), and stops there when its cold
+    compile cannot pay back within `horizon(steps)` (`advisor.execute.payback`)."""
     if not space.race:
         return None
     ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None
@@ -170,7 +183,39 @@ def compile_race(outcome: SearchOutcome, space: SearchSpace) -> Race | None:
     leader = min(ok, key=lambda r: r.median_ms, default=None)
     if leader is None or leader.measurement is None:
         return None
-    return space.race_against(leader.measurement.ci_high_ms)
+    eager = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
+    race = space.race_against(leader.measurement.ci_high_ms)
+    return dataclasses.replace(
+        race, rival=eager.settings.model_dump_json(), horizon_steps=horizon(steps)
+    )
+
+
+def race_for(race: Race | None, settings: Settings, outcome: SearchOutcome) -> Race | None:
+    """`race` for compiled `settings`: its rival is its own eager twin where the twin's trial was
+    faster than the eager pick's (as `compile_bill.alternative` bills it)."""
+    if race is None or race.rival is None:
+        return race
+    pick = Settings.model_validate_json(race.rival)
+    twin = settings.eager()
+
+    def median(s: Settings) -> float | None:
+        return next((r.median_ms for r in outcome.results if r.settings == s
+                     and r.status == "ok" and r.measurement is not None), None)  # fmt: skip
+
+    twin_ms, pick_ms = median(twin), median(pick)
+    if twin_ms is not None and pick_ms is not None and twin_ms < pick_ms:
+        return dataclasses.replace(race, rival=twin.model_dump_json())
+    return race
+
+
+def _reusable(result: TrialResult | None, race: Race | None) -> TrialResult | None:
+    """A stored compiled result, unless its payback check was made for another horizon."""
+    if result is None or CANNOT_PAY not in (result.reason or ""):
+        return result
+    steps = race.horizon_steps if race is not None else None
+    if steps is not None and f"within {steps:,} steps" in (result.reason or ""):
+        return result
+    return None
 
 
 def run_compile_stage(
@@ -193,14 +238,14 @@ def run_compile_stage(
     for n, settings in enumerate(candidates):
         if any(r.settings == settings for r in outcome.results):
             continue
-        result = store.model_result(settings)
+        result = _reusable(store.model_result(settings), race)
         if result is None:
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left < longest:
                 outcome.not_measured.append(settings.label())
                 continue
             t0 = time.perf_counter()
-            result = evaluator(settings, race=race, time_left_s=left)
+            result = evaluator(settings, race=race_for(race, settings, outcome), time_left_s=left)
             longest = max(time.perf_counter() - t0, 1.0)  # the next one costs about as much
             store.add_model_result(result)
         outcome.results.append(result)

@@ -1,0 +1,105 @@
+"""Whether a compiled candidate's cold compile can still pay back, judged before the gate's check.
+
+A compiled candidate is recommended only when its cold compile pays back within the horizon
+(`advisor.search.compile_bill`) against the eager settings the user would run instead. Its trial
+knows the cold compile once the first call returns; its saving per step is what the bill needs,
+and a saving taken across time windows is not one: the eager rival was timed seconds to minutes
+earlier, and on a 2-core CPU the same step drifted by up to 30% between windows of one run.
+
+So, after its samples and before the gate's capture (which, on a model with dropout, compiles
+the model a second time: 33 s of MobileNetV3-Small's 98 s compile trial), the compiled candidate
+is timed beside its rival in the same process, interleaved (A B, B A, ...). Where even the most
+favourable ends of the two intervals (the rival's high, the compiled one's low) cannot pay the
+cold compile back within the horizon, the candidate is stopped: it cannot be recommended, so
+neither the capture nor a re-time is spent on it. Otherwise it goes on to the gate as before,
+and the pick's own bill is made later from the re-time, as for any compiled finalist.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from advisor.execute.retime import prepare_flags, rounds
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate, Mode
+from advisor.measure.stats import Measurement
+from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
+from advisor.measure.verdict import CANNOT_PAY
+from advisor.workload.build import Workload
+
+__all__ = ["cannot_pay", "payback_verdict"]
+
+
+def payback_verdict(
+    compiled: Measurement,
+    rival: Measurement,
+    cold_s: float,
+    rival_first_s: float,
+    horizon_steps: int,
+    rival_label: str,
+) -> str | None:
+    """Why `compiled` (timed beside `rival`, interleaved) cannot pay its cold compile back
+    within `horizon_steps`, or None when it still might. The bound is generous to the compile:
+    the rival's CI high end against the compiled one's low end; the one-off cost is the cold
+    compile less the rival's own first call, as in `compile_bill.bill`."""
+    saving_ms = rival.ci_high_ms - compiled.ci_low_ms
+    overhead_s = max(0.0, cold_s - rival_first_s)
+    if saving_ms > 0 and overhead_s * 1e3 / saving_ms <= horizon_steps:
+        return None
+    most = (
+        f"it saves at most {saving_ms:.3f} ms a step"
+        if saving_ms > 0
+        else "it saves nothing per step"
+    )
+    return (
+        f"{CANNOT_PAY} within {horizon_steps:,} steps: timed beside {rival_label} in one "
+        f"process, interleaved ({compiled.median_ms:.3f} vs {rival.median_ms:.3f} ms), {most}, "
+        f"and its first call took {cold_s:.1f} s with empty caches; not checked further"
+    )
+
+
+def cannot_pay(
+    compiled: Candidate,
+    trial: Measurement,
+    rival: Settings,
+    horizon_steps: int,
+    *,
+    workload: Workload,
+    device: torch.device,
+    mode: Mode,
+    seed: int,
+    case: int,
+    policy: TimingPolicy,
+    pristine: dict[str, object],
+    clock: Clock | None = None,
+) -> str | None:
+    """`payback_verdict` for the live compiled candidate `compiled` (its trial's samples in
+    `trial`, its cold compile the trial's first call) against the eager settings `rival`, built
+    beside it and timed with it in rounds of the trial's policy. `pristine` is PyTorch's state
+    before either was built; the compiled candidate's flags are set again on return."""
+    other = Candidate(workload, rival, device, mode, seed, case=case)
+    try:
+        sampler = Sampler(device, clock)
+        cands = [compiled, other]
+        before = [partial(prepare_flags, pristine, c.tuned) for c in cands]
+        first_ms: list[float] = []
+        warm_up([c.step for c in cands], before, policy.warmup_runs, sampler.clock, first_ms)
+
+        def one(i: int) -> float:
+            before[i]()
+            return sampler(cands[i].step, trial.reps)
+
+        samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock, **rounds(policy))
+    finally:
+        other.close()
+        prepare_flags(pristine, compiled.tuned)
+    return payback_verdict(
+        Measurement(samples_ms=samples[0], reps=trial.reps),
+        Measurement(samples_ms=samples[1], reps=trial.reps),
+        cold_s=(trial.first_call_ms or 0.0) / 1e3,
+        rival_first_s=first_ms[1] / 1e3,
+        horizon_steps=horizon_steps,
+        rival_label=rival.label(),
+    )

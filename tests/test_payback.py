@@ -1,0 +1,134 @@
+"""A compiled candidate whose cold compile cannot pay back is stopped before the gate's capture:
+the verdict on injected measurements, the rival it is timed beside, the advice's note, the
+stored result's reuse, and a real compiled dropout model stopped (or let through) in its trial."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.device.environment import current_environment
+from advisor.device.global_state import global_state
+from advisor.execute import runner
+from advisor.execute.payback import payback_verdict
+from advisor.execute.runner import Gate, evaluate
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement, Race
+from advisor.measure.verdict import CANNOT_PAY
+from advisor.search import SearchOutcome
+from advisor.search.compile_bill import compile_note
+from advisor.space import SearchSpace, load_space
+from advisor.stages.compiling import _reusable, compile_race, race_for
+from advisor.workload.args import make_workload
+
+DATA = Path(__file__).parent / "data"
+CPU = torch.device("cpu")
+CL = Settings(memory_format="channels_last")
+
+
+def _m(*samples: float) -> Measurement:
+    return Measurement(samples_ms=list(samples))
+
+
+def _r(settings: Settings, ms: float, status: str = "ok", reason: str | None = None) -> TrialResult:
+    return TrialResult(settings=settings, status=status, reason=reason,  # type: ignore[arg-type]
+                       measurement=Measurement(samples_ms=[ms] * 7, first_call_ms=50.0))  # fmt: skip
+
+
+def test_a_compile_that_saves_a_millisecond_cannot_pay_a_minute_back() -> None:
+    # MobileNetV3-Small train, 2-core CPU: compiled 25.1 ms beside its eager rival at 28.1 ms,
+    # cold compile 65.3 s: at most ~3-5 ms a step, paid after 13,000+ steps: beyond 10,000.
+    compiled = _m(25.0, 25.1, 25.1, 25.2, 25.3, 25.0, 25.1, 25.2)
+    rival = _m(28.0, 28.1, 28.1, 28.2, 28.0, 28.3, 28.1, 28.1)
+    why = payback_verdict(compiled, rival, 65.3, 0.3, 10_000, "memory_format=channels_last")
+    assert why is not None and why.startswith(CANNOT_PAY)
+    assert "within 10,000 steps" in why and "memory_format=channels_last" in why
+    saving = rival.ci_high_ms - compiled.ci_low_ms
+    assert f"at most {saving:.3f} ms a step" in why and "65.3 s" in why
+    # The same figures with a horizon long enough for them: it may pay, so it goes on.
+    steps = int((65.3 - 0.3) * 1e3 / saving) + 1
+    assert payback_verdict(compiled, rival, 65.3, 0.3, steps, "x") is None
+    assert payback_verdict(compiled, rival, 65.3, 0.3, steps - 2, "x") is not None
+
+
+def test_the_bound_is_the_most_favourable_end_of_both_intervals() -> None:
+    # Medians 1 ms apart, intervals wide: the bound is the rival's high end against the
+    # compiled one's low end, not the medians' gap; a slower compile saves nothing at all.
+    compiled = _m(10.0, 12.0, 11.0, 9.0, 13.0, 11.0, 10.0)
+    rival = _m(12.0, 14.0, 11.0, 13.0, 15.0, 12.0, 12.0)
+    gap = rival.ci_high_ms - compiled.ci_low_ms
+    assert gap > rival.median_ms - compiled.median_ms
+    assert payback_verdict(compiled, rival, 10.0, 0.0, int(10e3 / gap) + 1, "x") is None
+    slower = payback_verdict(_m(20.0, 20.5, 21.0, 20.2, 20.1), rival, 0.5, 0.0, 10**9, "x")
+    assert slower is not None and "saves nothing per step" in slower
+
+
+def test_the_rival_is_the_eager_pick_or_the_twin_where_the_twin_was_faster() -> None:
+    base, cl = _r(Settings(), 10.0), _r(CL, 8.0)
+    bf16 = _r(Settings(amp="bf16"), 6.0)
+    outcome = SearchOutcome([base, cl, bf16], base, [], "s", current_environment(CPU), 0.0)
+    space = SearchSpace(name="s", knobs={"compile": ["off", "default"]})
+    race = compile_race(outcome, space, steps=500)
+    assert race is not None and race.horizon_steps == 500
+    assert Settings.model_validate_json(race.rival or "") == bf16.settings  # the eager pick
+    assert compile_race(outcome, space).horizon_steps == 10_000  # type: ignore[union-attr]
+    # the pick is faster than channels_last's own compile twin: the pick stays the rival
+    same = race_for(race, CL.model_copy(update={"compile": "default"}), outcome)
+    assert same is race
+    # a twin faster than the pick (a noisy round kept the pick slower) is the rival instead
+    fast_twin = _r(Settings(memory_format="channels_last", amp="bf16"), 5.0)
+    outcome.results.append(fast_twin)
+    twin_race = race_for(race, fast_twin.settings.model_copy(update={"compile": "default"}),
+                         outcome)  # fmt: skip
+    assert twin_race is not None and twin_race.horizon_steps == 500
+    assert Settings.model_validate_json(twin_race.rival or "") == fast_twin.settings
+    assert race_for(None, CL, outcome) is None
+
+
+def test_the_advice_says_why_the_compile_was_not_checked_and_reuses_only_its_horizon() -> None:
+    why = payback_verdict(_m(25.0, 25.1, 25.2, 25.0, 25.1), _m(28.0, 28.1, 28.2, 28.0, 28.1),
+                          65.3, 0.3, 10_000, "memory_format=channels_last")  # fmt: skip
+    compiled = _r(CL.model_copy(update={"compile": "default"}), 25.1, "stopped", why)
+    eager = _r(CL, 28.1)
+    note = compile_note([eager, compiled], eager, eager, steps=None)
+    assert note is not None and "is not recommended" in note and CANNOT_PAY in note
+    assert "never pays" not in note  # not the race's "slower per step" note
+    # a stored verdict is reused for the same horizon, measured again for another
+    assert _reusable(compiled, Race(limit_ms=1.0, horizon_steps=10_000)) is compiled
+    assert _reusable(compiled, Race(limit_ms=1.0, horizon_steps=1_000_000)) is None
+    ok = _r(compiled.settings, 25.1)
+    assert _reusable(ok, Race(limit_ms=1.0, horizon_steps=1)) is ok
+
+
+@pytest.mark.slow
+def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model with dropout, whose capture would compile it again: with a one-step horizon no
+    cold compile pays, so the trial stops after its samples and the payback rounds, never
+    captured, its cold compile and samples kept; PyTorch's state is as before the trial. (One
+    that may pay goes on to the gate: test_compile's race tests, whose race has no rival.)"""
+    workload = make_workload(model_file=str(DATA / "dropout_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "train", space)
+    assert gate.dropout
+
+    def no_capture(*_a: object, **_k: object) -> None:
+        raise AssertionError("captured a compile that cannot pay back")
+
+    before = global_state()
+    with monkeypatch.context() as m:
+        m.setattr(runner, "_capture", no_capture)
+        race = Race(limit_ms=1e9, judge_below_ms=1e-6, rival=Settings().model_dump_json(),
+                    horizon_steps=1)  # fmt: skip
+        stopped = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
+                           race=race)  # fmt: skip
+    assert stopped.status == "stopped", stopped.reason
+    assert (stopped.reason or "").startswith(CANNOT_PAY) and "beside default" in stopped.reason
+    assert stopped.compile_cold_s is not None and stopped.compile_cold_s > 0
+    assert stopped.measurement is not None and len(stopped.measurement.samples_ms) >= 3
+    assert stopped.rel_error is None  # not gated
+    assert global_state() == before
