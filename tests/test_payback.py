@@ -4,6 +4,9 @@ stored result's reuse, and a real compiled dropout model stopped (or let through
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,25 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
     assert stopped.measurement is not None and len(stopped.measurement.samples_ms) >= 3
     assert stopped.rel_error is None  # not gated
     assert global_state() == before
+
+
+@pytest.mark.parametrize("value", [None, "0", "1"])
+def test_inductors_layout_setting_is_read_without_importing_it(value: str | None) -> None:
+    # The main process decides the channels_last twin without importing Inductor (Dynamo's
+    # import, 1.3 s): in a fresh process, its reading agrees with Inductor's config imported after.
+    code = (
+        "import sys\n"
+        "from advisor.stages.compiling import _layout_optimization\n"
+        "ours = _layout_optimization()\n"
+        "assert 'torch._inductor.config' not in sys.modules\n"
+        "from torch._inductor import config\n"
+        "print(ours, bool(config.layout_optimization))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_LAYOUT_OPTIMIZATION"}
+    if value is not None:
+        env["TORCHINDUCTOR_LAYOUT_OPTIMIZATION"] = value
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()  # fmt: skip
+    assert out[0] == out[1], out
+    if value is not None:
+        assert out[0] == str(value == "1")

@@ -133,6 +133,7 @@ class Candidate:
         case: int = 0,
         perturb: float = 0.0,
         perturb_seed: int = 0,
+        optimizer: bool = True,
     ) -> None:
         self.mode = mode
         self.device = device
@@ -176,7 +177,7 @@ class Candidate:
         # output gradient itself (`_backward_from_outputs`), without a loss's passes over it.
         self._direct = workload.is_layer
         self._direct_grads: list[torch.Tensor] | None = None
-        if mode == "train" and self._params:
+        if mode == "train" and self._params and optimizer:
             # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was.
             self._opt = torch.optim.SGD(self._params, lr=0.0)
 

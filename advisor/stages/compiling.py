@@ -29,6 +29,8 @@ after an interleaved re-time with the finalists, like a per-layer combination.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -111,9 +113,18 @@ def inductor_convs_channels_last(device: torch.device) -> bool:
     graph with a conv (`GraphLowering.decide_layout_opt`, torch 2.4 to 2.13 at least)."""
     if device.type != "cpu":
         return False
-    from torch._inductor import config
+    return _layout_optimization() and onednn_convs()
 
-    return bool(config.layout_optimization) and onednn_convs()
+
+def _layout_optimization() -> bool:
+    """Inductor's `config.layout_optimization`, read without importing Inductor where this
+    process has not (an import of Dynamo, 1.3 s, in a process that compiles nothing): its
+    default comes from the environment variable the workers read too."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        return bool(config.layout_optimization)
+    default = "0" if torch.version.hip else "1"  # as Inductor's config.py sets it
+    return os.environ.get("TORCHINDUCTOR_LAYOUT_OPTIMIZATION", default) == "1"
 
 
 def channels_last_twin(
