@@ -53,7 +53,6 @@ __all__ = [
     "FIRST_COMPILE_S",
     "compile_candidates",
     "compile_race",
-    "race_for",
     "run_compile_stage",
 ]
 
@@ -184,9 +183,12 @@ def compile_race(
     """The race a compiled candidate runs: against the fastest accepted eager candidate, as in
     the search. One that provably cannot beat it stops after its first samples, before the
     dearest part of its trial (the gate's capture, which compiles again on a model with
-    dropout): it could not change the answer. One that could beat it is then timed beside the
-    eager pick (its bill's alternative, `race_for` per candidate), and stops there when its cold
-    compile cannot pay back within `horizon(steps)` (`advisor.execute.payback`)."""
+    dropout): it could not change the answer. One that could beat it is then timed beside that
+    eager candidate, its bill's alternative (as `retime.finalists` re-times them together),
+    and stops there when its cold compile cannot pay back within `horizon(steps)`
+    (`advisor.execute.payback`). The per-layer stage's combination counts: it is what the user
+    would run instead where it is the fastest (MobileNetV3-Small train: billed against
+    channels_last alone, its 72 s compile went on to the gate, and then did not pay)."""
     if not space.race:
         return None
     ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None
@@ -194,29 +196,10 @@ def compile_race(
     leader = min(ok, key=lambda r: r.median_ms, default=None)
     if leader is None or leader.measurement is None:
         return None
-    eager = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
     race = space.race_against(leader.measurement.ci_high_ms)
     return dataclasses.replace(
-        race, rival=eager.settings.model_dump_json(), horizon_steps=horizon(steps)
+        race, rival=leader.settings.model_dump_json(), horizon_steps=horizon(steps)
     )
-
-
-def race_for(race: Race | None, settings: Settings, outcome: SearchOutcome) -> Race | None:
-    """`race` for compiled `settings`: its rival is its own eager twin where the twin's trial was
-    faster than the eager pick's (as `compile_bill.alternative` bills it)."""
-    if race is None or race.rival is None:
-        return race
-    pick = Settings.model_validate_json(race.rival)
-    twin = settings.eager()
-
-    def median(s: Settings) -> float | None:
-        return next((r.median_ms for r in outcome.results if r.settings == s
-                     and r.status == "ok" and r.measurement is not None), None)  # fmt: skip
-
-    twin_ms, pick_ms = median(twin), median(pick)
-    if twin_ms is not None and pick_ms is not None and twin_ms < pick_ms:
-        return dataclasses.replace(race, rival=twin.model_dump_json())
-    return race
 
 
 def _reusable(result: TrialResult | None, race: Race | None) -> TrialResult | None:
@@ -256,7 +239,7 @@ def run_compile_stage(
                 outcome.not_measured.append(settings.label())
                 continue
             t0 = time.perf_counter()
-            result = evaluator(settings, race=race_for(race, settings, outcome), time_left_s=left)
+            result = evaluator(settings, race=race, time_left_s=left)
             longest = max(time.perf_counter() - t0, 1.0)  # the next one costs about as much
             store.add_model_result(result)
         outcome.results.append(result)
