@@ -24,7 +24,7 @@ import torch
 from advisor.execute.retime import prepare_flags, rounds
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Mode
-from advisor.measure.stats import Measurement
+from advisor.measure.stats import Measurement, Race
 from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
 from advisor.measure.verdict import CANNOT_PAY
 from advisor.workload.build import Workload
@@ -63,8 +63,7 @@ def payback_verdict(
 def cannot_pay(
     compiled: Candidate,
     trial: Measurement,
-    rival: Settings,
-    horizon_steps: int,
+    race: Race | None,
     *,
     workload: Workload,
     device: torch.device,
@@ -75,10 +74,17 @@ def cannot_pay(
     pristine: dict[str, object],
     clock: Clock | None = None,
 ) -> str | None:
-    """`payback_verdict` for the live compiled candidate `compiled` (its trial's samples in
-    `trial`, its cold compile the trial's first call) against the eager settings `rival`, built
-    beside it and timed with it in rounds of the trial's policy. `pristine` is PyTorch's state
-    before either was built; the compiled candidate's flags are set again on return."""
+    """Why the live candidate `compiled` stops before the gate's capture (`payback_verdict`),
+    or None: None too for an eager candidate, a race without a rival, or a trial the race or the
+    budget already stopped (their own reason says why). Its cold compile is the trial's first
+    call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
+    the trial's policy. `pristine` is PyTorch's state before either was built; the compiled
+    candidate's flags are set again on return."""
+    if race is None or race.rival is None or race.horizon_steps is None:
+        return None
+    if not compiled.tuned.settings.compiled or trial.stopped is not None or not trial.samples_ms:
+        return None
+    rival = Settings.model_validate_json(race.rival)
     other = Candidate(workload, rival, device, mode, seed, case=case)
     try:
         sampler = Sampler(device, clock)
@@ -100,6 +106,6 @@ def cannot_pay(
         Measurement(samples_ms=samples[1], reps=trial.reps),
         cold_s=(trial.first_call_ms or 0.0) / 1e3,
         rival_first_s=first_ms[1] / 1e3,
-        horizon_steps=horizon_steps,
+        horizon_steps=race.horizon_steps,
         rival_label=rival.label(),
     )

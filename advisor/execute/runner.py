@@ -214,8 +214,9 @@ def _evaluate(
                     settings=settings, status="stopped", reason=m.stopped, precision=precision
                 )
             per_shape.append(m)
-            unpaid = _unpaid(cand, m, race, workload, device, mode, gate.seed, case, policy,
-                             pristine, clock)  # fmt: skip
+            unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
+                                seed=gate.seed, case=case, policy=policy, pristine=pristine,
+                                clock=clock)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and m.stopped is not None and "slower than" in m.stopped:
@@ -296,31 +297,6 @@ def _evaluate(
         first_call_peak_mb=memory.first_call_mb,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
     )
-
-
-def _unpaid(
-    cand: Candidate,
-    m: Measurement,
-    race: Race | None,
-    workload: Workload,
-    device: torch.device,
-    mode: Mode,
-    seed: int,
-    case: int,
-    policy: TimingPolicy,
-    pristine: dict[str, object],
-    clock: Callable[[], float] | None,
-) -> str | None:
-    """Why a compiled candidate stops before the gate's capture: its cold compile cannot pay
-    back within the race's horizon against its rival, timed beside it (`payback.cannot_pay`);
-    None for any other candidate, or one that still might."""
-    if race is None or race.rival is None or race.horizon_steps is None:
-        return None
-    if not cand.tuned.settings.compiled or m.stopped is not None or not m.samples_ms:
-        return None  # raced out, or cut by the budget: the race's own stop says why
-    return cannot_pay(cand, m, Settings.model_validate_json(race.rival), race.horizon_steps,
-                      workload=workload, device=device, mode=mode, seed=seed, case=case,
-                      policy=policy, pristine=pristine, clock=clock)  # fmt: skip
 
 
 def _cannot_win_unjudged(
