@@ -8,7 +8,8 @@ seconds to minutes on a small CPU and the eager search has already ruled most se
 PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
 too, after the eager pick's compile, unless its eager time is out of a compile's reach: slower
 than the best eager candidate's by more than the space's `compile_max_gain` (on a 2-core CPU
-a compile made its eager twin at most 1.48x faster in 24 zoo rows, benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
+a compile made its eager twin at most 1.48x faster in 24 zoo rows,
+benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
 contiguous candidate is compiled as its channels_last twin (`channels_last_twin`: Inductor runs
 every conv in channels_last there), so the default and a channels_last pick share one compile.
 A shape set tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph
@@ -49,12 +50,7 @@ from advisor.search.pick import pick_final
 from advisor.search.storage import LayerStore, open_storage
 from advisor.space import Dropped, SearchSpace, compile_modes
 
-__all__ = [
-    "FIRST_COMPILE_S",
-    "compile_candidates",
-    "compile_race",
-    "run_compile_stage",
-]
+__all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
 
 # What a first compile trial is assumed to take before one was measured: a cold compile of the
 # smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
