@@ -34,7 +34,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from advisor.device.environment import cache_dir
 from advisor.knobs import Settings
 
 __all__ = [
@@ -112,11 +111,13 @@ _STARTED = False
 
 
 def start_folder() -> Path:
-    """Where Inductor's start-up artifacts are kept: the advisor's cache folder, per torch
-    version. The C++ compiler's ISA checks build a test library per instruction set there; in a
-    folder kept from an earlier run they are loaded, not built (on a 2-core CPU: 9.0 s empty,
-    1.8 s kept), as the user's own torch.compile pays them once in its default cache."""
-    return cache_dir() / "inductor-start" / torch.__version__
+    """Where Inductor's start-up artifacts are built and read: the folder the user's own
+    `torch.compile` reads (`training_cache()`). The C++ compiler's checks of each instruction set
+    and the precompiled header are the same for every compile on this machine and torch, and
+    Inductor keys them by content: a machine where torch.compile has run before starts warm (a
+    2-core Xeon with AMX: 25 s with an empty folder, 5 s with a filled one), and after a run the
+    user's own first compile does not pay them again."""
+    return training_cache()
 
 
 def start_inductor() -> float:
@@ -206,19 +207,19 @@ def training_cache() -> Path:
 
 
 def leave_for_training(run_folder: Path) -> Path | None:
-    """Copy a run's compile artifacts (`run_folder`, from `shared_measurement_cache`) and
-    Inductor's start-up ones (`start_folder()`) into `training_cache()`, so that the user's first
-    training step compiles the recommendation from them, as the final check's fresh process did
-    (small_cnn infer on a 2-core CPU: 13.2 s with an empty cache, 10.7 s with the run's artifacts
-    alone, the C++ compiler's ISA checks built again; 2.4 s with both). Inductor's caches are
-    keyed by content (graph, inputs, config, versions): they are read only by a compile they
-    fit. Returns the folder, or None where there was nothing to copy or the copy failed."""
+    """Copy a run's compile artifacts (`run_folder`, from `shared_measurement_cache`) into
+    `training_cache()`, where Inductor's start-up ones already are (`start_folder`), so that the
+    user's first training step compiles the recommendation from them, as the final check's fresh
+    process did (small_cnn infer on a 2-core CPU: 13.2 s with an empty cache, 10.7 s with the
+    run's artifacts alone, the C++ compiler's checks built again; 2.4 s with both). Inductor's
+    caches are keyed by content (graph, inputs, config, versions): they are read only by a
+    compile they fit. Returns the folder, or None where there was nothing to copy or the copy
+    failed."""
     warm = run_folder / "warm"
     if not warm.is_dir() or not any(warm.iterdir()):
         return None
     target = training_cache()
-    started = not start_folder().is_dir() or _merge(start_folder(), target)
-    return target if started and _merge(warm, target) else None
+    return target if _merge(warm, target) else None
 
 
 def measurement_cache() -> Path:

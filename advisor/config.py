@@ -167,7 +167,8 @@ class Result(BaseModel):
     stage_s: dict[str, float] = Field(
         default_factory=dict,
         description="the run's wall time by stage, in order (advisor.stages.walltime): a "
-        "'stage: part' key is part of that stage (precision checks, cold compiles)",
+        "'stage: part' key is part of that stage (precision checks, Inductor start, cold "
+        "compiles)",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -492,19 +493,19 @@ def test_in_place_activations_and_dropout_compile_and_train_under_the_canonical_
 USER_COMPILE = """
 import torch
 from torch._dynamo.utils import counters
-f = torch.compile(lambda x: torch.relu(x) * 2 + 1)
+f = torch.compile(lambda x: torch.relu(x) * 2 + OFFSET)
 f(torch.arange(8.0))
 print(counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
 """
-# A worker of the run: Inductor started in the kept start folder, then a cold compile in an
-# empty folder, its artifacts kept in the run's folder.
+# A worker of the run: Inductor started in the folder the user's compile reads, then a cold
+# compile in an empty folder, its artifacts kept in the run's folder.
 RUN_COMPILE = """
 import torch
 from advisor.compiled import cold_cache, inductor_caches, keep_artifacts, start_inductor
 start_inductor()
 cold = cold_cache()
 with inductor_caches(cold):
-    torch.compile(lambda x: torch.relu(x) * 2 + 1)(torch.arange(8.0))
+    torch.compile(lambda x: torch.relu(x) * 2 + OFFSET)(torch.arange(8.0))
 keep_artifacts(cold)
 """
 
@@ -513,24 +514,36 @@ def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The user's first training step should compile from what the run compiled (as the final
-    # check's fresh process does), not pay a cold compile again.
+    # check's fresh process does), not pay a cold compile again. Inductor's start-up artifacts
+    # are already there: the run starts Inductor in that same folder (`start_folder`).
     import subprocess
     import sys
 
-    from advisor.compiled import leave_for_training, shared_measurement_cache, training_cache
-
-    def fresh(code: str) -> str:  # processes started as the run's workers and the user's are
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=300, env=run_env())  # fmt: skip
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
+    from advisor.compiled import (
+        leave_for_training,
+        shared_measurement_cache,
+        start_folder,
+        training_cache,
+    )
 
     user = tmp_path / "user-inductor"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(user))
-    assert training_cache() == user
+    assert training_cache() == start_folder() == user
+    # This test's processes read Inductor's default folder (started by earlier tests, as on a
+    # machine where torch.compile ran before), with a graph no other compile there has.
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    offset = f"{1 + uuid.uuid4().int % 10**6 / 10**7!r}"
+
+    def fresh(code: str) -> str:  # processes started as the run's workers and the user's are
+        out = subprocess.run([sys.executable, "-c", code.replace("OFFSET", offset)],
+                             capture_output=True, text=True, timeout=300,
+                             env=run_env())  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
     with shared_measurement_cache() as run:
         assert leave_for_training(run) is None  # nothing compiled: nothing to leave
         fresh(RUN_COMPILE)
-        assert leave_for_training(run) == user
+        assert leave_for_training(run) == training_cache()
     hits, misses = map(int, fresh(USER_COMPILE).split()[-2:])
     assert (hits, misses) == (1, 0)

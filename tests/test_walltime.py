@@ -44,19 +44,27 @@ def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
             status="ok",
             precision_check=bf16,
         ),  # fmt: skip
-        TrialResult(settings=Settings(compile="default"), status="ok", compile_cold_s=6.5),
+        TrialResult(
+            settings=Settings(compile="default"),
+            status="ok",
+            compile_cold_s=6.5,
+            compile_start_s=2.0,
+        ),  # fmt: skip
         TrialResult(settings=Settings(compile="default", amp="bf16"), status="failed"),
     ]
     spans = {"final check": 2.0, "compile": 9.0, "global knobs": 12.0, LOAD: 3.0}
     out = breakdown(spans, results, total_s=27.5)
     assert list(out) == [LOAD, "global knobs", "global knobs: precision checks", "compile",
-                         "compile: cold compiles", "final check", "other", "total"]  # fmt: skip
+                         "compile: Inductor start", "compile: cold compiles", "final check",
+                         "other", "total"]  # fmt: skip
     assert out["global knobs: precision checks"] == 4.0
+    assert out["compile: Inductor start"] == 2.0
     assert out["compile: cold compiles"] == 6.5
     assert out["other"] == pytest.approx(1.5)
     line = breakdown_line(out)
     assert line.startswith("start-up and load 3.0 s, global knobs 12.0 s (precision checks 4.0 s)")
-    assert "compile 9.0 s (cold compiles 6.5 s)" in line and line.endswith("; total 27.5 s")
+    assert "compile 9.0 s (Inductor start 2.0 s, cold compiles 6.5 s)" in line
+    assert line.endswith("; total 27.5 s")
 
 
 def test_a_part_never_exceeds_its_stage() -> None:
@@ -66,3 +74,8 @@ def test_a_part_never_exceeds_its_stage() -> None:
                            precision_check=_check("bf16", 30.0))]  # fmt: skip
     out = breakdown({"global knobs": 5.0}, results, total_s=5.0)
     assert out["global knobs: precision checks"] == 5.0
+    # nor do a stage's parts add up to more than it: reused figures fill what is left, no more
+    compiled = [TrialResult(settings=Settings(compile="default"), status="ok",
+                            compile_start_s=4.0, compile_cold_s=9.0)]  # fmt: skip
+    out = breakdown({"compile": 10.0}, compiled, total_s=10.0)
+    assert (out["compile: Inductor start"], out["compile: cold compiles"]) == (4.0, 6.0)

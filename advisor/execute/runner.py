@@ -149,7 +149,7 @@ def _evaluate_any(
 ) -> TrialResult:
     if settings.compiled:
         try:
-            start_inductor()  # not the candidate's cost: once per process
+            start_s = start_inductor()  # not the candidate's cost: once per process
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
             return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
                            gate.precision(settings))  # fmt: skip
@@ -158,7 +158,7 @@ def _evaluate_any(
             result = _evaluate(workload, settings, device, mode, space, gate, policy, clock,
                                race, time_left_s)  # fmt: skip
         keep_artifacts(cold)
-        return result
+        return result.model_copy(update={"compile_start_s": start_s or None})
     return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
                      time_left_s)  # fmt: skip
 

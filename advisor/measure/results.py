@@ -44,6 +44,9 @@ class TrialResult(BaseModel):
     # compile caches (cold), and again in a fresh compiler state with the caches filled (warm)
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
+    # Inductor's one-off start in the trial's process (imports, the C++ compiler's checks), paid
+    # by its first compiled candidate before its cold compile: the machine's cost, not the model's
+    compile_start_s: float | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 

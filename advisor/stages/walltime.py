@@ -1,10 +1,11 @@
 """Where a run's wall time goes: each stage's span, kept as it ends and shown as it ends.
 
 The spans are wall time in the run's own process, so a stage's figure includes everything done
-for it elsewhere (an isolated worker's trials, a fresh process's check). Two figures are parts of
-a stage rather than stages: the precision checks (training runs, inside the global knobs' trials)
-and the cold compiles (first calls with empty caches, inside the compile stage's trials); they are
-read from the trials' own records.
+for it elsewhere (an isolated worker's trials, a fresh process's check). Three figures are parts
+of a stage rather than stages: the precision checks (training runs, inside the global knobs'
+trials), Inductor's start (its imports and the C++ compiler's checks, once per process, paid by
+the compile stage's first trial) and the cold compiles (first calls with empty caches, inside the
+compile stage's trials); they are read from the trials' own records.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["LOAD", "STAGES", "StageClock", "breakdown", "breakdown_line"]
 
 LOAD = "start-up and load"
 STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check")
-PARTS = {"global knobs": "precision checks", "compile": "cold compiles"}
+PARTS = {"global knobs": ("precision checks",), "compile": ("Inductor start", "cold compiles")}
 
 
 @dataclass
@@ -58,33 +59,42 @@ def breakdown(
     spans: dict[str, float], results: Sequence[TrialResult], total_s: float
 ) -> dict[str, float]:
     """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
-    `"compile: cold compiles"`), the rest of the run (`"other"`: writing, tables) and `"total"`."""
+    `"compile: Inductor start"`, `"compile: cold compiles"`), the rest of the run (`"other"`:
+    writing, tables) and `"total"`. A part is never shown as more than its stage: a result
+    reused from an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
     for r in results:
         if r.precision_check is not None:
             checks[r.precision_check.own_path.model_dump_json()] = r.precision_check.seconds
+    compiled = [r for r in results if r.settings.compiled]
     parts = {
-        "global knobs": sum(checks.values()),
-        "compile": sum(r.compile_cold_s or 0.0 for r in results if r.settings.compiled),
+        "precision checks": sum(checks.values()),
+        "Inductor start": sum(r.compile_start_s or 0.0 for r in compiled),
+        "cold compiles": sum(r.compile_cold_s or 0.0 for r in compiled),
     }
     out: dict[str, float] = {}
     for name in STAGES:
-        if name in spans:
-            out[name] = round(spans[name], 3)
-            if name in PARTS and parts[name] > 0:
-                out[f"{name}: {PARTS[name]}"] = round(min(parts[name], spans[name]), 3)
+        if name not in spans:
+            continue
+        out[name] = round(spans[name], 3)
+        left = spans[name]
+        for part in PARTS.get(name, ()):
+            if parts[part] > 0:
+                out[f"{name}: {part}"] = round(min(parts[part], left), 3)
+                left -= out[f"{name}: {part}"]
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
     return out
 
 
 def breakdown_line(stage_s: dict[str, float]) -> str:
-    """'start-up and load 3.1 s, global knobs 12.0 s (precision checks 5.2 s), ...: 31.4 s'."""
+    """'start-up and load 3.1 s, global knobs 12.0 s (precision checks 5.2 s), compile 30.0 s
+    (Inductor start 5.1 s, cold compiles 20.3 s), ...; total 61.4 s'."""
     items = []
     for name, seconds in stage_s.items():
         if ": " in name or name == "total":
             continue
-        part = next((v for k, v in stage_s.items() if k.startswith(f"{name}: ")), None)
-        label = PARTS.get(name, "")
-        items.append(f"{name} {seconds:.1f} s" + (f" ({label} {part:.1f} s)" if part else ""))
+        parts = [f"{k.split(': ', 1)[1]} {v:.1f} s" for k, v in stage_s.items()
+                 if k.startswith(f"{name}: ") and v]  # fmt: skip
+        items.append(f"{name} {seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else ""))
     return ", ".join(items) + f"; total {stage_s.get('total', 0.0):.1f} s"
