@@ -79,3 +79,15 @@ def test_a_part_never_exceeds_its_stage() -> None:
                             compile_start_s=4.0, compile_cold_s=9.0)]  # fmt: skip
     out = breakdown({"compile": 10.0}, compiled, total_s=10.0)
     assert (out["compile: Inductor start"], out["compile: cold compiles"]) == (4.0, 6.0)
+
+
+def test_the_trials_table_shows_inductors_start_on_the_trial_that_paid_it() -> None:
+    import math
+
+    from advisor.advice import trial_row
+
+    base = TrialResult(settings=Settings(), status="ok")
+    paid = TrialResult(settings=Settings(compile="default"), status="ok", compile_start_s=4.2,
+                       compile_cold_s=8.5)  # fmt: skip
+    assert trial_row(-1, paid, base)["compile_start_s"] == 4.2
+    assert math.isnan(trial_row(0, base, base)["compile_start_s"])
