@@ -19,7 +19,7 @@ from advisor.errors import DeviceError
 
 def cache_dir() -> Path:
     """The advisor's cache folder: $ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/conv-advisor, else
-    ~/.cache/conv-advisor (studies, Inductor's start-up artifacts)."""
+    ~/.cache/conv-advisor (stored studies)."""
     if "ADVISOR_CACHE_DIR" in os.environ:
         return Path(os.environ["ADVISOR_CACHE_DIR"])
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
