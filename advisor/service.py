@@ -90,7 +90,8 @@ def run_advise(
             spare = stack.enter_context(contextlib.closing(FreshProcess(("args", workload_args))))
             # The user's code runs here only after it ran once, isolated, under the trial
             # limit; the child that ran it goes on as the run's worker.
-            probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
+            probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True,
+                                 compiles=compiles)  # fmt: skip
         saved = global_state()
         try:
             workload = make_workload(**workload_args)

@@ -209,3 +209,52 @@ def test_advisor_worker_runs_the_model_in_the_probes_child(
     assert "points done" in stdout
     children = {pid for pid, _, _ in _forwards(log)} - {r.pid}
     assert len(children) == 1  # the probe's step and every trial
+
+
+# A model whose load takes seconds (a heavy import, as MONAI's 5 s): the advise process then
+# waits as long again for its own load, and the probe's child, kept as the worker, fills that
+# wait with Inductor's start.
+SLOW_LOAD_NET = (
+    "import time, torch\nfrom torch import nn\n"
+    "def build_model():\n"
+    "    time.sleep(1.2)\n"
+    "    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())\n"
+    "def example_inputs():\n    return (torch.randn(2, 3, 8, 8),)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_probe_child_that_will_compile_starts_inductor_while_the_model_loads_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "slow_load.py"
+    path.write_text(SLOW_LOAD_NET)
+    probed = probe_model({"model_file": str(path)}, "infer", "cpu", 120.0, keep=True,
+                         compiles=True)  # fmt: skip
+    assert probed is not None
+    wl = model_workload(str(path))  # the advise process's own load, as long as the child's
+    ev = IsolatedEvaluator(wl.info, CPU, "infer", QUICK, timeout_s=120.0)
+    try:
+        ev.adopt(probed.proc, probed.conn)
+        result = ev(Settings(compile="default"))
+        assert result.status == "ok", result.reason
+        assert ev.pid == probed.proc.pid
+        # Started before the trial: its compile is the model's own, and no start is billed.
+        assert result.compile_start_s is None
+        assert result.compile_cold_s is not None and result.compile_cold_s > 0
+    finally:
+        ev.close()
+
+
+def test_a_short_load_leaves_inductors_start_to_the_compiled_trial() -> None:
+    """Started beside a load too short to hide it, Inductor's start would only delay the first
+    trial, and for nothing when the run compiles nothing: it is not started (nor imported)."""
+    code = (
+        "import sys, torch\nfrom advisor.compiled import START_BESIDE_LOAD_S, start_beside_load\n"
+        "assert start_beside_load(START_BESIDE_LOAD_S / 2) is None\n"
+        "print('torch._inductor.compile_fx' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=run_env(), capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
