@@ -17,6 +17,7 @@ and the pick's own bill is made later from the re-time, as for any compiled fina
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -24,12 +25,12 @@ import torch
 from advisor.execute.retime import prepare_flags, rounds
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Mode
-from advisor.measure.stats import Measurement, Race
+from advisor.measure.stats import STRICT_Z, Measurement, Race, median_ci
 from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
 from advisor.measure.verdict import CANNOT_PAY
 from advisor.workload.build import Workload
 
-__all__ = ["cannot_pay", "payback_verdict"]
+__all__ = ["cannot_pay", "payback_verdict", "settled_cannot_pay"]
 
 
 def payback_verdict(
@@ -46,7 +47,7 @@ def payback_verdict(
     compile less the rival's own first call, as in `compile_bill.bill`."""
     saving_ms = rival.ci_high_ms - compiled.ci_low_ms
     overhead_s = max(0.0, cold_s - rival_first_s)
-    if saving_ms > 0 and overhead_s * 1e3 / saving_ms <= horizon_steps:
+    if _may_pay(saving_ms, overhead_s, horizon_steps):
         return None
     most = (
         f"it saves at most {saving_ms:.3f} ms a step"
@@ -58,6 +59,27 @@ def payback_verdict(
         f"process, interleaved ({compiled.median_ms:.3f} vs {rival.median_ms:.3f} ms), {most}, "
         f"and its first call took {cold_s:.1f} s with empty caches; not checked further"
     )
+
+
+def _may_pay(saving_ms: float, overhead_s: float, horizon_steps: int) -> bool:
+    return saving_ms > 0 and overhead_s * 1e3 / saving_ms <= horizon_steps
+
+
+def settled_cannot_pay(
+    overhead_s: float, horizon_steps: int
+) -> Callable[[list[list[float]]], bool]:
+    """For `interleave`: whether the rounds so far (the compiled candidate's, its rival's)
+    already show that the compile cannot pay back, with intervals at `STRICT_Z` (they are
+    looked at after every round). The 95% intervals of the same rounds lie inside them, so
+    `payback_verdict` then says so too. A compile that may pay gets the full rounds: its
+    bill is made later from the re-time."""
+
+    def settled(samples: list[list[float]]) -> bool:
+        compiled, rival = (sorted(s) for s in samples)
+        saving_ms = median_ci(rival, STRICT_Z)[1] - median_ci(compiled, STRICT_Z)[0]
+        return not _may_pay(saving_ms, overhead_s, horizon_steps)
+
+    return settled
 
 
 def cannot_pay(
@@ -97,14 +119,17 @@ def cannot_pay(
             before[i]()
             return sampler(cands[i].step, trial.reps)
 
-        samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock, **rounds(policy))
+        cold_s = (trial.first_call_ms or 0.0) / 1e3
+        overhead_s = max(0.0, cold_s - first_ms[1] / 1e3)
+        samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock, **rounds(policy),
+                             decided=settled_cannot_pay(overhead_s, race.horizon_steps))  # fmt: skip
     finally:
         other.close()
         prepare_flags(pristine, compiled.tuned)
     return payback_verdict(
         Measurement(samples_ms=samples[0], reps=trial.reps),
         Measurement(samples_ms=samples[1], reps=trial.reps),
-        cold_s=(trial.first_call_ms or 0.0) / 1e3,
+        cold_s=cold_s,
         rival_first_s=first_ms[1] / 1e3,
         horizon_steps=race.horizon_steps,
         rival_label=rival.label(),

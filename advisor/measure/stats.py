@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, computed_field
 
 __all__ = [
+    "STRICT_Z",
     "Measurement",
     "Race",
     "clearly_faster",
@@ -23,6 +24,14 @@ __all__ = [
     "paired_speedup",
     "speedup",
 ]
+
+
+# The z of an interval looked at after every round to stop as soon as it decides (a sequential
+# rule), instead of 1.96 for one looked at once: each look is a chance to decide wrongly, and
+# group-sequential designs keep 5% over 5-10 looks with 2.4-2.6 (Pocock). At 3 (99.7% at one
+# look) the order-statistic interval of 7 paired ratios is their whole range: a change is
+# decided in 7 rounds only when all 7 agree (1 in 128 by chance for a true median at 1.0).
+STRICT_Z = 3.0
 
 
 def median_ci(sorted_samples: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -142,7 +151,9 @@ def clearly_faster(fast: Measurement, slow: Measurement, min_gain: float = 0.02)
     return mann_whitney_p(fast.samples_ms, slow.samples_ms) < 0.05
 
 
-def paired_speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, float]:
+def paired_speedup(
+    baseline: Measurement, tuned: Measurement, z: float = 1.96
+) -> tuple[float, float, float]:
     """For samples taken in the same rounds of one interleaved re-time (sample i of each in
     round i, `timing.sample_interleaved`): the median of the per-round ratios baseline_i /
     tuned_i, with its order-statistic 95% CI. Drift that hits a whole round (other load, clock
@@ -153,7 +164,7 @@ def paired_speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, fl
     if len(b) != len(t) or len(b) < 5 or min(t) <= 0:
         raise ValueError("paired samples need equal counts of at least 5, all positive")
     ratios = sorted(x / y for x, y in zip(b, t, strict=True))
-    lo, hi = median_ci(ratios)
+    lo, hi = median_ci(ratios, z)
     return statistics.median(ratios), lo, hi
 
 

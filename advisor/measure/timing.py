@@ -223,10 +223,15 @@ def interleave(
     min_rounds: int = 5,
     max_rounds: int = 200,
     budget_s: float = 1.0,
+    decided: Callable[[list[list[float]]], bool] | None = None,
 ) -> list[list[float]]:
     """Rounds of one sample from each sampler, in alternating order (A B C, C B A, ...), until
-    `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent. A sampler may take its
-    sample in another process (finalists that must not share one: `cudnn.benchmark`)."""
+    `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent, or, from `min_rounds`
+    on, the first round after which `decided(samples)` holds: the question the rounds answer
+    is settled, and more of them would only narrow an interval nobody reads (a rule looked at
+    after every round must be stricter than one looked at once: `stats.STRICT_Z`). A sampler
+    may take its sample in another process (finalists that must not share one:
+    `cudnn.benchmark`)."""
     n = len(samplers)
     samples: list[list[float]] = [[] for _ in samplers]
     start = clock()
@@ -237,6 +242,8 @@ def interleave(
             samples[i].append(samplers[i]())
         rounds += 1
         if rounds >= min_rounds and clock() - start >= budget_s * n:
+            break
+        if rounds >= min_rounds and decided is not None and decided(samples):
             break
     return samples
 

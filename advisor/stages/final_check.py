@@ -45,7 +45,7 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
 from advisor.measure.machine_load import CpuUsage
 from advisor.measure.results import TrialResult
-from advisor.measure.stats import Measurement, paired_speedup
+from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.timing import TimingPolicy, interleave
 from advisor.workload.build import Workload
 
@@ -54,6 +54,7 @@ __all__ = [
     "FreshProcess",
     "runner_up_check",
     "check_policy",
+    "settled",
     "final_check",
     "measure_pair",
 ]
@@ -88,18 +89,35 @@ def measure_pair(
 ) -> tuple[list[TrialResult], list[float]]:
     """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
     re-timed together, interleaved, on every shape; and each one's first call (seconds over
-    the shapes)."""
+    the shapes). With one shape and no runner-up, the rounds stop once the verdict is settled
+    (`settled`); a runner-up's comparison, or a shape set's rounds (summed round by round
+    over the shapes), takes the policy's full rounds."""
     per_case: list[list[list[float]]] = []
     first_s = [0.0] * len(pair)
+    one_question = len(pair) == 2 and len(workload.shape_cases) == 1
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, pair, device, mode, policy, case)
         try:
             first_s = [a + ms / 1e3 for a, ms in zip(first_s, session.first_ms, strict=True)]
             samplers = [partial(session.sample, i) for i in range(len(pair))]
-            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy),
+                                       decided=settled if one_question else None))  # fmt: skip
         finally:
             session.close()
     return retimed_results(workload, pair, per_case), first_s
+
+
+def settled(samples: list[list[float]]) -> bool:
+    """Whether the rounds so far (the default's, the pick's) already decide the check: the
+    paired interval at `STRICT_Z` lies wholly above 1.0x (it holds) or wholly below (it fails).
+    The usual 95% interval of the same rounds, which the check reports, lies inside it and
+    gives the same verdict; it is only wider than the full rounds' would have been."""
+    base, pick = samples
+    if len(base) < MIN_ROUNDS:
+        return False
+    _, lo, hi = paired_speedup(Measurement(samples_ms=base), Measurement(samples_ms=pick),
+                               STRICT_Z)  # fmt: skip
+    return lo > 1.0 or hi < 1.0
 
 
 def check_here(

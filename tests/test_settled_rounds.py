@@ -1,0 +1,127 @@
+"""Interleaved rounds stop once their question is settled: the rule looked at after every round
+(`interleave(decided=...)`), the final check's "held or failed" and the compiled candidate's
+"cannot pay back", each at the strict interval (`stats.STRICT_Z`). Injected samples and an
+injected clock: the statistics are exact, and nothing here is a speed claim."""
+
+from __future__ import annotations
+
+import itertools
+
+from advisor.execute.payback import payback_verdict, settled_cannot_pay
+from advisor.measure.stats import STRICT_Z, Measurement, median_ci, paired_speedup
+from advisor.measure.timing import interleave
+from advisor.stages.final_check import MIN_ROUNDS, settled
+
+
+def _samplers(*series: list[float]) -> list:
+    """Samplers that return their series in order (the injected measurements)."""
+    its = [iter(s) for s in series]
+    return [lambda it=it: next(it) for it in its]
+
+
+class _Clock:
+    """A clock that moves 1 ms per reading: the budget is never what stops the rounds."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1e-3
+        return self.t
+
+
+def test_rounds_stop_at_the_first_settled_round_and_never_before_the_minimum() -> None:
+    looks: list[int] = []
+
+    def decided(samples: list[list[float]]) -> bool:
+        looks.append(len(samples[0]))
+        return len(samples[0]) >= 4  # settled from round 4 on
+
+    out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=7, budget_s=10.0,
+                     decided=decided)  # fmt: skip
+    assert [len(s) for s in out] == [7, 7]  # settled earlier, but 7 rounds are the least
+    assert looks == [7]
+    # Never settled: the budget or max_rounds ends them, as without a rule.
+    out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=7, max_rounds=20,
+                     budget_s=10.0, decided=lambda s: False)  # fmt: skip
+    assert [len(s) for s in out] == [20, 20]
+
+
+def test_the_final_check_is_settled_when_every_early_round_agrees() -> None:
+    base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
+    win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]  # ~2x in every round
+    assert settled([base, win])
+    assert settled([win, base])  # a clear loss is settled too: the check fails
+    assert not settled([base[: MIN_ROUNDS - 1], win[: MIN_ROUNDS - 1]])
+    # One round of seven the other way: at 7 rounds both intervals are the ratios' whole range.
+    assert not settled([base, [*win[:6], 41.0]])
+    # Two of 13 the other way: the usual 95% interval (from the third-lowest ratio) is above
+    # 1.0x, the strict one (from the second-lowest) is not: the rounds go on.
+    base13, pick13 = base + base[:6], win + win[:4] + [41.0, 41.5]
+    assert not settled([base13, pick13])
+    assert paired_speedup(Measurement(samples_ms=base13), Measurement(samples_ms=pick13))[1] > 1.0
+    # A change within noise is never settled, however many rounds.
+    flat_base = [40.0 + (i % 5) for i in range(60)]
+    flat_pick = [40.0 + ((i + 2) % 5) for i in range(60)]
+    assert not settled([flat_base, flat_pick])
+
+
+def test_a_settled_final_check_gives_the_verdict_the_usual_interval_gives() -> None:
+    # Every prefix of these rounds where the strict rule settles: the 95% interval reported
+    # from the same rounds is inside the strict one and on the same side of 1.0x.
+    base = [40.0 + (i * 7 % 5) for i in range(40)]
+    pick = [36.0 + (i * 3 % 6) for i in range(40)]
+    for n in range(MIN_ROUNDS, 41):
+        b, p = Measurement(samples_ms=base[:n]), Measurement(samples_ms=pick[:n])
+        _, lo, hi = paired_speedup(b, p)
+        _, slo, shi = paired_speedup(b, p, STRICT_Z)
+        assert slo <= lo <= hi <= shi
+        if settled([base[:n], pick[:n]]):
+            assert (lo > 1.0) == (slo > 1.0) and (hi < 1.0) == (shi < 1.0)
+
+
+def test_a_compile_that_saves_nothing_is_settled_before_the_budget() -> None:
+    # small_cnn train on a 2-core EPYC: compiled 19.39 ms beside its eager twin's 18.99 ms, a
+    # 6.7 s cold compile, 10,000 steps: it would need 0.67 ms a step.
+    compiled = [19.4, 19.3, 19.5, 19.4, 19.2, 19.6, 19.4, 19.3, 19.4, 19.5] * 5
+    rival = [19.0, 18.9, 19.1, 19.0, 18.8, 19.2, 19.0, 18.9, 19.0, 19.1] * 5
+    rule = settled_cannot_pay(overhead_s=6.7, horizon_steps=10_000)
+    out = interleave(_samplers(compiled, rival), _Clock(), min_rounds=7, budget_s=10.0,
+                     decided=rule)  # fmt: skip
+    n = len(out[0])
+    assert n == 7  # the ranges already show it: at most 19.2 - 19.2 = 0 ms saved
+    why = payback_verdict(
+        Measurement(samples_ms=out[0]),
+        Measurement(samples_ms=out[1]),
+        cold_s=6.9,
+        rival_first_s=0.2,
+        horizon_steps=10_000,
+        rival_label="x",
+    )
+    assert why is not None  # the verdict from those rounds says so too
+
+
+def test_a_compile_that_may_pay_gets_the_full_rounds() -> None:
+    compiled = [15.0, 15.2, 14.9, 15.1] * 20  # 4 ms a step faster: pays 6.7 s in ~1,700 steps
+    rival = [19.0, 19.1, 18.9, 19.2] * 20
+    rule = settled_cannot_pay(overhead_s=6.7, horizon_steps=10_000)
+    out = interleave(_samplers(compiled, rival), _Clock(), min_rounds=7, max_rounds=40,
+                     budget_s=10.0, decided=rule)  # fmt: skip
+    assert len(out[0]) == 40
+    assert not rule(out)
+
+
+def test_cannot_pay_at_the_strict_interval_implies_it_at_the_usual_one() -> None:
+    # Over many prefixes of noisy rounds: whenever the strict rule settles "cannot pay", the
+    # verdict on the same rounds (95% intervals) is "cannot pay" too.
+    compiled = [19.0 + ((i * 37) % 11) / 10 for i in range(60)]
+    rival = [19.3 + ((i * 53) % 13) / 10 for i in range(60)]
+    for overhead_s, n in itertools.product((1.0, 3.0, 6.7), range(7, 61)):
+        rule = settled_cannot_pay(overhead_s, 10_000)
+        c, r = compiled[:n], rival[:n]
+        assert median_ci(sorted(r), STRICT_Z)[1] >= median_ci(sorted(r))[1]
+        if rule([c, r]):
+            verdict = payback_verdict(Measurement(samples_ms=c), Measurement(samples_ms=r),
+                                      cold_s=overhead_s, rival_first_s=0.0,
+                                      horizon_steps=10_000, rival_label="x")  # fmt: skip
+            assert verdict is not None
