@@ -125,3 +125,17 @@ def test_cannot_pay_at_the_strict_interval_implies_it_at_the_usual_one() -> None
                                       cold_s=overhead_s, rival_first_s=0.0,
                                       horizon_steps=10_000, rival_label="x")  # fmt: skip
             assert verdict is not None
+
+
+def test_a_runner_up_settles_only_once_it_and_the_pick_are_ordered() -> None:
+    base = [40.0 + (i % 3) for i in range(30)]
+    pick = [20.0 + (i % 2) * 0.4 for i in range(30)]  # ~2x the default's speed
+    faster = [x / 1.1 for x in pick]  # 10% faster than the pick in every round
+    same = [20.2 - (i % 2) * 0.4 for i in range(30)]  # within noise of the pick
+    assert settled([base[:7], pick[:7], faster[:7]])
+    assert settled([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
+    assert not settled([base, pick, same])  # never, however many rounds: within noise
+    # Ordered by less than min_gain: not settled, whatever the rounds say about the order.
+    assert not settled([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
+    # The pick settled against the default, the runner-up not (it is as slow as the default).
+    assert not settled([base, pick, [*base[1:], base[0]]])

@@ -86,38 +86,52 @@ def measure_pair(
     device: torch.device,
     mode: Mode,
     policy: TimingPolicy,
+    min_gain: float = 0.02,
 ) -> tuple[list[TrialResult], list[float]]:
     """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
     re-timed together, interleaved, on every shape; and each one's first call (seconds over
-    the shapes). With one shape and no runner-up, the rounds stop once the verdict is settled
-    (`settled`); a runner-up's comparison, or a shape set's rounds (summed round by round
-    over the shapes), takes the policy's full rounds."""
+    the shapes). With one shape, the rounds stop once the verdicts are settled (`settled`); a
+    shape set's rounds (summed round by round over the shapes) take the policy's full rounds."""
     per_case: list[list[list[float]]] = []
     first_s = [0.0] * len(pair)
-    one_question = len(pair) == 2 and len(workload.shape_cases) == 1
+    one_shape = len(workload.shape_cases) == 1
+    rule = partial(settled, min_gain=min_gain)
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, pair, device, mode, policy, case)
         try:
             first_s = [a + ms / 1e3 for a, ms in zip(first_s, session.first_ms, strict=True)]
             samplers = [partial(session.sample, i) for i in range(len(pair))]
             per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy),
-                                       decided=settled if one_question else None))  # fmt: skip
+                                       decided=rule if one_shape else None))  # fmt: skip
         finally:
             session.close()
     return retimed_results(workload, pair, per_case), first_s
 
 
-def settled(samples: list[list[float]]) -> bool:
-    """Whether the rounds so far (the default's, the pick's) already decide the check: the
-    paired interval at `STRICT_Z` lies wholly above 1.0x (it holds) or wholly below (it fails).
-    The usual 95% interval of the same rounds, which the check reports, lies inside it and
-    gives the same verdict; it is only wider than the full rounds' would have been."""
-    base, pick = samples
+def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
+    """Whether the rounds so far (the default's, the pick's, then a runner-up's where there is
+    one) already decide the check: each change's paired interval over the default, at
+    `STRICT_Z`, lies wholly above 1.0x (it holds) or wholly below (it fails), and a runner-up
+    and the pick are ordered by more than `min_gain` (never settled while within it). The
+    usual 95% intervals of the same rounds, which the check reports, lie inside the strict
+    ones and give the same verdicts; they are only wider than the full rounds' would have
+    been."""
+    base, pick, *runner = samples
     if len(base) < MIN_ROUNDS:
         return False
-    _, lo, hi = paired_speedup(Measurement(samples_ms=base), Measurement(samples_ms=pick),
-                               STRICT_Z)  # fmt: skip
-    return lo > 1.0 or hi < 1.0
+
+    def strict(a: list[float], b: list[float]) -> tuple[float, float]:
+        _, lo, hi = paired_speedup(Measurement(samples_ms=a), Measurement(samples_ms=b), STRICT_Z)
+        return lo, hi
+
+    for change in (pick, *runner):
+        lo, hi = strict(base, change)
+        if not (lo > 1.0 or hi < 1.0):
+            return False
+    if runner:
+        lo, hi = strict(pick, runner[0])
+        return lo > 1.0 + min_gain or hi * (1.0 + min_gain) < 1.0
+    return True
 
 
 def check_here(
@@ -133,7 +147,7 @@ def check_here(
     """The check, in this process: `pair` is the default and the recommendation, and may end
     with a runner-up (`runner_up_check` judges it)."""
     usage = CpuUsage()
-    measured, first_s = measure_pair(workload, pair, device, mode, policy)
+    measured, first_s = measure_pair(workload, pair, device, mode, policy, min_gain)
     ms = [r.measurement for r in measured]
     assert all(m is not None for m in ms)
     ratio, lo, hi = paired_speedup(ms[0], ms[1])  # type: ignore[arg-type]
@@ -143,7 +157,7 @@ def check_here(
     if busy and device.type == "cpu" and threads > 1:
         torch.set_num_threads(1)
         try:
-            again, _ = measure_pair(workload, pair, device, mode, policy)
+            again, _ = measure_pair(workload, pair, device, mode, policy, min_gain)
         finally:
             torch.set_num_threads(threads)
         ms1 = [r.measurement for r in again]

@@ -4,8 +4,10 @@ The spans are wall time in the run's own process, so a stage's figure includes e
 for it elsewhere (an isolated worker's trials, a fresh process's check). Three figures are parts
 of a stage rather than stages: the precision checks (training runs, inside the global knobs'
 trials), Inductor's start (its imports and the C++ compiler's checks, once per process, paid by
-the compile stage's first trial) and the cold compiles (first calls with empty caches, inside the
-compile stage's trials); they are read from the trials' own records.
+the compile stage's first trial, unless the worker paid it at start-up while the advise process
+loaded a slow-loading model: then it is in no stage's part) and the cold compiles (first calls
+with empty caches, inside the compile stage's trials); they are read from the trials' own
+records.
 """
 
 from __future__ import annotations
