@@ -258,3 +258,35 @@ def test_a_short_load_leaves_inductors_start_to_the_compiled_trial() -> None:
                          text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# A model file that leaves a mark at exit: the user's own exit handler (and ours) still runs
+# when a child ends without the interpreter's teardown.
+ATEXIT_NET = (
+    "import atexit, os, torch\nfrom torch import nn\n"
+    "MARK = os.environ['EXIT_MARK']\n"
+    "atexit.register(lambda: open(MARK, 'a').write(f'{os.getpid()}\\n'))\n"
+    "def build_model():\n    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())\n"
+    "def example_inputs():\n    return (torch.randn(2, 3, 8, 8),)\n"
+)
+
+
+def test_a_closed_worker_and_check_process_leave_by_their_exit_handlers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from advisor.stages.final_check import FreshProcess
+
+    path, mark = tmp_path / "net.py", tmp_path / "exits.log"
+    path.write_text(ATEXIT_NET)
+    monkeypatch.setenv("EXIT_MARK", str(mark))
+    wl = model_workload(str(path))
+    ev = IsolatedEvaluator(wl.info, CPU, "infer", QUICK, timeout_s=60.0)
+    assert ev(Settings()).status == "ok"
+    worker, proc = ev.pid, ev._proc
+    ev.close()
+    fresh = FreshProcess(("args", {"model_file": str(path)}))
+    assert fresh.ready(120.0) is None
+    fresh.close()
+    assert proc is not None and proc.exitcode == 0 and fresh.proc.exitcode == 0  # not killed
+    ended = {int(pid) for pid in mark.read_text().split()}
+    assert ended == {worker, fresh.proc.pid}

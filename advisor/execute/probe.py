@@ -25,7 +25,7 @@ from typing import Any
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
 from advisor.execute.streams import fd_stdout_to_stderr
-from advisor.execute.worker_process import become_child, main_hidden, worker_main
+from advisor.execute.worker_process import become_child, leave, main_hidden, worker_main
 
 __all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 
@@ -185,3 +185,5 @@ def _child(
         return
     if isinstance(msg, tuple) and msg[0] == "serve":
         worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]
+    elif msg is None:
+        leave()  # closed unused: its parent waits for it

@@ -5,6 +5,7 @@ at a time, each from PyTorch's global state as it was, until told to stop. Spawn
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -13,7 +14,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -27,7 +28,7 @@ from advisor.measure.stats import Race
 from advisor.measure.verdict import PrecisionCheck
 from advisor.space import SearchSpace
 
-__all__ = ["die_with_parent", "main_hidden", "worker_main"]
+__all__ = ["die_with_parent", "leave", "main_hidden", "worker_main"]
 
 
 def die_with_parent() -> None:
@@ -52,6 +53,19 @@ def become_child() -> None:
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         os.dup2(2, 1)
+
+
+def leave() -> NoReturn:
+    """End this child now, as a clean exit does, without the interpreter's teardown of every
+    module and object: its parent waits for it before the next stage (a worker that compiled
+    took 1.5 s to exit on a 2-core EPYC, 0.06 s this way). Exit handlers still run (temporary
+    folders, multiprocessing's and logging's own), and the streams are flushed."""
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 @contextlib.contextmanager
@@ -118,7 +132,7 @@ def worker_main(
         except (EOFError, OSError):
             return
         if msg is None:
-            return
+            leave()
         if isinstance(msg, tuple) and msg[0] == "workload":
             # Another workload in the same process (the per-layer stage's layer groups): no new
             # interpreter, no new imports, only its references.

@@ -343,7 +343,7 @@ class FreshProcess:
 def _child(conn: Connection, source: tuple[str, Any]) -> None:
     """The fresh process: load the workload, then (if asked) build both as `advisor.apply`
     does and check."""
-    from advisor.execute.worker_process import become_child
+    from advisor.execute.worker_process import become_child, leave
 
     become_child()
     from advisor.workload.args import make_workload
@@ -364,7 +364,7 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
     except (EOFError, OSError):
         return
     if msg is None:
-        return
+        leave()
     _, info_json, device, mode, pair_json, policy, busy, min_gain = msg
     try:
         from advisor.device.ops import cuda_ops
@@ -380,3 +380,4 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
         conn.send(("checked", check.model_dump_json()))
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
+    leave()  # the run waits for this process to end before it writes the advice
