@@ -215,6 +215,11 @@ def main() -> int:
         return 0
     if not args.revisions or not args.models:
         ap.error("--revisions and --models are needed (or --render)")
+    if args.out:  # written after the first model: a folder that is not there fails now, not then
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"cannot write --out {args.out}: {e.strerror or e}")
 
     models = {name: _model_path(name) for name in args.models}
     machine = _environment_line(args.device)
