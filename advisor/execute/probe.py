@@ -140,8 +140,6 @@ def _child(
     conn: Connection, workload_args: dict[str, Any], mode: str, device: str, early: bool = False
 ) -> None:
     become_child()
-    import time
-
     import torch
 
     from advisor.device.global_state import global_state
