@@ -55,6 +55,7 @@ def advise(
     budget_s: float | None = None,
     accept_noisy: bool = False,
     steps: int | None = None,
+    effort: str = "default",
     progress: Callable[[Progress], None] | None = None,
 ) -> Advice:
     """Search the settings for a model (with example inputs), a layer spec, or a model file.
@@ -113,6 +114,7 @@ def advise(
         budget_s=budget_s,
         accept_noisy=accept_noisy,
         steps=steps,
+        effort=effort,
         progress=progress,
     )
 

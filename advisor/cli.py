@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         "it runs out the best answer so far is written, with what was not measured",
     )
     p.add_argument(
+        "--effort",
+        choices=["quick", "default", "full"],
+        default="default",
+        help="quick: the global flags only, in seconds (no per-layer stage, no compile); "
+        "default: every stage, compile included, the eager answer written first; full: more "
+        "compile modes, every layer group and more rounds (default: default)",
+    )
+    p.add_argument(
         "--steps",
         type=int,
         help="the training (or inference) steps you expect to run: a torch.compile candidate "
@@ -106,6 +114,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             budget_s=duration_s(args.budget),
             accept_noisy=args.accept_noisy,
             steps=args.steps,
+            effort=args.effort,
             progress=reporter.update,
         )
     try:

@@ -46,6 +46,9 @@ log = logging.getLogger("advisor")
 # nearly always ready by then; one that is not (a load that hangs) is ended, not waited for.
 SPARE_WAIT_S = 5.0
 
+# quick: the global flags only; default: every stage; full: more where it can pay.
+EFFORTS = ("quick", "default", "full")
+
 
 def run_advise(
     *,
@@ -65,6 +68,7 @@ def run_advise(
     budget_s: float | None = None,
     accept_noisy: bool = False,
     steps: int | None = None,
+    effort: str = "default",
     **workload_args: Any,
 ) -> Advice:
     start = time.perf_counter()
@@ -74,6 +78,8 @@ def run_advise(
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
     if budget_s is not None and not budget_s > 0:
         raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
+    if effort not in EFFORTS:
+        raise AdvisorError(f"unknown effort {effort!r}; use {', '.join(EFFORTS)}")
     if steps is not None and steps < 1:
         raise AdvisorError(f"--steps must be a positive number of training steps, got {steps}")
     dev = resolve_device(device)
