@@ -283,6 +283,8 @@ def build_advice(
     final_error: str | None = None,
     other_load: float | None = None,
     stage_s: dict[str, float] | None = None,
+    effort: str = "default",
+    answer: str = "final",
 ) -> Advice:
     """The recommendation from the outcome. PyTorch's default stays when the finalists' re-time
     failed (`retime_error`: never a pick not re-timed against the default), when the machine
@@ -342,6 +344,8 @@ def build_advice(
         other_load=other_load,
         final_check=final,
         stage_s=stage_s or {},
+        effort=effort,
+        answer=answer,
     )
     config = Config(
         advisor_version=__version__,

@@ -101,33 +101,53 @@ def cmd_advise(args: argparse.Namespace) -> int:
     workload = workload_kwargs(args)
     check_workload_sizes(args.device, **workload)
     reporter = ProgressReporter(enabled=not args.quiet)
+    eager_written: list[Path] = []
+
+    def write_eager(advice: Any) -> None:
+        _save(advice, out)
+        eager_written.append(out)
+        if not args.quiet:
+            reporter.eager(advice, out)
+
     # stdout is the config's alone (--json): whatever the user's model prints while it is
     # imported, built and timed, here or in a worker process, goes to stderr.
-    with stdout_to_stderr(), reporter:
-        advice = run_advise(
-            **workload,
-            **search_kwargs(args),
-            device=args.device,
-            space=args.space,
-            fresh=args.fresh,
-            tolerances=tolerance_overrides(args),
-            budget_s=duration_s(args.budget),
-            accept_noisy=args.accept_noisy,
-            steps=args.steps,
-            effort=args.effort,
-            progress=reporter.update,
-        )
+    try:
+        with stdout_to_stderr(), reporter:
+            advice = run_advise(
+                **workload,
+                **search_kwargs(args),
+                device=args.device,
+                space=args.space,
+                fresh=args.fresh,
+                tolerances=tolerance_overrides(args),
+                budget_s=duration_s(args.budget),
+                accept_noisy=args.accept_noisy,
+                steps=args.steps,
+                effort=args.effort,
+                on_eager=write_eager,
+                progress=reporter.update,
+            )
+    except KeyboardInterrupt:
+        if not eager_written:
+            raise
+        print(f"advisor: interrupted during the compile stage: {out} keeps the eager answer "
+              "(without torch.compile)", file=sys.stderr)  # fmt: skip
+        return 130
+    _save(advice, out)
+    if not args.quiet:
+        reporter.summary(advice, out)
+    if args.json:
+        print(advice.config.model_dump_json(indent=2))
+    return 0
+
+
+def _save(advice: Any, out: Path) -> None:
     try:
         advice.save(out)  # the config and its CSVs, all or none
     except AdvisorError:
         raise
     except OSError as e:
         raise AdvisorError(f"cannot write {out}: {e.strerror or e}") from None
-    if not args.quiet:
-        reporter.summary(advice, out)
-    if args.json:
-        print(advice.config.model_dump_json(indent=2))
-    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -170,6 +170,14 @@ class Result(BaseModel):
         "'stage: part' key is part of that stage (precision checks, Inductor start, cold "
         "compiles)",
     )
+    effort: Literal["quick", "default", "full"] = Field(
+        "default", description="the run's effort level (advisor.stages.effort)"
+    )
+    answer: Literal["eager", "final"] = Field(
+        "final",
+        description="eager: the answer before the compile stage, written while it ran (a run "
+        "interrupted there leaves it); final: the run's last word",
+    )
 
 
 class Config(BaseModel):

@@ -17,6 +17,7 @@ import torch
 
 from advisor.advice import Advice, build_advice
 from advisor.compiled import leave_for_training, shared_measurement_cache
+from advisor.config import FinalCheck
 from advisor.device.environment import resolve_device
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.errors import AdvisorError
@@ -25,11 +26,13 @@ from advisor.execute.probe import hand_over, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
+from advisor.search.pick import Pick, paired, pick_for_steps, speedup_over
 from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
 from advisor.stages.confirm import check_pick
+from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import machine_moved, retime_finalists, settled
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
@@ -46,8 +49,6 @@ log = logging.getLogger("advisor")
 # nearly always ready by then; one that is not (a load that hangs) is ended, not waited for.
 SPARE_WAIT_S = 5.0
 
-# quick: the global flags only; default: every stage; full: more where it can pay.
-EFFORTS = ("quick", "default", "full")
 
 
 def run_advise(
@@ -69,8 +70,13 @@ def run_advise(
     accept_noisy: bool = False,
     steps: int | None = None,
     effort: str = "default",
+    on_eager: Callable[[Advice], None] | None = None,
     **workload_args: Any,
 ) -> Advice:
+    """One advise run (see the module's docstring). `effort` is quick, default or full
+    (advisor.stages.effort). `on_eager` receives the eager answer, final check included, before
+    the compile stage starts (not called where no compile stage runs): the CLI writes and prints
+    it, so an interrupted compile leaves it in place."""
     start = time.perf_counter()
     clock = StageClock(start, _stage_reporter(progress))
     usage = CpuUsage()  # other processes' share of the CPU over the whole run
@@ -78,12 +84,11 @@ def run_advise(
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")
     if budget_s is not None and not budget_s > 0:
         raise AdvisorError(f"--budget must be a positive time, got {budget_s:g} s")
-    if effort not in EFFORTS:
-        raise AdvisorError(f"unknown effort {effort!r}; use {', '.join(EFFORTS)}")
+    level = effort_of(effort)
     if steps is not None and steps < 1:
         raise AdvisorError(f"--steps must be a positive number of training steps, got {steps}")
     dev = resolve_device(device)
-    sp = with_tolerances(load_space(space, dev), tolerances or {})
+    sp = level.space(with_tolerances(load_space(space, dev), tolerances or {}), dev)
     compiles = bool(compile_modes(sp, dev)[0])
     # Compiled candidates' caches are shared by the run's processes: a re-time or the final
     # check compiles warm from what a trial compiled cold.
@@ -119,6 +124,7 @@ def run_advise(
             objectives=objectives,
             progress=progress,
             fresh=fresh,
+            screen=level.screens,
         )
         # One evaluator (one worker process when isolated) for the whole model's trials, its
         # per-layer combination, its compiled candidates and the re-times: each worker start
@@ -135,38 +141,71 @@ def run_advise(
         plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
                            compiles and not workload.is_layer, now=time.perf_counter())  # fmt: skip
         options.deadline = plan.search
+        checks: dict[str, tuple[FinalCheck | None, str | None]] = {}
+        spares = [spare] if spare is not None else []  # the first check uses it; a later one
+        # (a compiled pick after the eager answer's) starts its own
+
+        def conclude(retimed: int, retime_error: str | None, choices: list[LayerChoice],
+                     stats: dict[str, int], answer: str = "final") -> Advice:  # fmt: skip
+            """The advice from the results so far: the pick, checked where the user runs it
+            (once per pick: the eager answer's check stands where the compile stage left the
+            same pick)."""
+            notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
+            notes += [n for n in (outcome.screen_note, level.note()) if n]
+            unsettled = None if accept_noisy else machine_moved(trial_baseline, outcome.baseline)
+            share = usage.others_share()
+            check, check_error = None, None
+            if retime_error is None and unsettled is None:
+                pick = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)[0]
+                key = pick.chosen.settings.model_dump_json()
+                clear = None if level.check_always else beyond_noise(outcome, pick, sp.min_gain)
+                if clear is not None:
+                    notes.append(clear)
+                elif key in checks:
+                    check, check_error = checks[key]
+                else:
+                    with clock.stage("final check"):
+                        check, check_error = check_pick(workload, outcome, dev, sp, options,
+                                                        steps, plan, share, notes,
+                                                        spares.pop() if spares else None)  # fmt: skip
+                    checks[key] = (check, check_error)
+            outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
+            share = usage.others_share()
+            advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices,
+                                  retimed, retime_error=retime_error, notes=notes,
+                                  unsettled=unsettled, steps=steps, final=check,
+                                  final_error=check_error, other_load=share, effort=level.name,
+                                  answer=answer,
+                                  stage_s=breakdown(clock.spans, outcome.results,
+                                                    outcome.elapsed_s))  # fmt: skip
+            warnings = [w for w in (unsettled, busy_warning(share)) if w]  # the summary prints
+            if warnings and advice.config.result is not None:
+                result = advice.config.result.model_copy(update={"warnings": warnings})
+                advice.config = advice.config.model_copy(update={"result": result})
+            return advice
+
         try:
             with clock.stage("global knobs"):
                 outcome = search(workload, dev, sp, options, evaluator=evaluator)
             trial_baseline = outcome.baseline
-            retimed, retime_error, choices, stats = _stages(workload, outcome, dev, sp, options,
-                                                            plan, per_layer, evaluator,
-                                                            clock, steps)  # fmt: skip
+            compiling = plan.compile is not None and not workload.is_layer
+            retimed, retime_error, choices, stats = _eager_stages(workload, outcome, dev, sp,
+                                                                  options, plan, per_layer,
+                                                                  evaluator, clock,
+                                                                  compiling)  # fmt: skip
+            if compiling and retime_error is None:
+                if level.eager_first:
+                    eager = conclude(retimed, retime_error, choices, stats, "eager")
+                    if on_eager is not None:
+                        on_eager(eager)
+                again, retime_error = _compile_stage(workload, outcome, dev, sp, options, plan,
+                                                     evaluator, clock, steps)  # fmt: skip
+                retimed = again or retimed
         finally:
             evaluator.close()
-        notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
-        moved = machine_moved(trial_baseline, outcome.baseline)
-        unsettled = None if accept_noisy else moved
-        share = usage.others_share()
-        check, check_error = None, None
-        if retime_error is None and unsettled is None:
-            with clock.stage("final check"):
-                check, check_error = check_pick(workload, outcome, dev, sp, options, steps, plan,
-                                                share, notes, spare)  # fmt: skip
-        outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
-        share = usage.others_share()
-        advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices,
-                              retimed, retime_error=retime_error, notes=notes,
-                              unsettled=unsettled, steps=steps, final=check,
-                              final_error=check_error, other_load=share,
-                              stage_s=breakdown(clock.spans, outcome.results,
-                                                outcome.elapsed_s))  # fmt: skip
+        advice = conclude(retimed, retime_error, choices, stats)
         if run_cache is not None and advice.settings.compiled:
             _leave_compile_caches(advice, run_cache)
-    warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints them
-    if warnings and advice.config.result is not None:
-        result = advice.config.result.model_copy(update={"warnings": warnings})
-        advice.config = advice.config.model_copy(update={"result": result})
     return advice
 
 
@@ -185,7 +224,7 @@ def _leave_compile_caches(advice: Advice, run_cache: Path) -> None:
     )
 
 
-def _stages(
+def _eager_stages(
     workload: Workload,
     outcome: SearchOutcome,
     dev: torch.device,
@@ -195,19 +234,19 @@ def _stages(
     per_layer: bool,
     evaluator: Evaluator,
     clock: StageClock,
-    steps: int | None = None,
+    compiling: bool,
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
-    """After the search: the first re-time, the per-layer stage, the compile stage and the
-    re-times they call for. Returns how many were re-timed last, why a re-time failed, the
+    """After the search: the first re-time and the per-layer stage, with the re-time it calls
+    for: the eager answer. Returns how many were re-timed last, why a re-time failed, the
     per-layer choices and the per-layer stage's counts."""
-    # The global finalists are re-timed together first, so the per-layer and compile stages
-    # work from the settings that would be recommended; a candidate of theirs that reaches the
-    # finalists is then re-timed with them, interleaved, before it can be picked. Where the
-    # search already settled the pick (`settled`), that first re-time is left to the end.
+    # The global finalists are re-timed together first, so the per-layer stage works from the
+    # settings that would be recommended; its combination is then re-timed with them,
+    # interleaved, before it can be picked. Where the search already settled the pick
+    # (`settled`), that first re-time is left until after the per-layer stage: once, with it.
     first = plan.layers if per_layer else (plan.compile or plan.layers)
-    later = per_layer or plan.compile is not None  # stages that may add finalists
+    eager_end = plan.layers if compiling else plan.retime  # the compile stage comes after
     retimed, retime_error = 0, None
-    deferred = later and settled(outcome, sp)
+    deferred = per_layer and settled(outcome, sp)
     if not deferred:
         with clock.stage("re-time"):
             retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
@@ -215,9 +254,6 @@ def _stages(
                                                      evaluator=evaluator)  # fmt: skip
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
-    # The per-layer combination and the compiled candidates are re-timed with the finalists
-    # once, after both stages: the compile stage starts from the global pick, which the first
-    # re-time settled, and each re-time of the finalists costs seconds.
     new: list[TrialResult] = []
     if per_layer and retime_error is None:
         options.deadline = plan.layers
@@ -228,21 +264,54 @@ def _stages(
             new.append(combined)
     if workload.is_layer:
         compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
-    if plan.compile is not None and retime_error is None:
-        options.deadline = plan.compile
-        todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
-        with clock.stage("compile"):
-            new += run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
-                                     options.progress, compile_race(outcome, sp, steps))  # fmt: skip
     if (new or deferred) and retime_error is None:
-        # A deferred first re-time happens here whatever the stages added: once, with them.
         with clock.stage("re-time"):
             again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
                                                    only_with=None if deferred else new,
-                                                   deadline=plan.retime,
+                                                   deadline=eager_end,
                                                    evaluator=evaluator)  # fmt: skip
         retimed = again or retimed
     return retimed, retime_error, choices, stats
+
+
+def _compile_stage(
+    workload: Workload,
+    outcome: SearchOutcome,
+    dev: torch.device,
+    sp: SearchSpace,
+    options: SearchOptions,
+    plan: BudgetPlan,
+    evaluator: Evaluator,
+    clock: StageClock,
+    steps: int | None,
+) -> tuple[int, str | None]:
+    """torch.compile on the eager answer's settings (advisor.stages.compiling), its candidates
+    re-timed with the finalists, interleaved, before one can be picked: how many were re-timed,
+    and why the re-time failed."""
+    options.deadline = plan.compile
+    todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
+    with clock.stage("compile"):
+        new = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
+                                options.progress, compile_race(outcome, sp, steps))  # fmt: skip
+    if not new:
+        return 0, None
+    with clock.stage("re-time"):
+        return retime_finalists(workload, outcome, dev, sp, options, only_with=new,
+                                deadline=plan.retime, evaluator=evaluator)  # fmt: skip
+
+
+def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | None:
+    """At quick effort, why the pick needs no final check: its margin over the default in the
+    interleaved re-time lies beyond noise (the interval's low end above 1 + min_gain). None
+    where it does not, or where there is nothing to check."""
+    chosen = pick.chosen
+    if chosen.settings == outcome.baseline.settings or not paired(outcome.baseline, chosen):
+        return None
+    ratio, lo, hi = speedup_over(outcome.baseline, chosen)
+    if lo <= 1 + min_gain:
+        return None
+    return (f"no final check (quick effort): the pick's margin is beyond noise, {ratio:.2f}x "
+            f"[{lo:.2f}, {hi:.2f}] the default's speed in the interleaved re-time")  # fmt: skip
 
 
 def _stage_reporter(

@@ -32,6 +32,7 @@ from advisor.measure.memory import PeakMemory
 from advisor.measure.results import Status, TrialResult
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.timing import (
+    SCREENED,
     TimingPolicy,
     l2_flusher,
     measure,
@@ -219,7 +220,9 @@ def _evaluate(
                                 clock=clock)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
-            elif race is not None and m.stopped is not None and "slower than" in m.stopped:
+            elif race is not None and m.stopped is not None and (
+                "slower than" in m.stopped or m.stopped.startswith(SCREENED)
+            ):
                 # Lost the race, or cut by the budget while slower: not gated. A compiled
                 # candidate too, though its capture under dropout masks compiles again: only the
                 # race's margin stops it before, as any candidate (its bar was measured in an

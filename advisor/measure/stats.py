@@ -219,6 +219,10 @@ class Race:
     # that cannot pay back is stopped before the gate's capture.
     rival: str | None = None
     horizon_steps: int | None = None
+    # Screening (`advisor.search.screen`): take this many samples after the warm-up and stop,
+    # ungated, whatever they show; the search ranks every candidate by them before timing the
+    # survivors in full.
+    screen: int | None = None
 
     def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         counted = [w for w in warmups if w > 2 * self.limit_ms]

@@ -23,6 +23,7 @@ from advisor.device.ops import cuda_ops, device_guard, placement
 from advisor.measure.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
+SCREENED = "screened"  # how a screening measurement's `stopped` begins
 
 
 def synchronize(device: torch.device) -> None:
@@ -333,6 +334,9 @@ def _measure(
         samples.append(sampler(fn, reps))
         n = len(samples)
         if n >= policy.max_samples:
+            break
+        if race is not None and race.screen is not None and n >= race.screen:
+            stopped = f"{SCREENED} after {n} samples"
             break
         if race is not None and race.lost(samples, warm_ms[:2]):
             stopped = (

@@ -98,11 +98,27 @@ class ProgressReporter:
             for note in r.notes:
                 self.console.print(f"[bold]Note:[/bold] {note}")
             if r.stage_s:
-                self.console.print(f"[bold]Time:[/bold] {breakdown_line(r.stage_s)}")
+                self.console.print(f"[bold]Time:[/bold] {breakdown_line(r.stage_s)} "
+                                   f"({r.effort} effort)")  # fmt: skip
             if r.payback:
                 self.console.print(f"[bold]Worth it:[/bold] {r.payback}")
         if out is not None:
             self.console.print(f"Wrote {out} (apply with advisor.apply({str(out)!r}, model))")
+
+    def eager(self, advice: Advice, out: Path) -> None:
+        """The eager answer, written before the compile stage starts: one line."""
+        r = advice.config.result
+        if r is None:
+            return
+        label = advice.settings.label()
+        held = ""
+        if r.final_check is not None:
+            held = "; it held in the final check" if r.final_check.held else ""
+        self.console.print(
+            f"[bold]Eager answer:[/bold] {label}, {r.speedup:.2f}x "
+            f"[{r.speedup_ci[0]:.2f}, {r.speedup_ci[1]:.2f}] the default's speed{held}; wrote "
+            f"{out}. The compile stage now tries torch.compile on it (Ctrl-C keeps this answer)"
+        )
 
 
 def _ms(m: float | None) -> str:
@@ -114,6 +130,8 @@ def failure_kind(status: str, reason: str) -> str:
     r = reason.lower()
     if status == "ok":
         return ""
+    if status == "stopped" and r.startswith("screened"):
+        return "screened out"
     if status == "stopped":
         return "stopped early: slower" if "slower" in r else "stopped: time budget"
     if "nan or inf" in r:

@@ -3,8 +3,9 @@ code that imports optuna: `options` (what is asked and returned), `study` (the s
 grid), `run` (the trials), `outcome` (what a search found, read back from its study), `storage`
 (opening storages, the per-layer companion study, records shared between runs), `point_lock`
 (PostgreSQL: one process measures a point), `sqlite_claim` (SQLite: one process owns a popped
-trial). `pick` (the pick rule, the Pareto set) and `compile_bill` (what a compile costs and saves)
-decide from the results.
+trial), `screen` (a few samples of every candidate before the survivors are timed in full).
+`pick` (the pick rule, the Pareto set) and `compile_bill` (what a compile costs and saves) decide
+from the results.
 
 PyTorch's default configuration is enqueued first and is the baseline. When the whole grid fits the
 budget every point is enqueued (each evaluated exactly once, even with many workers on one study);

@@ -48,6 +48,8 @@ class SearchOptions:
     # No new trial after this `time.perf_counter()` value, and sampling is cut there (the run's
     # time budget, less what its later stages need); None: the space's budget.time_s from start.
     deadline: float | None = None
+    # Screen a fresh grid's candidates before timing the survivors in full (advisor.search.screen).
+    screen: bool = False
 
 
 @dataclass
@@ -61,6 +63,7 @@ class SearchOutcome:
     trial_numbers: list[int] = field(default_factory=list)
     pareto: list[TrialResult] = field(default_factory=list)  # time,memory mode: the Pareto set
     not_measured: list[str] = field(default_factory=list)  # candidates the budget left out
+    screen_note: str | None = None  # what screening dropped, or why it fell back to full timing
 
 
 @dataclass(frozen=True)

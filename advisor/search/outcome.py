@@ -71,9 +71,24 @@ def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOu
     # measured, but the budget ran out before its precision was judged: it could not be picked
     missing += [f"{r.settings.label()} (its precision check)" for r in results
                 if r.status == "stopped" and r.reason == OUT_OF_TIME]  # fmt: skip
-    return SearchOutcome(
-        results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers, pareto, missing
-    )
+    return SearchOutcome(results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers,
+                         pareto, missing, screen_note(plan))  # fmt: skip
+
+
+def screen_note(plan: Plan) -> str | None:
+    """What screening did in this study (advisor.search.screen), in a line; None where it did
+    nothing."""
+    fallback = plan.study.user_attrs.get("screen_fallback")
+    if fallback is not None:
+        return (f"screening's ranking did not hold ({fallback}): every candidate was timed in "
+                "full")  # fmt: skip
+    dropped = [t.user_attrs.get("label", "?") for t in plan.study.get_trials(deepcopy=False)
+               if t.user_attrs.get("screened")]  # fmt: skip
+    if not dropped:
+        return None
+    shown = ", ".join(dropped[:4]) + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "")
+    return (f"screening (a few samples of every candidate first) left {len(dropped)} candidate(s) "
+            f"untimed in full and ungated, above 1.5x the fastest: {shown}")
 
 
 CHECK_PREFIX = "precision_check:"

@@ -27,6 +27,7 @@ from advisor.search.options import (
 )
 from advisor.search.outcome import check_key, memory_checked, read_outcome, stored_checks
 from advisor.search.point_lock import PointLocks
+from advisor.search.screen import inversion, record_dropped, screen
 from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
     Plan,
@@ -165,7 +166,18 @@ def _run(
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     evaluator.know(stored_checks(study))
     try:
+        screened = screen(plan, evaluator, options, deadline, start) if options.screen else None
         _loop(plan, space, device, objective, on_trial, deadline, shared)
+        if screened is not None and screened.dropped:
+            full = [TrialResult.model_validate(t.user_attrs["result"])
+                    for t in study.get_trials(deepcopy=False) if evaluated(t)]  # fmt: skip
+            why = inversion(screened, plan, full)
+            if why is None:
+                record_dropped(screened, plan)
+            else:  # the guard: the screen's ranking does not hold here; time them all
+                study.set_user_attr("screen_fallback", why)
+                plan.cands = screened.full_plan
+                _loop(plan, space, device, objective, on_trial, deadline, shared)
     finally:
         locks.close()
     return mine["evaluated"], mine["failed"]

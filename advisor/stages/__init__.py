@@ -1,5 +1,6 @@
 """What runs after the search, each within the run's budget.
 
+- `effort`: what each effort level (quick, default, full) runs of the stages below.
 - `budget`: the run's time split into stages, and what a stage left out.
 - `finalists`: the best candidates re-timed together, interleaved, before any pick.
 - `per_layer`: conv groups x implementations on the best settings.

@@ -1,0 +1,146 @@
+"""Screening before full timing, staged like PyTorch's TunableOp.
+
+TunableOp probes every GEMM candidate for a few iterations, drops those above 1.5x the best so
+far, probes the rest longer, and times only the survivors in full. Here the stages are:
+
+1. **Screen**: every candidate of a fresh grid runs its first call, its warm-up and
+   `SCREEN_SAMPLES` samples, ungated (`Race.screen`). One above `SCREEN_DROP` times the fastest
+   screen is not timed in full: it is recorded as stopped, with its screen's figures. PyTorch's
+   default is never dropped (every speedup is measured against it).
+2. **Race**: the survivors are timed in full, fastest screen first, so the race's leader
+   (`stats.Race`: a sign test against the best accepted candidate) is strong from the start and
+   stops a slow survivor after a few samples.
+3. **Gate**: only what is left is checked numerically, and a reduced precision is judged by
+   training only for a candidate that could still be picked.
+
+What the screen saves is mostly stage 3: a candidate dropped there never pays its numeric gate or
+its precision's training check (seconds each on a CPU). The guard: a screen is a few early
+samples, and early samples can mislead (a layout's first samples after warm-up ran up to 1.45x its
+steady state on an AVX2 CPU). Where the full timings of the survivors order two of them the
+other way round from their screens, beyond both intervals, the screen's ranking is not to be
+trusted on this workload, and the dropped candidates are timed in full too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from advisor.execute.evaluators import Evaluator
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.search.options import Progress, SearchOptions
+from advisor.search.study import Plan, evaluated, point_key
+
+__all__ = ["SCREEN_DROP", "SCREEN_SAMPLES", "Screen", "inversion", "record_dropped", "screen"]
+
+SCREEN_SAMPLES = 3
+SCREEN_DROP = 1.5  # TunableOp's first stage drops candidates above 1.5x the best so far
+
+
+@dataclass
+class Screen:
+    """A screening pass: each candidate's screen, and those it dropped."""
+
+    results: dict[str, TrialResult] = field(default_factory=dict)  # by point key
+    dropped: list[Settings] = field(default_factory=list)
+    full_plan: list[Settings] = field(default_factory=list)  # the candidates before it
+    best_ms: float = math.inf
+    best_label: str = ""
+
+    def median(self, s: Settings, plan: Plan) -> float | None:
+        r = self.results.get(point_key(plan.params(s)))
+        return r.median_ms if r is not None and r.measurement is not None else None
+
+
+def screen(
+    plan: Plan, evaluator: Evaluator, options: SearchOptions, deadline: float, start: float
+) -> Screen | None:
+    """Screen a fresh grid's candidates and narrow `plan.cands` to the survivors, default first
+    and then fastest screen first. None (nothing screened, the plan as it was) for a study that
+    holds results already (a resumed run: its stored trials stand), a Pareto search or a grid of
+    fewer than three candidates."""
+    if plan.multi or not plan.grid or len(plan.cands) < 3:
+        return None
+    if any(evaluated(t) for t in plan.study.get_trials(deepcopy=False)):
+        return None
+    out = Screen(full_plan=list(plan.cands))
+    race = Race(math.inf, screen=SCREEN_SAMPLES)
+    for i, s in enumerate(plan.cands):
+        left = deadline - time.perf_counter()
+        if left <= 0 and i > 0:
+            break  # the rest are timed in full, as far as the budget goes
+        r = evaluator(s, race=race, time_left_s=max(left, 1.0))
+        out.results[point_key(plan.params(s))] = r
+        if options.progress is not None:
+            options.progress(Progress(i + 1, len(plan.cands), None, r,
+                                      time.perf_counter() - start, stage="screening"))  # fmt: skip
+    timed = [(s, m) for s in plan.cands if (m := out.median(s, plan)) is not None]
+    if not timed:
+        return out
+    best, out.best_ms = min(timed, key=lambda sm: sm[1])
+    out.best_label = best.label()
+    default = plan.cands[0]
+    for s in plan.cands[1:]:
+        got = out.results.get(point_key(plan.params(s)))
+        if got is None:
+            continue
+        if got.status == "failed" or (got.measurement is not None and
+                                      got.median_ms > SCREEN_DROP * out.best_ms):  # fmt: skip
+            out.dropped.append(s)
+    rest = [s for s in plan.cands[1:] if s not in out.dropped]
+    rest.sort(key=lambda s: (out.median(s, plan) or math.inf))
+    plan.cands = [default, *rest]
+    return out
+
+
+def inversion(out: Screen, plan: Plan, results: list[TrialResult]) -> str | None:
+    """Two survivors that full timing ordered the other way round from their screens, beyond
+    both intervals, said in a line; None where the rankings agree."""
+    timed = [
+        (r, m) for r in results
+        if r.measurement is not None and r.status in ("ok", "stopped", "rejected")
+        and (m := out.median(r.settings, plan)) is not None and r.settings not in out.dropped
+    ]  # fmt: skip
+    for a, sa in timed:
+        for b, sb in timed:
+            # a screened faster than b, but b is faster in full beyond both intervals
+            if sa < sb and b.measurement.ci_high_ms < a.measurement.ci_low_ms:  # type: ignore[union-attr]
+                return (
+                    f"{a.settings.label()} screened faster than {b.settings.label()} "
+                    f"({sa:.3f} vs {sb:.3f} ms) but was slower timed in full "
+                    f"({a.median_ms:.3f} vs {b.median_ms:.3f} ms, beyond both intervals)"
+                )
+    return None
+
+
+def record_dropped(out: Screen, plan: Plan) -> None:
+    """The dropped candidates, into the study as finished trials with their screens: stopped
+    (not timed in full, not gated), or failed where the screen itself failed."""
+    for s in out.dropped:
+        params = plan.params(s)
+        r = out.results[point_key(params)]
+        if r.status != "failed":
+            why = (
+                f"screened out: {SCREEN_SAMPLES} samples after warm-up gave {r.median_ms:.3f} ms, "
+                f"{r.median_ms / out.best_ms:.2f}x the fastest screen ({out.best_label}, "
+                f"{out.best_ms:.3f} ms), above {SCREEN_DROP:g}x: not timed in full"
+            )
+            r = r.model_copy(update={"status": "stopped", "reason": why})
+        failed = r.status == "failed"
+        plan.study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.FAIL if failed else TrialState.COMPLETE,
+                value=None if failed else r.median_ms,
+                params=params,
+                distributions={k: CategoricalDistribution(plan.varying[k]) for k in params},
+                user_attrs={"result": r.model_dump(mode="json"), "label": s.label(),
+                            "reason": r.reason or "", "screened": True},  # fmt: skip
+            )
+        )

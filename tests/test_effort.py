@@ -1,0 +1,276 @@
+"""Effort levels (advisor.stages.effort), screening before full timing (advisor.search.screen) and
+the eager answer written before the compile stage (advisor.service, advisor.cli)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import advisor
+from advisor.errors import AdvisorError
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Race
+from advisor.measure.timing import TimingPolicy, measure
+from advisor.search import SearchOptions, search
+from advisor.search.screen import SCREEN_SAMPLES, inversion, record_dropped, screen
+from advisor.search.study import open_plan
+from advisor.space import compile_modes, load_space
+from advisor.stages.effort import effort_of
+from advisor.workload.args import make_workload
+from tests.conftest import DATA, FAST_SPACE, run_env
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")
+
+
+class Clock:
+    """Each step takes a scripted time: exact samples."""
+
+    def __init__(self, step_s: float) -> None:
+        self.now, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.step_s
+
+
+# ---- what each level changes in the space --------------------------------------------------------
+
+
+def test_quick_searches_the_global_knobs_only() -> None:
+    sp = load_space("cpu", CPU)
+    quick = effort_of("quick").space(sp, CPU)
+    assert quick.knobs["conv_impl"] == ["native"] and quick.knobs["compile"] == ["off"]
+    assert not quick.per_layer and compile_modes(quick, CPU)[0] == []
+    assert quick.timing.min_samples <= 5 and quick.timing.max_time_s <= 0.5
+    # the global knobs themselves are all still searched
+    for knob in ("memory_format", "amp", "cpu_fp32"):
+        assert quick.knobs[knob] == sp.knobs[knob]
+
+
+def test_default_compiles_the_default_mode_and_full_every_mode() -> None:
+    sp = load_space("cuda", CUDA)
+    default = effort_of("default").space(sp, CUDA)
+    full = effort_of("full").space(sp, CUDA)
+    assert compile_modes(default, CUDA)[0] == ["default"]
+    assert set(compile_modes(sp, CUDA)[0]) < set(compile_modes(full, CUDA)[0])
+    assert "max-autotune" in compile_modes(full, CUDA)[0]
+    assert full.timing.min_samples == 2 * sp.timing.min_samples
+    assert full.budget.time_s == 2 * sp.budget.time_s and full.retime_top == sp.retime_top + 1
+    # on a CPU Inductor has no conv templates: full adds no max-autotune there
+    cpu = load_space("cpu", CPU)
+    assert "max-autotune" not in effort_of("full").space(cpu, CPU).knobs["compile"]
+    # a space without a compile knob gets none
+    fast = load_space(FAST_SPACE, CPU)
+    for level in ("quick", "default", "full"):
+        assert "compile" not in effort_of(level).space(fast, CPU).knobs
+
+
+def test_an_unknown_effort_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(AdvisorError, match="unknown effort 'fast'"):
+        effort_of("fast")
+    r = subprocess.run([sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"),
+                        "--effort", "fast"], capture_output=True, text=True, env=run_env(),
+                       cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "tuned.json").exists()
+
+
+# ---- screening ---------------------------------------------------------------------------------
+
+
+def test_a_screen_takes_its_samples_and_stops() -> None:
+    clock = Clock(0.010)
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, race=Race(float("inf"), screen=3))
+    assert len(m.samples_ms) == 3 and m.stopped is not None and m.stopped.startswith("screened")
+    assert m.median_ms == pytest.approx(10.0)
+
+
+class ScriptedEvaluator:
+    """Times each candidate with the real sampler on an injected clock: `screen_ms` is a
+    candidate's time in its screen (a few early samples), `full_ms` in full timing. Not gated:
+    these tests check which candidates screening sends on, not the gate."""
+
+    def __init__(self, screen_ms: dict[str, float], full_ms: dict[str, float]) -> None:
+        self.screen_ms, self.full_ms = screen_ms, full_ms
+        self.calls: list[tuple[str, bool]] = []
+        self.policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=5, max_samples=5,
+                                   target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+
+    def __call__(self, settings: Settings, *, race: Race | None = None,
+                 time_left_s: float | None = None) -> TrialResult:  # fmt: skip
+        screening = race is not None and race.screen is not None
+        label = settings.label()
+        self.calls.append((label, screening))
+        clock = Clock((self.screen_ms if screening else self.full_ms)[label] / 1e3)
+        m = measure(clock.step, CPU, self.policy, clock=clock, race=race)
+        status = "stopped" if m.stopped else "ok"
+        return TrialResult(settings=settings, status=status, reason=m.stopped, measurement=m,
+                           precision="fp32", rel_error=0.0)  # fmt: skip
+
+    def retime(self, results: list[TrialResult], *, time_left_s: float | None = None) -> list:
+        return results
+
+    def use(self, workload: object) -> None: ...
+
+    def know(self, checks: list) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _plan(tmp_path: Path) -> tuple:
+    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU)
+    wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    options = SearchOptions(mode="infer", storage="memory", screen=True)
+    return open_plan(wl, CPU, space, options), options
+
+
+def test_screening_drops_the_slow_and_times_the_rest_fastest_first(tmp_path: Path) -> None:
+    plan, options = _plan(tmp_path)
+    labels = [s.label() for s in plan.cands]
+    assert len(labels) >= 4
+    # the default at 10 ms; one change 2x faster; the rest 2x slower than the default
+    screen_ms = {label: 20.0 for label in labels}
+    screen_ms["default"], screen_ms[labels[2]] = 10.0, 5.0
+    ev = ScriptedEvaluator(screen_ms, screen_ms)
+    out = screen(plan, ev, options, deadline=time.perf_counter() + 60, start=time.perf_counter())
+    assert out is not None and out.best_ms == pytest.approx(5.0)
+    assert [c for c, screening in ev.calls if screening] == labels  # every candidate screened
+    # the default always survives; the fastest comes next; 4x the fastest does not
+    assert [s.label() for s in plan.cands] == ["default", labels[2]]
+    assert {s.label() for s in out.dropped} == set(labels) - {"default", labels[2]}
+
+
+def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
+    wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU)
+    labels = [s.label() for s in _plan(tmp_path)[0].cands]
+    screen_ms = {label: 20.0 for label in labels}
+    screen_ms["default"], screen_ms[labels[2]] = 10.0, 5.0
+    ev = ScriptedEvaluator(screen_ms, screen_ms)
+    outcome = search(wl, CPU, space, SearchOptions(mode="infer", storage="memory", screen=True),
+                     evaluator=ev)  # fmt: skip
+    assert [c for c, screening in ev.calls if not screening] == ["default", labels[2]]
+    stopped = [r for r in outcome.results if r.status == "stopped"]
+    assert {r.settings.label() for r in stopped} == set(labels) - {"default", labels[2]}
+    assert all(r.reason.startswith("screened out") and "4.00x" in r.reason for r in stopped)
+    assert all(len(r.measurement.samples_ms) == SCREEN_SAMPLES for r in stopped)
+    assert outcome.screen_note is not None and "left 2 candidate(s)" in outcome.screen_note
+    # the guard: a survivor that full timing puts far from its screen sends every candidate
+    # on to full timing, and the advice says why
+    full_ms = dict(screen_ms, **{labels[2]: 50.0})  # screened fastest, 5x slower in full
+    ev = ScriptedEvaluator(screen_ms, full_ms)
+    outcome = search(wl, CPU, space, SearchOptions(mode="infer", storage="memory", screen=True),
+                     evaluator=ev)  # fmt: skip
+    assert sorted(c for c, screening in ev.calls if not screening) == sorted(labels)
+    assert not any((r.reason or "").startswith("screened") for r in outcome.results)
+    assert outcome.screen_note is not None and "did not hold" in outcome.screen_note
+
+
+def test_the_guard_sees_full_timing_reverse_the_screen(tmp_path: Path) -> None:
+    plan, options = _plan(tmp_path)
+    labels = [s.label() for s in plan.cands]
+    screen_ms = {label: 30.0 for label in labels}
+    screen_ms.update({"default": 10.0, labels[1]: 11.0, labels[2]: 12.0})
+    out = screen(plan, ScriptedEvaluator(screen_ms, {}), options,
+                 deadline=time.perf_counter() + 60, start=time.perf_counter())  # fmt: skip
+    assert out is not None and len(plan.cands) == 3
+
+    def full(label: str, ms: float) -> TrialResult:
+        s = next(c for c in plan.cands if c.label() == label)
+        return ScriptedEvaluator({}, {label: ms})(s)
+
+    # the same order in full: the screen holds
+    agree = [full("default", 10.0), full(labels[1], 11.0), full(labels[2], 12.0)]
+    assert inversion(out, plan, agree) is None
+    # labels[2] screened slower than labels[1], and is 2x faster in full: the screen misled
+    flipped = [full("default", 10.0), full(labels[1], 11.0), full(labels[2], 5.5)]
+    why = inversion(out, plan, flipped)
+    assert why is not None and labels[2] in why and "slower timed in full" in why
+    # within noise is no inversion: exact ties never are
+    assert inversion(out, plan, [full(labels[1], 11.0), full(labels[2], 11.0)]) is None
+
+
+def test_a_resumed_study_is_not_screened(tmp_path: Path) -> None:
+    plan, options = _plan(tmp_path)
+    labels = [s.label() for s in plan.cands]
+    ms = {label: 10.0 for label in labels}
+    first = screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0)
+    assert first is not None
+    first.dropped = plan.cands[1:2]
+    record_dropped(first, plan)  # the study now holds a result
+    assert screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0) is None
+
+
+# ---- whole runs ----------------------------------------------------------------------------------
+
+
+def test_a_quick_run_answers_from_the_global_knobs() -> None:
+    advice = advisor.advise(model_file=str(DATA / "tiny_cnn.py"), mode="train", device="cpu",
+                            space="cpu", effort="quick", storage="memory")  # fmt: skip
+    r = advice.config.result
+    assert r is not None and r.effort == "quick" and r.answer == "final"
+    assert not any(x.settings.compiled or x.settings.layers for x in advice.results)
+    assert {x.settings.conv_impl for x in advice.results} == {"native"}
+    assert any("quick effort" in n for n in r.notes)
+    assert "compile" not in r.stage_s and "per-layer" not in r.stage_s
+
+
+def test_the_eager_answer_is_given_before_the_compile_stage() -> None:
+    seen: list[advisor.Advice] = []
+    stages_then: list[set[str]] = []
+
+    def on_eager(a: advisor.Advice) -> None:
+        seen.append(a)
+        assert a.config.result is not None
+        stages_then.append(set(a.config.result.stage_s))
+
+    from advisor.service import run_advise
+
+    advice = run_advise(model_file=str(DATA / "tiny_cnn.py"), mode="infer", device="cpu",
+                        space=str(DATA / "compile_fast_cpu.yaml"), storage="memory",
+                        on_eager=on_eager)  # fmt: skip
+    assert len(seen) == 1 and seen[0].config.result.answer == "eager"  # type: ignore[union-attr]
+    assert not seen[0].settings.compiled
+    assert "compile" not in stages_then[0] and "compile" in advice.config.result.stage_s  # type: ignore[union-attr]
+    assert advice.config.result.answer == "final"  # type: ignore[union-attr]
+    assert any(r.settings.compiled for r in advice.results)
+
+
+@pytest.mark.slow  # a cold compile to interrupt
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT: POSIX")
+def test_ctrl_c_during_the_compile_stage_keeps_the_eager_answer(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.json"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"), "--mode", "train",
+         "--device", "cpu", "--space", str(DATA / "compile_fast_cpu.yaml"), "--storage",
+         "memory", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=tmp_path,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.exists(), p.communicate()[1][-2000:]
+    time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert "interrupted during the compile stage" in err and "keeps the eager answer" in err
+    assert "Traceback" not in err
+    config = json.loads(out.read_text())
+    assert config["result"]["answer"] == "eager" and config["settings"]["compile"] == "off"
+    assert advisor.Config.model_validate(config).result is not None
