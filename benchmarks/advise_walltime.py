@@ -57,11 +57,15 @@ def _worktree(rev: str, into: Path) -> tuple[str, Path]:
     return sha, path
 
 
-def _advise(tree: Path, model: Path, mode: str, device: str, timeout_s: float) -> dict[str, Any]:
+def _advise(
+    tree: Path, model: Path, mode: str, device: str, timeout_s: float, effort: str | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "cfg.json"
         cmd = [sys.executable, "-m", "advisor", "advise", str(model), "--mode", mode]
         cmd += ["--device", device, "--storage", "memory", "--out", str(cfg), "--quiet"]
+        if effort is not None:  # revisions before issue 40 have no --effort: leave it out there
+            cmd += ["--effort", effort]
         env = {**os.environ, "PYTHONPATH": str(tree)}  # this revision's advisor, not the installed
         start = time.perf_counter()
         r = subprocess.run(
@@ -77,6 +81,12 @@ def _advise(tree: Path, model: Path, mode: str, device: str, timeout_s: float) -
             run["stage_s"] = stage_s
         return run
 
+
+# Columns the breakdown adds to a run's stage_s: its total less its cold compiles (one per
+# compiled candidate: the floor a measured torch.compile costs), and its harness share, the wall
+# time outside the candidates' timed samples over the run's (advisor.stages.walltime).
+COLD, TIMED = "compile: cold compiles", "timed samples"
+WITHOUT_COLD, HARNESS = "total less cold compiles", "harness %"
 
 # PyTorch's defaults as a config writes them: left out of a pick's label
 DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
@@ -131,7 +141,9 @@ def _report(
     lines += [machine or _environment_line(args.device), "", f"Command: `{command or _command()}`"]
     lines += [
         "",
-        f"Mode {args.mode}, device {args.device}, `--storage memory`, {args.repeats} run(s) per "
+        f"Mode {args.mode}, device {args.device}, `--storage memory`"
+        + (f", `--effort {args.effort}`" if getattr(args, "effort", None) else "")
+        + f", {args.repeats} run(s) per "
         "model and revision, alternating; wall seconds (median when repeated; all runs in the "
         "JSON beside this file). Ratio: first revision / last.",
         "",
@@ -175,8 +187,13 @@ def _breakdown(rows: dict[str, Any], sha: str) -> list[str]:
         for run in runs:
             stages += [k for k in run if k not in stages]
         table[name] = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in stages}
+        total, cold = table[name].get("total", 0.0), table[name].get(COLD, 0.0)
+        table[name][WITHOUT_COLD] = total - cold
+        if total and TIMED in table[name]:  # the share of the run outside the timed samples
+            table[name][HARNESS] = 100.0 * (1.0 - table[name][TIMED] / total)
     if not table:
         return []
+    stages += [k for k in (WITHOUT_COLD, HARNESS) if any(k in row for row in table.values())]
     lines = ["", f"Where the time went at {sha}, seconds by stage (the config's `result.stage_s`; "
              "a 'stage: part' column is part of that stage; 'advise' wall above also counts "
              "Python's start-up and imports):", ""]  # fmt: skip
@@ -192,6 +209,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", help="zoo names or model files")
     ap.add_argument("--mode", default="train", choices=["infer", "train"])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--effort", choices=["quick", "default", "full"],
+                    help="advise's --effort (default: left out, as revisions before it need)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per advise run, seconds")
     ap.add_argument("--out", help="markdown file (the raw runs beside it, .json)")
@@ -235,7 +254,8 @@ def main() -> int:
                     turn += 1
                     for sha, tree in order:
                         print(f"{name} @ {sha} (run {repeat + 1}) ...", flush=True)
-                        run = _advise(tree, path, args.mode, args.device, args.timeout)
+                        run = _advise(tree, path, args.mode, args.device, args.timeout,
+                                      args.effort)  # fmt: skip
                         rows[name].setdefault(sha, []).append(run)
                         print(f"  {run['wall_s']:.1f} s: {run.get('pick', run.get('error'))}")
                     text = _report(args, shas, rows, machine)

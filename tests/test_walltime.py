@@ -8,8 +8,17 @@ import pytest
 
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
 from advisor.measure.verdict import PrecisionCheck
-from advisor.stages.walltime import LOAD, StageClock, breakdown, breakdown_line
+from advisor.stages.walltime import (
+    LOAD,
+    TIMED,
+    StageClock,
+    breakdown,
+    breakdown_line,
+    harness_share,
+    timed_s,
+)
 
 
 def _check(amp: str, seconds: float) -> PrecisionCheck:
@@ -56,7 +65,7 @@ def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
     out = breakdown(spans, results, total_s=27.5)
     assert list(out) == [LOAD, "global knobs", "global knobs: precision checks", "compile",
                          "compile: Inductor start", "compile: cold compiles", "final check",
-                         "other", "total"]  # fmt: skip
+                         "other", "total", TIMED]  # fmt: skip
     assert out["global knobs: precision checks"] == 4.0
     assert out["compile: Inductor start"] == 2.0
     assert out["compile: cold compiles"] == 6.5
@@ -64,7 +73,24 @@ def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
     line = breakdown_line(out)
     assert line.startswith("start-up and load 3.0 s, global knobs 12.0 s (precision checks 4.0 s)")
     assert "compile 9.0 s (Inductor start 2.0 s, cold compiles 6.5 s)" in line
-    assert line.endswith("; total 27.5 s")
+    assert line.endswith("; total 27.5 s, 0.0 s of it in timed samples (harness 100%)")
+
+
+def test_the_timed_samples_and_the_harness_share() -> None:
+    # 4 samples of 2 calls at 250 ms a call: 2 s timed; a shape set counts each shape's samples
+    m = Measurement(samples_ms=[250.0] * 4, reps=2)
+    shapes = [Measurement(samples_ms=[100.0] * 5), Measurement(samples_ms=[300.0] * 5)]
+    results = [
+        TrialResult(settings=Settings(), status="ok", measurement=m),
+        TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=m, per_shape=shapes),
+        TrialResult(settings=Settings(memory_format="channels_last"), status="failed"),
+    ]
+    assert timed_s(results) == pytest.approx(2.0 + 0.5 + 1.5)
+    out = breakdown({LOAD: 1.0, "global knobs": 7.0}, results, total_s=8.0)
+    assert out[TIMED] == pytest.approx(4.0) and harness_share(out) == pytest.approx(0.5)
+    assert breakdown_line(out).endswith("4.0 s of it in timed samples (harness 50%)")
+    # results reused from an earlier run never make the share negative
+    assert harness_share(breakdown({}, results, total_s=1.0)) == 0.0
 
 
 def test_a_part_never_exceeds_its_stage() -> None:

@@ -69,3 +69,19 @@ def test_the_breakdown_table_says_where_the_time_went() -> None:
     assert row.split("|")[3].strip() == "12.0"
     after = text.split("Where the time went", 1)[1]
     assert "| old |" not in after  # a revision that did not record it has no breakdown row
+
+
+def test_the_breakdown_shows_the_harness_share_and_the_time_less_cold_compiles() -> None:
+    script = _script()
+    args = argparse.Namespace(device="cpu", mode="train", repeats=1, effort="quick")
+    stage_s = {"start-up and load": 3.0, "global knobs": 5.0, "compile": 12.0,
+               "compile: cold compiles": 10.0, "other": 0.0, "total": 20.0,
+               "timed samples": 5.0}  # fmt: skip
+    rows = {"net": {"aaa": [{"wall_s": 21.0, "pick": "default", "stage_s": stage_s}]}}
+    text = script._report(args, ["aaa"], rows, machine="m", command="c")
+    assert "`--effort quick`" in text
+    header = next(ln for ln in text.splitlines() if ln.startswith("| model | start-up"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| net | 3.0"))
+    cells = dict(zip(cols, (c.strip() for c in row.strip("|").split("|"))))
+    assert cells["total less cold compiles"] == "10.0" and cells["harness %"] == "75.0"

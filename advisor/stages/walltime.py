@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 
 from advisor.measure.results import TrialResult
 
-__all__ = ["LOAD", "STAGES", "StageClock", "breakdown", "breakdown_line"]
+__all__ = ["LOAD", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "harness_share",
+           "timed_s"]
 
 LOAD = "start-up and load"
+TIMED = "timed samples"  # not a stage: the seconds inside the candidates' samples
 STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check")
 PARTS = {"global knobs": ("precision checks",), "compile": ("Inductor start", "cold compiles")}
 
@@ -86,7 +88,26 @@ def breakdown(
                 left -= out[f"{name}: {part}"]
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
+    out[TIMED] = round(min(timed_s(results), total_s), 3)
     return out
+
+
+def timed_s(results: Sequence[TrialResult]) -> float:
+    """Seconds inside the candidates' timed samples (each sample is `reps` calls): what the run
+    measured, as against the harness around it (building, warming up, gating, processes)."""
+    total_ms = 0.0
+    for r in results:
+        for m in r.per_shape or ([r.measurement] if r.measurement is not None else []):
+            total_ms += sum(m.samples_ms) * m.reps
+    return total_ms / 1e3
+
+
+def harness_share(stage_s: dict[str, float]) -> float | None:
+    """The share of the run's wall time outside the candidates' timed samples."""
+    total = stage_s.get("total")
+    if not total or TIMED not in stage_s:
+        return None
+    return max(0.0, 1.0 - stage_s[TIMED] / total)
 
 
 def breakdown_line(stage_s: dict[str, float]) -> str:
@@ -94,9 +115,13 @@ def breakdown_line(stage_s: dict[str, float]) -> str:
     (Inductor start 5.1 s, cold compiles 20.3 s), ...; total 61.4 s'."""
     items = []
     for name, seconds in stage_s.items():
-        if ": " in name or name == "total":
+        if ": " in name or name in ("total", TIMED):
             continue
         parts = [f"{k.split(': ', 1)[1]} {v:.1f} s" for k, v in stage_s.items()
                  if k.startswith(f"{name}: ") and v]  # fmt: skip
         items.append(f"{name} {seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else ""))
-    return ", ".join(items) + f"; total {stage_s.get('total', 0.0):.1f} s"
+    line = ", ".join(items) + f"; total {stage_s.get('total', 0.0):.1f} s"
+    share = harness_share(stage_s)
+    if share is not None:
+        line += f", {stage_s[TIMED]:.1f} s of it in timed samples (harness {share:.0%})"
+    return line
