@@ -90,7 +90,7 @@ WITHOUT_COLD, HARNESS = "total less cold compiles", "harness %"
 
 # PyTorch's defaults as a config writes them: left out of a pick's label
 DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
-            "conv_impl": "native"}  # fmt: skip
+            "conv_impl": "native", "cpu_fp32": "ieee", "compile": "off"}  # fmt: skip
 
 
 def _label(settings: dict[str, Any]) -> str:
