@@ -54,7 +54,8 @@ def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | No
         budget = dict(b.split("=", 1) for b in args.budget or [])
         if effort in budget:
             cmd += ["--budget", budget[effort]]
-        run_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        run_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
         start = time.perf_counter()
         eager_s = None
         tail: list[str] = []

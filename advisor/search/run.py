@@ -171,7 +171,7 @@ def _run(
         if screened is not None and screened.dropped:
             full = [TrialResult.model_validate(t.user_attrs["result"])
                     for t in study.get_trials(deepcopy=False) if evaluated(t)]  # fmt: skip
-            why = inversion(screened, plan, full)
+            why = inversion(screened, plan, full, space.min_gain)
             if why is None:
                 record_dropped(screened, plan)
             else:  # the guard: the screen's ranking does not hold here; time them all

@@ -16,9 +16,12 @@ far, probes the rest longer, and times only the survivors in full. Here the stag
 What the screen saves is mostly stage 3: a candidate dropped there never pays its numeric gate or
 its precision's training check (seconds each on a CPU). The guard: a screen is a few early
 samples, and early samples can mislead (a layout's first samples after warm-up ran up to 1.45x its
-steady state on an AVX2 CPU). Where the full timings of the survivors order two of them the
-other way round from their screens, beyond both intervals, the screen's ranking is not to be
-trusted on this workload, and the dropped candidates are timed in full too.
+steady state on an AVX2 CPU; bf16 on a busy 2-core CPU screened at 4x its full time). Where the
+survivors' full timings show the screens misjudging them, relative to each other, by more than the
+margin at which the nearest candidate was dropped (`inversion`), the cut is not to be trusted on
+this workload, and the dropped candidates are timed in full too. A first guard that fell back on
+any order the full timing reversed fired on an H200 over a 5% difference between near-equal
+candidates (benchmarks/results/effort_levels_cuda_h200.md): the whole grid timed twice.
 """
 
 from __future__ import annotations
@@ -100,24 +103,35 @@ def screen(
     return out
 
 
-def inversion(out: Screen, plan: Plan, results: list[TrialResult]) -> str | None:
-    """Two survivors that full timing ordered the other way round from their screens, beyond
-    both intervals, said in a line; None where the rankings agree."""
-    timed = [
-        (r, m) for r in results
-        if r.measurement is not None and r.status in ("ok", "stopped", "rejected")
+def inversion(
+    out: Screen, plan: Plan, results: list[TrialResult], min_gain: float = 0.02
+) -> str | None:
+    """Why the screen's cut cannot be trusted on this workload, in a line; None where it can.
+
+    Each survivor timed in full tells how far its screen was off (screen median over full
+    median). Where two survivors were misjudged relative to each other by a factor `spread`, a
+    dropped candidate may have been misjudged as much: one dropped at `r` times the fastest
+    screen may really be `r / spread` times the best, and it could win where that is within
+    `min_gain`. Small disagreements (a few per cent between near-equal candidates, which full
+    timing orders otherwise) leave the cut standing: a survivor's order is settled by its full
+    timing anyway."""
+    cut = [m / out.best_ms for s in out.dropped if (m := out.median(s, plan)) is not None]
+    off = [
+        (r, m / r.median_ms) for r in results
+        if r.status in ("ok", "rejected") and r.measurement is not None and r.median_ms > 0
         and (m := out.median(r.settings, plan)) is not None and r.settings not in out.dropped
     ]  # fmt: skip
-    for a, sa in timed:
-        for b, sb in timed:
-            # a screened faster than b, but b is faster in full beyond both intervals
-            if sa < sb and b.measurement.ci_high_ms < a.measurement.ci_low_ms:  # type: ignore[union-attr]
-                return (
-                    f"{a.settings.label()} screened faster than {b.settings.label()} "
-                    f"({sa:.3f} vs {sb:.3f} ms) but was slower timed in full "
-                    f"({a.median_ms:.3f} vs {b.median_ms:.3f} ms, beyond both intervals)"
-                )
-    return None
+    if not cut or len(off) < 2:
+        return None
+    (over, high), (under, low) = max(off, key=lambda x: x[1]), min(off, key=lambda x: x[1])
+    spread, nearest = high / low, min(cut)
+    if spread * (1 + min_gain) < nearest:
+        return None
+    return (
+        f"the screens misjudged {over.settings.label()} against {under.settings.label()} by "
+        f"{spread:.2f}x (screened {high:.2f}x and {low:.2f}x their full medians), more than the "
+        f"{nearest:.2f}x of the fastest screen at which the nearest candidate was dropped"
+    )
 
 
 def record_dropped(out: Screen, plan: Plan) -> None:
