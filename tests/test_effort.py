@@ -142,12 +142,12 @@ def test_screening_drops_the_slow_and_times_the_rest_fastest_first(tmp_path: Pat
     plan, options = _plan(tmp_path)
     labels = [s.label() for s in plan.cands]
     assert len(labels) >= 4
-    # the default at 10 ms; one change 2x faster; the rest 2x slower than the default
-    screen_ms = {label: 20.0 for label in labels}
-    screen_ms["default"], screen_ms[labels[2]] = 10.0, 5.0
+    # the default at 100 ms; one change 2x faster; the rest 2x slower than the default
+    screen_ms = {label: 200.0 for label in labels}
+    screen_ms["default"], screen_ms[labels[2]] = 100.0, 50.0
     ev = ScriptedEvaluator(screen_ms, screen_ms)
     out = screen(plan, ev, options, deadline=time.perf_counter() + 60, start=time.perf_counter())
-    assert out is not None and out.best_ms == pytest.approx(5.0)
+    assert out is not None and out.best_ms == pytest.approx(50.0)
     assert [c for c, screening in ev.calls if screening] == labels  # every candidate screened
     # the default always survives; the fastest comes next; 4x the fastest does not
     assert [s.label() for s in plan.cands] == ["default", labels[2]]
@@ -158,8 +158,8 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     space = load_space(str(DATA / "grid8_cpu.yaml"), CPU)
     labels = [s.label() for s in _plan(tmp_path)[0].cands]
-    screen_ms = {label: 20.0 for label in labels}
-    screen_ms["default"], screen_ms[labels[2]] = 10.0, 5.0
+    screen_ms = {label: 200.0 for label in labels}
+    screen_ms["default"], screen_ms[labels[2]] = 100.0, 50.0
     ev = ScriptedEvaluator(screen_ms, screen_ms)
     outcome = search(wl, CPU, space, SearchOptions(mode="infer", storage="memory", screen=True),
                      evaluator=ev)  # fmt: skip
@@ -171,7 +171,7 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     assert outcome.screen_note is not None and "left 2 candidate(s)" in outcome.screen_note
     # the guard: a survivor that full timing puts far from its screen sends every candidate
     # on to full timing, and the advice says why
-    full_ms = dict(screen_ms, **{labels[2]: 50.0})  # screened fastest, 5x slower in full
+    full_ms = dict(screen_ms, **{labels[2]: 500.0})  # screened fastest, 5x slower in full
     ev = ScriptedEvaluator(screen_ms, full_ms)
     outcome = search(wl, CPU, space, SearchOptions(mode="infer", storage="memory", screen=True),
                      evaluator=ev)  # fmt: skip
@@ -183,9 +183,9 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
 def test_the_guard_weighs_the_screens_error_against_the_cut(tmp_path: Path) -> None:
     plan, options = _plan(tmp_path)
     labels = [s.label() for s in plan.cands]
-    # the fastest screen 10 ms; the nearest dropped candidate at 16 ms, 1.6x
-    screen_ms = {label: 20.0 for label in labels}
-    screen_ms.update({"default": 10.0, labels[1]: 11.0, labels[2]: 16.0})
+    # the fastest screen 100 ms; the nearest dropped candidate at 160 ms, 1.6x
+    screen_ms = {label: 200.0 for label in labels}
+    screen_ms.update({"default": 100.0, labels[1]: 110.0, labels[2]: 160.0})
     out = screen(plan, ScriptedEvaluator(screen_ms, {}), options,
                  deadline=time.perf_counter() + 60, start=time.perf_counter())  # fmt: skip
     assert out is not None and [s.label() for s in plan.cands] == ["default", labels[1]]
@@ -195,23 +195,32 @@ def test_the_guard_weighs_the_screens_error_against_the_cut(tmp_path: Path) -> N
         return ScriptedEvaluator({}, {label: ms})(s)
 
     # full timing agrees with the screens: the cut stands
-    assert inversion(out, plan, [full("default", 10.0), full(labels[1], 11.0)]) is None
+    assert inversion(out, plan, [full("default", 100.0), full(labels[1], 110.0)]) is None
     # a few per cent the other way round (an H200's 2 ms steps): near-equal candidates, whose
     # order full timing settles; the 1.6x cut stands
-    assert inversion(out, plan, [full("default", 10.0), full(labels[1], 9.6)]) is None
+    assert inversion(out, plan, [full("default", 100.0), full(labels[1], 96.0)]) is None
     # the screen overstated one survivor 1.7x against the other: a candidate dropped at 1.6x
     # may have been as wrong, so the cut does not hold
-    why = inversion(out, plan, [full("default", 10.0), full(labels[1], 11.0 / 1.7)])
+    why = inversion(out, plan, [full("default", 100.0), full(labels[1], 110.0 / 1.7)])
     assert why is not None and labels[1] in why and "1.70x" in why and "1.60x" in why
     # a raced-out survivor's few samples say nothing of its steady state: not counted
-    stopped = full(labels[1], 11.0 / 1.7).model_copy(update={"status": "stopped"})
-    assert inversion(out, plan, [full("default", 10.0), stopped]) is None
+    stopped = full(labels[1], 110.0 / 1.7).model_copy(update={"status": "stopped"})
+    assert inversion(out, plan, [full("default", 100.0), stopped]) is None
+
+
+def test_a_short_step_is_not_screened(tmp_path: Path) -> None:
+    plan, options = _plan(tmp_path)
+    before = list(plan.cands)
+    ms = {s.label(): 5.0 for s in plan.cands}  # a launch-bound GPU step: a screen cannot pay
+    ev = ScriptedEvaluator(ms, ms)
+    assert screen(plan, ev, options, time.perf_counter() + 60, 0.0) is None
+    assert plan.cands == before and len(ev.calls) == 1  # the default's screen told it
 
 
 def test_a_resumed_study_is_not_screened(tmp_path: Path) -> None:
     plan, options = _plan(tmp_path)
     labels = [s.label() for s in plan.cands]
-    ms = {label: 10.0 for label in labels}
+    ms = {label: 100.0 for label in labels}
     first = screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0)
     assert first is not None
     first.dropped = plan.cands[1:2]

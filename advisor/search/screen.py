@@ -41,10 +41,17 @@ from advisor.measure.stats import Race
 from advisor.search.options import Progress, SearchOptions
 from advisor.search.study import Plan, evaluated, point_key
 
-__all__ = ["SCREEN_DROP", "SCREEN_SAMPLES", "Screen", "inversion", "record_dropped", "screen"]
+__all__ = ["SCREEN_DROP", "SCREEN_MIN_STEP_MS", "SCREEN_SAMPLES", "Screen", "inversion", "record_dropped", "screen"]
 
 SCREEN_SAMPLES = 3
 SCREEN_DROP = 1.5  # TunableOp's first stage drops candidates above 1.5x the best so far
+# Below this step time (PyTorch's default's screen) no candidate is screened: each one's fixed
+# costs (its build, first call and warm-up, paid again by a survivor's full timing) are then
+# about what a gate of a few steps saves, and a launch-bound GPU step has few candidates 1.5x
+# apart to drop (an H200's 2 ms small_cnn step: none of 20; benchmarks/results/
+# effort_levels_cuda_h200.md). A CPU step of 100 ms is where a dropped candidate's numeric gate and
+# training check cost seconds.
+SCREEN_MIN_STEP_MS = 20.0
 
 
 @dataclass
@@ -67,8 +74,8 @@ def screen(
 ) -> Screen | None:
     """Screen a fresh grid's candidates and narrow `plan.cands` to the survivors, default first
     and then fastest screen first. None (nothing screened, the plan as it was) for a study that
-    holds results already (a resumed run: its stored trials stand), a Pareto search or a grid of
-    fewer than three candidates."""
+    holds results already (a resumed run: its stored trials stand), a Pareto search, a grid of
+    fewer than three candidates, or a default step under `SCREEN_MIN_STEP_MS`."""
     if plan.multi or not plan.grid or len(plan.cands) < 3:
         return None
     if any(evaluated(t) for t in plan.study.get_trials(deepcopy=False)):
@@ -80,6 +87,8 @@ def screen(
         if left <= 0 and i > 0:
             break  # the rest are timed in full, as far as the budget goes
         r = evaluator(s, race=race, time_left_s=max(left, 1.0))
+        if i == 0 and r.measurement is not None and r.median_ms < SCREEN_MIN_STEP_MS:
+            return None  # too short a step for a screen to pay (`SCREEN_MIN_STEP_MS`)
         out.results[point_key(plan.params(s))] = r
         if options.progress is not None:
             options.progress(Progress(i + 1, len(plan.cands), None, r,
