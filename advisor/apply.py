@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from advisor import impls
 from advisor.compiled import compile_model
@@ -197,7 +198,7 @@ def apply_settings(
     fmt_ndim = _model_ndim(model)
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None
     if fmt is not None:
-        model.to(memory_format=fmt)  # type: ignore[call-overload]  # real overload, not in stubs
+        _to_memory_format(model, fmt, fmt_ndim)
     swap_planned(model, used)
     flags = GlobalFlags()
     flags.apply(settings, dev)
@@ -214,13 +215,24 @@ def _all_fp16(model: nn.Module) -> bool:
     return bool(floating) and all(p.dtype == torch.float16 for p in floating)
 
 
+def _to_memory_format(model: nn.Module, fmt: torch.memory_format, ndim: int) -> None:
+    """model.to(memory_format=fmt), which PyTorch refuses for a model holding a Lazy conv not
+    called yet: then each tensor but that conv's weight (it has no shape yet) is converted."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if not any(is_lazy(t) for t in tensors):
+        model.to(memory_format=fmt)  # type: ignore[call-overload]  # real overload, not in stubs
+        return
+    with torch.no_grad():
+        for t in tensors:
+            if not is_lazy(t) and t.dim() == ndim:
+                t.data = t.data.contiguous(memory_format=fmt)
+
+
 def _model_ndim(model: nn.Module) -> int:
     """Tensor rank that the model's convs take (4 for Conv2d, 5 for Conv3d), 0 if none."""
-    ranks = {
-        w.dim()
-        for _, m in impls.conv_modules(model)
-        if isinstance(w := getattr(m, "weight", None), torch.Tensor)
-    }
+    # From the kernel's dims, not the weight's: a Lazy conv's weight has none before its first
+    # call, and a parametrized one would be computed to be asked.
+    ranks = {len(getattr(m, "kernel_size", ())) + 2 for _, m in impls.conv_modules(model)}
     if 5 in ranks:
         return 5
     return 4 if 4 in ranks else 0

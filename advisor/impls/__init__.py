@@ -4,6 +4,8 @@ Each implementation is a `ConvImpl` registered here by name. `swap(module, name)
 computed by that implementation, keeping the parameters and state_dict keys of the original.
 
 - `base`: `ConvImpl` and `ConvSignature`, what an implementation declares and qualifies on;
+- `classes`: which conv classes an implementation may compute (subclasses that override forward
+  keep it unless a `Recipe` reproduces them);
 - `native` (PyTorch's own op), `unfold_gemm` (unfold + one GEMM), `rewrites` (exact rewrites:
   fold time into the batch, transposed conv as a multiply), `triton_conv` (Triton kernels, with
   `triton_configs` for their tile sizes and `triton_loader` for importing Triton lazily).
@@ -17,6 +19,7 @@ from torch import nn
 from advisor.errors import ImplError
 from advisor.impls._swap import fallbacks
 from advisor.impls.base import CONV_TYPES, ConvImpl, ConvSignature
+from advisor.impls.classes import class_reason, conv_input_shape, recipe_for
 from advisor.impls.native import NativeImpl
 from advisor.impls.rewrites import FoldTimeImpl, TransposeAsMulImpl
 from advisor.impls.triton_conv import TritonImpl
@@ -69,12 +72,23 @@ def why_not(
     name: str, module: nn.Module, *, device: torch.device, dtype: torch.dtype
 ) -> str | None:
     """None if implementation `name` can run `module` here, else the reason it cannot."""
-    return get_impl(name).why_not(ConvSignature.from_module(module), device=device, dtype=dtype)
+    impl = get_impl(name)
+    if name != "native":
+        reason = class_reason(module, impl)
+        if reason is not None:
+            return reason
+    return impl.why_not(ConvSignature.from_module(module), device=device, dtype=dtype)
 
 
 def swap(module: nn.Module, name: str) -> nn.Module:
-    """`module` computed by implementation `name` (same parameters, same state_dict keys)."""
-    return get_impl(name).wrap(module)
+    """`module` computed by implementation `name` (same parameters, same state_dict keys). An
+    ImplError where its class computes more than a conv that `name` does not reproduce."""
+    impl = get_impl(name)
+    if name != "native":
+        reason = class_reason(module, impl)
+        if reason is not None:
+            raise ImplError(f"{name} cannot run this layer: {reason}")
+    return impl.wrap(module)
 
 
 def conv_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -85,10 +99,13 @@ def conv_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 __all__ = [
     "ConvImpl",
     "ConvSignature",
+    "class_reason",
+    "conv_input_shape",
     "conv_modules",
     "fallbacks",
     "get_impl",
     "names",
+    "recipe_for",
     "register",
     "swap",
     "why_not",

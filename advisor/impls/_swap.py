@@ -9,6 +9,12 @@ The subclasses are created at run time, so pickling by class name would fail; `_
 rebuilds them from (original class, impl name) instead, which makes `torch.save(model)`,
 `pickle` and `copy.deepcopy` work.
 
+Only layers whose class computes PyTorch's conv, or one a `Recipe` reproduces, are swapped
+(`impls.classes`): a swapped class keeps its recipe (`_advisor_recipe`), `_swapped_forward` pads
+the input as it says, and `conv_weight` gives the implementations the weight it says. A
+parametrized weight (`module.weight` as a property) is so computed on every call, and its
+gradients reach the parametrization's originals.
+
 A swapped module never raises where its PyTorch module would not: an implementation's
 `call_why_not` names the calls it does not compute (a dtype it lacks, an output_size it cannot
 honour, ...), and those calls run PyTorch's own forward instead. Each such call adds one to the
@@ -30,6 +36,7 @@ from torch import Tensor, nn
 
 from advisor.errors import ImplError
 from advisor.impls.base import ConvImpl, ConvSignature
+from advisor.impls.classes import class_reason, recipe_for
 from advisor.knobs import GlobalFlags
 
 # The conv a forward computes, given the module and an input that needs no more padding_mode work:
@@ -73,6 +80,7 @@ def swapped_class(original: type[nn.Module], impl_name: str) -> type[nn.Module]:
         namespace: dict[str, object] = {
             "_advisor_original_class": original,
             "_advisor_impl": impl_name,
+            "_advisor_recipe": recipe_for(original),  # what the class does around its conv
             "fallbacks": 0,  # calls PyTorch's forward computed; the instance's own once counted
             "forward": _swapped_forward,
             "__reduce_ex__": _reduce_ex,
@@ -118,6 +126,9 @@ def _swapped_forward(
     reason = check(self, input, output_padding) if check is not None else None
     if reason is not None:
         return _pytorch_forward(m, impl, reason, input, output_size)
+    recipe = type(self)._advisor_recipe  # type: ignore[attr-defined]
+    if recipe is not None and recipe.pad is not None:
+        input = recipe.pad(self, input)
     if output_padding is not None:
         return forward(self, input, tuple(m.padding), output_padding)  # type: ignore[arg-type]
     if m.padding_mode != "zeros":
@@ -146,6 +157,17 @@ def _pytorch_forward(
     if m.transposed:
         return original.forward(m, input, output_size)
     return original.forward(m, input)
+
+
+def conv_weight(module: nn.Module) -> Tensor:
+    """The weight a swapped module's conv computes with: as its class's recipe transforms it,
+    else `module.weight` (a parametrized one computed now, as PyTorch's forward would)."""
+    recipe = getattr(type(module), "_advisor_recipe", None)
+    if recipe is not None and recipe.weight is not None:
+        return recipe.weight(module)
+    weight = module.weight
+    assert isinstance(weight, Tensor)
+    return weight
 
 
 def fallbacks(module: nn.Module) -> int:
@@ -281,20 +303,24 @@ class SwappingImpl(ConvImpl):
     ) -> Tensor:
         """The output of `module` for `input`, computed by this implementation."""
         m: nn.modules.conv._ConvNd = module  # type: ignore[assignment]
+        weight = conv_weight(m)  # read once: a parametrized weight is computed on each read
         if output_padding is None:
             conv = type(self).conv_fn
             assert conv is not None, f"{self.name} has no conv_fn"
-            return conv(input, m.weight, m.bias, m.stride, padding, m.dilation, m.groups)
+            return conv(input, weight, m.bias, m.stride, padding, m.dilation, m.groups)
         conv_t = type(self).conv_transpose_fn
         assert conv_t is not None, f"{self.name} has no conv_transpose_fn"
         return conv_t(
-            input, m.weight, m.bias, m.stride, padding, output_padding, m.groups, m.dilation
+            input, weight, m.bias, m.stride, padding, output_padding, m.groups, m.dilation
         )
 
     def __init__(self) -> None:
         register_forward(self.name, self.class_prefix, self.module_forward, self.call_why_not)
 
     def wrap(self, module: nn.Module) -> nn.Module:
+        reason = class_reason(module, self)
+        if reason is not None:
+            raise ImplError(f"{self.name} cannot run this layer: {reason}")
         sig = ConvSignature.from_module(module)
         reason = self.layer_reason(sig)
         if reason is not None:

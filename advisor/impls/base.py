@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 CONV_TYPES: tuple[type[nn.Module], ...] = (
     nn.Conv1d,
@@ -17,6 +18,15 @@ CONV_TYPES: tuple[type[nn.Module], ...] = (
     nn.ConvTranspose2d,
     nn.ConvTranspose3d,
 )
+
+
+def in_channels(m: nn.modules.conv._ConvNd) -> int:
+    """The layer's input channels. A Lazy conv given its weights by load_state_dict keeps
+    in_channels 0 (only its first call would set it): its weight's shape says."""
+    if m.in_channels or is_lazy(m.weight):  # uninitialised: 0 until its first call
+        return m.in_channels
+    shape = m.weight.shape
+    return shape[0] if m.transposed else shape[1] * m.groups
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class ConvSignature:
         return cls(
             transposed=bool(m.transposed),
             ndim=len(m.kernel_size),
-            in_channels=m.in_channels,
+            in_channels=in_channels(m),
             out_channels=m.out_channels,
             kernel_size=tuple(m.kernel_size),
             stride=tuple(m.stride),
@@ -79,6 +89,9 @@ class ConvImpl(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    # Whether its forward pads the input and takes the weight as a conv subclass's `Recipe` says
+    # (`_swap.conv_weight`), so it may compute the classes a recipe reproduces (impls.classes).
+    follows_recipes: ClassVar[bool] = False
 
     @abstractmethod
     def why_not(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from advisor.impls._swap import SwappingImpl, cast_for_autocast, ntuple
+from advisor.impls._swap import SwappingImpl, cast_for_autocast, conv_weight, ntuple
 from advisor.impls.base import ConvSignature
 from advisor.impls.unfold_gemm import is_channels_last
 
@@ -70,6 +70,7 @@ class FoldTimeImpl(SwappingImpl):
     name = "fold_time"
     description = "Conv3d with a (1,k,k) kernel as Conv2d over batch x time"
     class_prefix = "FoldTime"
+    follows_recipes = True
     conv_fn = fold_time_conv3d  # F.conv3d's argument order: the default module_forward fits
 
     def layer_reason(self, sig: ConvSignature) -> str | None:
@@ -154,6 +155,7 @@ class TransposeAsMulImpl(SwappingImpl):
     name = "transpose_as_mul"
     description = "ConvTranspose with stride == kernel (no overlap) as broadcast multiply / einsum"
     class_prefix = "TransposeAsMul"
+    follows_recipes = True
 
     def layer_reason(self, sig: ConvSignature) -> str | None:
         if not sig.transposed:
@@ -186,4 +188,4 @@ class TransposeAsMulImpl(SwappingImpl):
     ) -> Tensor:
         m: nn.modules.conv._ConvNd = module  # type: ignore[assignment]
         assert not output_padding or not any(output_padding), "call_why_not lets none through"
-        return transpose_as_mul(input, m.weight, m.bias, m.stride, m.groups)
+        return transpose_as_mul(input, conv_weight(m), m.bias, m.stride, m.groups)

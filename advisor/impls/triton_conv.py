@@ -30,6 +30,7 @@ from advisor.impls._swap import (
     resolve_padding,
 )
 from advisor.impls.base import ConvSignature
+from advisor.impls.classes import weight_dtype
 from advisor.impls.triton_configs import too_thin
 from advisor.impls.triton_loader import device_problem, interpreting, kernels
 from advisor.impls.unfold_gemm import is_channels_last
@@ -360,6 +361,7 @@ class TritonImpl(SwappingImpl):
     name = "triton"
     description = "Triton implicit-GEMM kernels (forward, grad input, grad weight)"
     class_prefix = "Triton"
+    follows_recipes = True
     conv_fn = triton_conv
     conv_transpose_fn = triton_conv_transpose
 
@@ -372,8 +374,9 @@ class TritonImpl(SwappingImpl):
         if problem is not None:
             return problem
         cast = autocast_dtype(input.device.type)
-        for t in (input, module.weight):  # the dtype the kernels see: autocast spares float64
-            dtype = cast if cast is not None and t.dtype != torch.float64 else t.dtype
+        # The dtypes the kernels see (autocast spares float64); the weight's is not computed.
+        for own in (input.dtype, weight_dtype(module)):
+            dtype = cast if cast is not None and own != torch.float64 else own
             if dtype not in _DTYPES:
                 return f"dtype {dtype} is not supported (float32, float16, bfloat16 are)"
         return super().call_why_not(module, input, output_padding)

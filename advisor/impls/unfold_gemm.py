@@ -242,6 +242,7 @@ class UnfoldGemmImpl(SwappingImpl):
     name = "unfold_gemm"
     description = "im2col (unfold) + one batched GEMM; transposed 1-D/2-D via GEMM + col2im"
     class_prefix = "UnfoldGemm"
+    follows_recipes = True
     conv_fn = unfold_gemm_conv
     conv_transpose_fn = unfold_gemm_conv_transpose
 

@@ -10,4 +10,5 @@ a step.
   its description.
 - `info`: `WorkloadInfo`, the typed, JSON-stable description a worker rebuilds a workload from.
 - `args`: the workload options of the API and CLI, turned into a workload.
+- `copying`: a deep copy of a model or layer, also of one holding a hook-computed weight.
 """

@@ -16,6 +16,7 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from advisor.errors import SpecError, first_line, validation_message
 from advisor.workload.layer_call import KINDS, ConvKind, parse_layer_call
@@ -309,12 +310,16 @@ def _load_mapping(path: Path) -> dict[str, Any]:
 def spec_from_module(
     module: nn.Module, input_shape: Sequence[int], dtype: str = "float32"
 ) -> LayerSpec:
-    """The LayerSpec of a conv module seen with a given input shape (for per-layer timing)."""
+    """The LayerSpec of a conv module seen with a given input shape (for per-layer timing): the
+    PyTorch conv it computes, whatever its class (a parametrized, swapped or library subclass)."""
     m: Any = module
+    in_channels = m.in_channels
+    if not in_channels and not is_lazy(m.weight):
+        # A Lazy conv given its weights by load_state_dict keeps in_channels 0: its weight says.
+        in_channels = m.weight.shape[0] if m.transposed else m.weight.shape[1] * m.groups
     fields: dict[str, Any] = {
-        # A module swapped by an implementation keeps its PyTorch class here.
-        "kind": getattr(m, "_advisor_original_class", type(m)).__name__,
-        "in_channels": m.in_channels,
+        "kind": f"{'ConvTranspose' if m.transposed else 'Conv'}{len(m.kernel_size)}d",
+        "in_channels": in_channels,
         "out_channels": m.out_channels,
         "kernel_size": tuple(m.kernel_size),
         "stride": tuple(m.stride),
@@ -328,4 +333,7 @@ def spec_from_module(
     }
     if m.transposed:
         fields["output_padding"] = tuple(m.output_padding)
-    return LayerSpec(**fields)
+    try:
+        return LayerSpec(**fields)
+    except ValidationError as e:  # e.g. a Lazy conv before its first call: in_channels 0
+        raise SpecError(validation_message(e, f"{type(m).__name__} as a layer spec")) from None

@@ -7,7 +7,6 @@ the output and of every gradient, and how many calls fell back to PyTorch's own 
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from advisor import impls
+from advisor.workload.copying import copy_module
 
 
 @dataclass
@@ -81,8 +81,8 @@ def compare(
     kwargs = kwargs or {}
     if x.is_complex():
         ref_dtype = torch.complex128
-    swapped = impls.swap(copy.deepcopy(module), impl)
-    ref = copy.deepcopy(module)
+    swapped = impls.swap(copy_module(module), impl)  # deepcopy, also of a hook-normed conv
+    ref = copy_module(module)
     try:
         if isinstance(ref, LazyModuleMixin) and ref.has_uninitialized_params():
             torch.manual_seed(seed)
