@@ -91,9 +91,11 @@ class Advice:
 
         rows = []
         for c in self.layer_choices:
-            base = c.results["native"]
+            if not c.results:  # a layer the stage could not take: it keeps PyTorch's forward
+                rows.append({"layers": ",".join(c.group.names), "layer": c.group.description,
+                             "impl": "native", "status": "kept", "reason": c.why, "chosen": True})  # fmt: skip
             for impl, r in c.results.items():
-                row = trial_row(-1, r, base)
+                row = trial_row(-1, r, c.results["native"])
                 row.update(
                     layers=",".join(c.group.names),
                     layer=c.group.description,
@@ -130,6 +132,15 @@ class Advice:
 
     def __repr__(self) -> str:
         return f"Advice({self.settings.label()}, {self.speedup:.2f}x vs default)"
+
+
+def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:
+    """One line per conv layer the per-layer stage could not take: it keeps PyTorch's forward."""
+    return [
+        f"layer {', '.join(c.group.names)} ({c.group.description}) keeps PyTorch's forward: {c.why}"
+        for c in choices
+        if not c.results
+    ]
 
 
 def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
@@ -336,7 +347,7 @@ def build_advice(
         stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
         payback=payback(outcome.elapsed_s, base, chosen),
-        notes=notes or [],
+        notes=(notes or []) + kept_layers_notes(layer_choices or []),
         compile_note=first_step_note(
             compile_note(outcome.results, chosen, eager, steps), chosen, final
         ),

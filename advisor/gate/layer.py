@@ -10,7 +10,6 @@ space's `layer_tolerances`.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,9 +19,10 @@ from torch import nn
 from advisor import impls
 from advisor.device.ops import autocast_type, cuda_ops, placement
 from advisor.gate.metrics import global_rel_error, rel_error
-from advisor.knobs import Settings
+from advisor.knobs import GlobalFlags, Settings
 from advisor.measure.candidate import Candidate, ConvInput, Mode, to_layout
 from advisor.space import SearchSpace
+from advisor.workload.copying import copy_module
 
 __all__ = ["GateContext", "LayerCheck", "LayerVerdict"]
 
@@ -90,7 +90,7 @@ class LayerCheck:
             errors = self._layer_errors(cand, c, c.module)
             limit = dict.fromkeys(errors, tol)
             if default and any(err > tol for err in errors.values()):
-                native = impls.swap(copy.deepcopy(c.module), "native")
+                native = impls.swap(copy_module(c.module), "native")
                 own = self._layer_errors(cand, c, native)
                 factor = self.gate.space.gate.yardstick_factor
                 limit = {what: max(tol, factor * own[what]) for what in errors}
@@ -108,9 +108,12 @@ class LayerCheck:
         gen = torch.Generator(device=where).manual_seed(self.gate.seed + 17)
         x = torch.randn(c.shape, generator=gen, dtype=torch.float32, device=where).to(c.dtype)
         xd = to_layout(x, c.layout).requires_grad_(need_x)
-        params = {
-            n: p for n, p in module.named_parameters(recurse=False) if train and p.requires_grad
-        }
+        # All the layer's parameters: a weight-normed conv's are its parametrization's originals.
+        params = {n: p for n, p in module.named_parameters() if train and p.requires_grad}
+        # A layer whose buffers change on each call (QAT's observers, ConvBn's batch norm, a
+        # spectral norm's power iteration) is judged against a copy of itself from before the
+        # call, not against a reference cached from another candidate's state.
+        before = copy_module(module) if next(module.buffers(), None) is not None else None
         with torch.set_grad_enabled(train), cand.tuned.autocast():
             out = module(xd)
         got = {"output": out.detach()}
@@ -124,7 +127,7 @@ class LayerCheck:
                 got["input gradient"] = grads[0]
             for n, gr in zip(params, grads[len(wrt) :], strict=True):
                 got[f"param.{n}"] = gr
-        ref = self._layer_reference(c, x, g, need_x, list(params))
+        ref = self._layer_reference(c, x, g, need_x, list(params), before)
         errors = {
             "output": rel_error(got["output"], ref["output"]),
         }
@@ -143,29 +146,51 @@ class LayerCheck:
         g: torch.Tensor | None,
         need_x: bool,
         params: list[str],
+        before: nn.Module | None = None,
     ) -> dict[str, torch.Tensor]:
-        """The layer in float64 with native kernels on the same values (cached, within a budget:
-        candidates in one precision share it)."""
+        """The layer (`before`, else the candidate's) in float64 with native kernels on the same
+        values (cached, within a budget: candidates in one precision share it; not `before`). A
+        layer that cannot run in float64 (QAT's fake quantisation) is judged in float32, IEEE."""
         key = (c.name, c.shape, x.dtype, None if g is None else g.dtype, need_x, tuple(params))
-        hit = self._layer_refs.get(key)
+        hit = self._layer_refs.get(key) if before is None else None
         if hit is not None:
             return hit
-        ref_mod = impls.swap(copy.deepcopy(c.module), "native").to(torch.float64)
-        x64 = x.to(placement(self.gate.device), torch.float64).requires_grad_(need_x)
-        autocast_off = torch.autocast(autocast_type(self.gate.device), enabled=False)
-        with autocast_off, torch.set_grad_enabled(g is not None):
-            out = ref_mod(x64)
-        ref = {"output": out.detach()}
-        if g is not None:
-            named = dict(ref_mod.named_parameters(recurse=False))
-            wrt = ([x64] if need_x else []) + [named[n] for n in params]
-            grads = torch.autograd.grad(out, wrt, g.to(out.device, torch.float64))
-            if need_x:
-                ref["input gradient"] = grads[0]
-            for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
-                ref[f"param.{n}"] = gr
+        layer = before if before is not None else c.module
+        try:
+            ref = self._reference_in(torch.float64, layer, x, g, need_x, params)
+        except RuntimeError:
+            with GlobalFlags() as flags:
+                flags.apply(Settings(tf32="off"), self.gate.device)
+                ref = self._reference_in(torch.float32, layer, x, g, need_x, params)
+        if before is not None:
+            return ref
         size = sum(t.numel() * t.element_size() for t in ref.values())
         if self._layer_ref_bytes + size <= self._cache_bytes:
             self._layer_refs[key] = ref
             self._layer_ref_bytes += size
+        return ref
+
+    def _reference_in(
+        self,
+        dtype: torch.dtype,
+        layer: nn.Module,
+        x: torch.Tensor,
+        g: torch.Tensor | None,
+        need_x: bool,
+        params: list[str],
+    ) -> dict[str, torch.Tensor]:
+        ref_mod = impls.swap(copy_module(layer), "native").to(dtype)
+        xr = x.to(placement(self.gate.device), dtype).requires_grad_(need_x)
+        autocast_off = torch.autocast(autocast_type(self.gate.device), enabled=False)
+        with autocast_off, torch.set_grad_enabled(g is not None):
+            out = ref_mod(xr)
+        ref = {"output": out.detach()}
+        if g is not None:
+            named = dict(ref_mod.named_parameters())
+            wrt = ([xr] if need_x else []) + [named[n] for n in params]
+            grads = torch.autograd.grad(out, wrt, g.to(out.device, dtype))
+            if need_x:
+                ref["input gradient"] = grads[0]
+            for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):
+                ref[f"param.{n}"] = gr
         return ref

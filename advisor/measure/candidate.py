@@ -153,6 +153,10 @@ class Candidate:
         self.tuned: Tuned = apply_settings(
             settings, model, device, training=mode == "train", warn=False
         )
+        # The buffers as built: a captured step starts from them however many timed steps ran
+        # before it (each step moves a QAT observer's range, a spectral norm's vectors, and so
+        # the next step's answer; a batch norm's running stats change no training step's).
+        self._buffers = {n: b.detach().clone() for n, b in self.tuned.module.named_buffers()}
         if workload.input_layout is None:
             prepared = self.tuned.inputs(*inputs)
         else:  # a layer inside a network: its input arrives in the layout recorded there
@@ -289,6 +293,7 @@ class Candidate:
         try:
             if self.mode == "infer":
                 torch.manual_seed(self.seed)
+                self._restore_buffers()
                 with torch.no_grad(), self._dropout_mode(canonical) as mode:
                     outs = self._forward()
                 return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], {}, convs,
@@ -296,6 +301,7 @@ class Candidate:
             for _ in range(MAX_BACKOFFS):
                 convs.clear()
                 torch.manual_seed(self.seed)
+                self._restore_buffers()
                 self._zero_grad()
                 # the same units dropped in every candidate
                 with self._dropout_mode(canonical) as mode:
@@ -310,6 +316,15 @@ class Candidate:
         finally:
             for h in hooks:
                 h.remove()
+
+    def _restore_buffers(self) -> None:
+        with torch.no_grad():
+            for name, b in self.tuned.module.named_buffers():
+                saved = self._buffers.get(name)
+                if saved is not None and saved.shape == b.shape:
+                    b.copy_(saved)
+                elif saved is not None:  # an observer's range starts empty, then takes a shape
+                    b.data = saved.clone()
 
     def _dropout_mode(self, canonical: bool) -> contextlib.AbstractContextManager[Any]:
         return canonical_dropout(self.seed) if canonical else contextlib.nullcontext()

@@ -8,6 +8,10 @@ beats the global-knob winner beyond noise.
 
 Measurements are stored in a companion study ("<study>/layers", `storage.LayerStore`) so a
 resumed search does not repeat them.
+
+A layer the stage cannot take (a class computing more than a conv with no recipe for it, see
+`impls.classes`; a Lazy conv never initialised; any error describing or checking it) keeps
+PyTorch's forward, unmeasured, its reason in one line (`LayerGroup.kept`); the run goes on.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torch import nn
 
 from advisor import impls
 from advisor.apply import compute_dtype
+from advisor.errors import first_line
 from advisor.execute.evaluators import Evaluator, Lent
 from advisor.knobs import Settings
 from advisor.measure.candidate import LAYER_STEP, Candidate, ConvInput, Mode
@@ -39,15 +45,21 @@ from advisor.workload.layer_spec import DTYPE_NAMES, LayerSpec
 
 @dataclass(frozen=True)
 class LayerGroup:
-    """Conv layers that share a signature and an input shape: one measurement serves them all."""
+    """Conv layers that share a signature and an input shape: one measurement serves them all.
+
+    A layer the stage cannot take is a group of its own, unmeasured: `kept` says why. `recipe`:
+    its class computes more than a conv, as a recipe says (impls.classes)."""
 
     key: str
     names: tuple[str, ...]
     description: str
-    workload: Workload
+    workload: Workload | None
+    kept: str | None = None
+    recipe: bool = False
 
     @property
     def spec(self) -> LayerSpec:
+        assert self.workload is not None, "a kept layer has no spec"
         info = self.workload.info
         assert isinstance(info, LayerInfo)  # layer_groups makes layer workloads only
         return info.spec
@@ -87,27 +99,48 @@ def layer_groups(
     seen = conv_inputs(workload, settings, device, mode)
     model = workload.make_model()
     groups: dict[str, list[str]] = {}
+    shapes: dict[str, tuple[int, ...]] = {}  # what PyTorch's conv receives (a recipe may pad)
+    out = []
     modules = dict(impls.conv_modules(model))
     for name, module in modules.items():
         if name not in seen:
             continue  # never called in the forward pass
         c = seen[name]
-        sig = impls.ConvSignature.from_module(module)
-        key = f"{sig}|{c.shape}|{c.dtype}|{c.layout}|grad={c.requires_grad}"
+        try:
+            kept = impls.class_reason(module)
+            if kept is None:
+                shapes[name] = impls.conv_input_shape(module, c.shape)
+                sig = impls.ConvSignature.from_module(module)
+        except Exception as e:  # noqa: BLE001 - one layer the stage cannot take stops nothing
+            kept = f"the per-layer stage cannot describe it: {first_line(e)}"
+        if kept is not None:
+            out.append(_kept(name, module, kept))
+            continue
+        recipe = "|recipe" if impls.recipe_for(type(module)) is not None else ""
+        key = f"{sig}|{shapes[name]}|{c.dtype}|{c.layout}|grad={c.requires_grad}{recipe}"
         groups.setdefault(key, []).append(name)
-    out = []
     for key, names in groups.items():
         c = seen[names[0]]
-        wl = layer_workload_from_module(
-            modules[names[0]],
-            c.shape,
-            input_dtype=DTYPE_NAMES[c.dtype],
-            input_layout=c.layout if c.layout != "strided" else "contiguous",
-            input_grad=c.requires_grad,
-            source=workload.info.layer_source(names[0]),
-        )
-        out.append(LayerGroup(key, tuple(names), wl.name, wl))
+        try:
+            wl = layer_workload_from_module(
+                modules[names[0]],
+                shapes[names[0]],
+                input_dtype=DTYPE_NAMES[c.dtype],
+                input_layout=c.layout if c.layout != "strided" else "contiguous",
+                input_grad=c.requires_grad,
+                source=workload.info.layer_source(names[0]),
+            )
+        except Exception as e:  # noqa: BLE001
+            why = f"the per-layer stage cannot time it alone: {first_line(e)}"
+            out += [_kept(n, modules[n], why) for n in names]
+            continue
+        out.append(LayerGroup(key, tuple(names), wl.name, wl, recipe=key.endswith("|recipe")))
     return out
+
+
+def _kept(name: str, module: nn.Module, why: str) -> LayerGroup:
+    desc = f"{type(module).__name__}({module.extra_repr()})"
+    return LayerGroup(f"kept|{name}", (name,), desc, None, kept=why)
 
 
 def layer_context(mode: Mode, space: SearchSpace) -> str:
@@ -153,24 +186,16 @@ def choose_layer_impls(
     groups = layer_groups(workload, settings, device, mode)
     store = LayerStore(storage, study_name, layer_context(mode, space))
     done, elsewhere = store.layer_results()
-    plan: list[tuple[LayerGroup, list[str], dict[str, str]]] = []
-    for g in groups:
-        module = g.workload.make_model()
-        dtype = compute_dtype(module, settings)
-        usable, skipped = [], {}
-        for name in wanted:
-            reason = impls.why_not(name, module, device=device, dtype=dtype)
-            if reason is None:
-                usable.append(name)
-            else:
-                skipped[name] = reason
-        plan.append((g, usable, skipped))
+    plan = [_plan(g, wanted, settings, device) for g in groups]
     total = sum(len(u) for _, u, _ in plan if len(u) > 1)
     count = 0
     choices = []
     evaluator: Evaluator | None = None
     try:
         for g, usable, skipped in plan:
+            if g.kept is not None:
+                choices.append(LayerChoice(g, {}, "native", g.kept, skipped))
+                continue
             if len(usable) < 2:
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
@@ -194,6 +219,32 @@ def choose_layer_impls(
     return choices
 
 
+def _plan(
+    g: LayerGroup, wanted: list[str], settings: Settings, device: torch.device
+) -> tuple[LayerGroup, list[str], dict[str, str]]:
+    """The group (kept where its check fails), the implementations that qualify, why not others."""
+    if g.kept is not None:
+        return g, ["native"], {n: g.kept for n in wanted if n != "native"}
+    assert g.workload is not None
+    usable, skipped = [], {}
+    try:
+        module = g.workload.make_model()
+        dtype = compute_dtype(module, settings)
+        for name in wanted:
+            impl = impls.get_impl(name)
+            reason = impls.why_not(name, module, device=device, dtype=dtype)
+            if g.recipe and name != "native" and not impl.follows_recipes:
+                reason = f"its class computes more than a conv; {name} does not reproduce it"
+            if reason is None:
+                usable.append(name)
+            else:
+                skipped[name] = reason
+    except Exception as e:  # noqa: BLE001 - an implementation's own check failed: keep native
+        kept = replace(g, workload=None, kept=f"checking it failed: {first_line(e)}")
+        return _plan(kept, wanted, settings, device)
+    return g, usable, skipped
+
+
 def _measure_group(
     g: LayerGroup,
     usable: list[str],
@@ -211,6 +262,7 @@ def _measure_group(
     elsewhere = elsewhere if elsewhere is not None else set()
     switched = False
     leader: TrialResult | None = None
+    assert (workload := g.workload) is not None, "kept layers are not measured"
     for name in usable:
         key = (g.key, name, measured_under(settings))
         attrs: dict[str, Any] = dict(
@@ -227,9 +279,9 @@ def _measure_group(
                 elsewhere.discard(key)
         else:
             if evaluator is None:
-                evaluator = make_evaluator(g.workload)
+                evaluator = make_evaluator(workload)
             elif not switched:
-                evaluator.use(g.workload)
+                evaluator.use(workload)
             switched = True
             race = None
             if race_limit is not None and leader is not None and leader.measurement is not None:
@@ -288,16 +340,8 @@ def per_layer_stage(
 
     def report(done: int, total: int, last: Any) -> None:
         if options.progress is not None:
-            options.progress(
-                Progress(
-                    done,
-                    total,
-                    None,
-                    last,
-                    time.perf_counter() - start,
-                    stage="per-layer implementations",
-                )
-            )
+            elapsed, stage = time.perf_counter() - start, "per-layer implementations"
+            options.progress(Progress(done, total, None, last, elapsed, stage=stage))
 
     def make_layer_evaluator(wl: Workload) -> Evaluator:
         if evaluator is None:

@@ -15,7 +15,6 @@ advisor.workload.model_file.
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
@@ -25,9 +24,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from advisor.device.ops import placement
-from advisor.errors import ModelFileError, first_line
+from advisor.errors import ModelFileError, SpecError, first_line
+from advisor.workload.copying import copy_module
 from advisor.workload.info import (
     LayerInfo,
     LayerSource,
@@ -157,7 +158,19 @@ def layer_workload_from_module(
             "first_layer": not input_grad,
         }
     )
-    return _layer_workload(LayerSpec.model_validate(spec.model_dump()), module.state_dict(), source)
+    return _layer_workload(LayerSpec.model_validate(spec.model_dump()), conv_state(module), source)
+
+
+def conv_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The weight and bias PyTorch's conv receives from `module` now, under nn.ConvNd's own
+    keys: a weight-normed or spectral-normed weight as computed (its state_dict holds the
+    parametrization's originals, or weight_g/weight_v, instead), for a plain conv to load."""
+    m: Any = module
+    with torch.no_grad():
+        state = {"weight": m.weight.detach()}
+        if m.bias is not None:
+            state["bias"] = m.bias.detach()
+    return state
 
 
 def _layer_workload(
@@ -188,12 +201,16 @@ def layer_from_source(spec: LayerSpec, source: LayerSource) -> Workload:
     where = f"layer {source.module!r} of {source.target}"
     try:
         module = model.get_submodule(source.module)
+        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+            # A Lazy conv takes its sizes and weights at its first call, which the file's
+            # factory does not make: the layer as its spec says, with fresh weights.
+            return _layer_workload(spec, spec.build().state_dict(), source)
         found = spec_from_module(module, spec.input_shape, spec.dtype)
-    except (AttributeError, ValueError) as e:  # gone, or no longer a conv layer
+    except (AttributeError, ValueError, SpecError) as e:  # gone, or no longer a conv layer
         raise ModelFileError(f"{where}: {first_line(e, with_type=False)}") from None
     if not found.same_layer(spec):  # the file changed since the layer was described
         raise ModelFileError(f"{where} is now {found.describe()}, not {spec.describe()}")
-    return _layer_workload(spec, module.state_dict(), source)
+    return _layer_workload(spec, conv_state(module), source)
 
 
 # ----- models -----
@@ -239,14 +256,14 @@ def object_workload(model: nn.Module, inputs: Any) -> Workload:
 
     example = tuple(cpu(x) for x in args)
     example_kwargs = {k: cpu(v) for k, v in kwargs.items()}
-    base = copy.deepcopy(model).cpu().float()
+    base = copy_module(model).cpu().float()
 
     def make_model() -> nn.Module:
-        return copy.deepcopy(base)
+        return copy_module(base)
 
     shapes = [list(x.shape) for x in call_tensors(example, example_kwargs)]
     try:
-        check_runs(copy.deepcopy(base), example, example_kwargs)
+        check_runs(copy_module(base), example, example_kwargs)
     except Exception as e:  # noqa: BLE001
         raise ModelFileError(
             f"model fails on the example inputs {shapes}: {first_line(e)}"
