@@ -15,7 +15,7 @@ from tests.conftest import run_env
 
 BENCH = Path(__file__).parent.parent / "benchmarks"
 TESTED_ELSEWHERE = {"advise_walltime", "check_cost", "gpu_check", "process_spread", "suite", "zoo"}
-MODULES = {"suite_models"}  # imported by the scripts, not run
+MODULES = {"suite_models", "published_models"}  # imported by the scripts, not run
 
 _CHILD = """
 import contextlib, io, json, runpy, sys
