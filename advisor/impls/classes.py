@@ -138,6 +138,7 @@ def _check_recipe(cls: type, module: nn.Module) -> str | None:
 
 def _recipe_error(recipe: Recipe, module: nn.Module) -> float:
     m: nn.modules.conv._ConvNd = copy_module(module).to(torch.float64)  # type: ignore[assignment]
+    m.__class__ = getattr(type(m), "_advisor_original_class", type(m))  # the class's own forward
     m.train(module.training)
     if m.transposed:
         raise ValueError("recipes are for plain convs only")
