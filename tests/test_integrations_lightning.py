@@ -300,15 +300,15 @@ def test_a_bad_config_path_fails_when_the_callback_is_made(tmp_path: Path) -> No
         AdvisorCallback(tmp_path / "missing.json")
 
 
-def test_the_readme_lightning_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    example = readme.split("**PyTorch Lightning**", 1)[1].split("```python\n", 1)[1]
+def test_the_docs_lightning_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text()
+    example = page.split("## PyTorch Lightning", 1)[1].split("```python\n", 1)[1]
     example = example.split("```", 1)[0]
     save_config(
         cpu_config(Settings(memory_format="channels_last", amp="bf16")), tmp_path / "tuned.json"
     )
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
-    exec(compile(example, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    exec(compile(example, "docs/integrations.md", "exec"), scope)  # noqa: S102 - the docs' own code
     assert scope["trainer"].global_step == 2
     assert scope["trainer"].precision == "bf16-mixed"
