@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor.cli_args import (
+    GROUPS,
+    add_groups,
     add_search_args,
     add_workload_args,
     check_workload_args,
@@ -28,26 +30,38 @@ EXIT_BAD_INPUT = 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="advisor", description="Measured tuning of PyTorch convolution settings."
+        prog="advisor",
+        description="Measured tuning of PyTorch convolution settings.",
+        epilog="`advisor advise --help` lists its options by purpose: "
+        + ", ".join(GROUPS)
+        + "; each says its default.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("advise", help="tune a model file or a layer and write a config")
-    add_workload_args(p)
-    add_search_args(p)
-    p.add_argument("--out", default="tuned.json", help="config file to write (default tuned.json)")
-    p.add_argument(
+    p = sub.add_parser(
+        "advise",
+        help="tune a model file or a layer and write a config",
+        description="Tune a model file or a layer: measure the candidates, gate them against "
+        "an fp32 reference, and write the recommended settings as a config.",
+    )
+    groups = add_groups(p)
+    add_workload_args(groups)
+    add_search_args(groups)
+    groups["search"].add_argument(
         "--accept-noisy",
         action="store_true",
         help="recommend a change even when PyTorch's default itself moved between its trial and "
-        "the re-time (a busy machine); by default the default is then kept",
+        "the re-time (a busy machine); by default the default is then kept (default: off)",
     )
-    p.add_argument(
-        "--budget",
-        help="time for the whole run, e.g. 60s or 5m (default: the space's budget.time_s); when "
-        "it runs out the best answer so far is written, with what was not measured",
+    groups["search"].add_argument(
+        "--steps",
+        type=int,
+        help="the training (or inference) steps you expect to run: a torch.compile candidate "
+        "is recommended only if its compile pays for itself within them (default: none, no "
+        "horizon)",
     )
-    p.add_argument(
+    budget = groups["budget and effort"]
+    budget.add_argument(
         "--effort",
         choices=["quick", "default", "full"],
         default="default",
@@ -55,35 +69,52 @@ def build_parser() -> argparse.ArgumentParser:
         "default: every stage, compile included, the eager answer written first; full: more "
         "compile modes, every layer group and more rounds (default: default)",
     )
-    p.add_argument(
-        "--steps",
-        type=int,
-        help="the training (or inference) steps you expect to run: a torch.compile candidate "
-        "is recommended only if its compile pays for itself within them",
+    budget.add_argument(
+        "--budget",
+        help="time for the whole run, e.g. 60s or 5m; when it runs out the best answer so far "
+        "is written, with what was not measured (default: the space's budget.time_s)",
     )
-    p.add_argument(
-        "--fresh", action="store_true", help="discard a stored study of the same name first"
+    groups["storage"].add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard a stored study of the same name first (default: off, resume it)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress or table on stderr")
-    p.add_argument("--json", action="store_true", help="print the config as JSON on stdout")
+    out = groups["output"]
+    out.add_argument(
+        "--out", default="tuned.json", help="config file to write (default: tuned.json)"
+    )
+    out.add_argument(
+        "--quiet", action="store_true", help="no progress or table on stderr (default: off)"
+    )
+    out.add_argument(
+        "--json", action="store_true", help="print the config as JSON on stdout (default: off)"
+    )
 
     sub.add_parser("schema", help="print the config file's JSON Schema")
 
     p = sub.add_parser("show", help="describe a config file and whether it matches this machine")
-    p.add_argument("config")
+    p.add_argument("config", help="a config file (tuned.json)")
 
     p = sub.add_parser("env", help="this machine's fingerprint, versions and what applies here")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default: auto)")
+    p.add_argument("--json", action="store_true", help="print it as JSON (default: off)")
 
     p = sub.add_parser("report", help="an HTML report (with PNG plots) from a config or a study")
     p.add_argument("source", help="a config file (tuned.json) or a study name in --storage")
-    p.add_argument("--storage", help="storage of the study (default: the embedded cache)")
-    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    p.add_argument(
+        "--storage", help="storage of the study (default: the SQLite file in the cache folder)"
+    )
+    p.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
 
-    p = sub.add_parser("worker", help="evaluate trials of a shared study (one per GPU)")
-    add_workload_args(p)
-    add_search_args(p)
+    p = sub.add_parser(
+        "worker",
+        help="evaluate trials of a shared study (one per GPU)",
+        description="Evaluate trials of a study shared through --storage, beside other "
+        "workers; `advisor advise` with the same options collects them.",
+    )
+    groups = add_groups(p, ("workload", "search", "budget and effort", "storage"))
+    add_workload_args(groups)
+    add_search_args(groups)
     return parser
 
 

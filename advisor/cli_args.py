@@ -14,6 +14,8 @@ from typing import Any
 from advisor.errors import AdvisorError
 
 __all__ = [
+    "GROUPS",
+    "add_groups",
     "add_search_args",
     "add_workload_args",
     "check_workload_args",
@@ -23,81 +25,134 @@ __all__ = [
 ]
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+# The option groups of `advisor advise --help`, in order (`advisor worker` has the first four).
+GROUPS = {
+    "workload": "what is tuned, and how it runs",
+    "search": "what is tried, and how each candidate is judged",
+    "budget and effort": "how much time the run takes",
+    "storage": "where the measurements are kept (a run resumes its study)",
+    "output": "what is written and shown",
+}
+
+Groups = dict[str, "argparse._ArgumentGroup"]
+
+
+def add_groups(p: argparse.ArgumentParser, names: tuple[str, ...] = tuple(GROUPS)) -> Groups:
+    """The parser's option groups (`GROUPS`), empty, in order."""
+    return {name: p.add_argument_group(name, GROUPS[name]) for name in names}
+
+
+def add_workload_args(groups: Groups) -> None:
+    g = groups["workload"]
+    g.add_argument(
         "model_file",
         nargs="?",
-        help="Python file defining build_model() and "
-        "example_inputs(), or package.module[:function]",
+        help="Python file defining build_model() and example_inputs(), or "
+        "package.module[:function] (default: none; give it or --layer)",
     )
-    p.add_argument(
-        "--layer", help="a layer as written in PyTorch, e.g. 'Conv2d(64, 64, 3, padding=1)'"
+    g.add_argument(
+        "--layer",
+        help="a layer as written in PyTorch, e.g. 'Conv2d(64, 64, 3, padding=1)' (default: none)",
     )
-    p.add_argument("--layer-file", help="YAML/JSON file with the layer's fields")
-    p.add_argument(
+    g.add_argument("--layer-file", help="YAML/JSON file with the layer's fields (default: none)")
+    g.add_argument(
         "--input-shape",
         action="append",
-        help="input shape for --layer, e.g. "
-        "8,64,56,56; repeat it for a shape set (variable image sizes)",
+        help="input shape for --layer, e.g. 8,64,56,56; repeat it for a shape set (variable "
+        "image sizes) (default: none; required with --layer)",
     )
-    p.add_argument("--batch-sizes", help="a shape set over batch sizes, e.g. 8,16,32,64")
-    p.add_argument("--shape-weights", help="weights of the shape set's shapes, e.g. 1,1,2,4")
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="layer dtype")
-    p.add_argument(
+    g.add_argument(
+        "--batch-sizes",
+        help="a shape set over batch sizes, e.g. 8,16,32,64 (default: the inputs' own)",
+    )
+    g.add_argument(
+        "--shape-weights",
+        help="weights of the shape set's shapes, e.g. 1,1,2,4 (default: equal)",
+    )
+    g.add_argument(
+        "--dtype",
+        choices=["float32", "float16", "bfloat16"],
+        help="the layer's dtype (default: float32, or the layer file's)",
+    )
+    g.add_argument(
         "--first-layer",
         action="store_true",
-        help="the layer takes the network's input: in train mode its input needs no gradient",
+        help="the layer takes the network's input: in train mode its input needs no gradient "
+        "(default: off)",
     )
-    p.add_argument(
-        "--build", default="build_model", help="model factory name (default build_model)"
+    g.add_argument(
+        "--build", default="build_model", help="model factory name (default: build_model)"
     )
-    p.add_argument(
-        "--inputs", default="example_inputs", help="inputs factory name (default example_inputs)"
+    g.add_argument(
+        "--inputs",
+        default="example_inputs",
+        help="inputs factory name (default: example_inputs)",
     )
-
-
-def add_search_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    g.add_argument(
         "--mode",
         choices=["infer", "train"],
         default="infer",
-        help="infer: forward under no_grad; train: forward + backward",
+        help="infer: forward under no_grad; train: forward + backward (default: infer)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
-    p.add_argument("--space", help="search-space name (cpu, cuda, strict_fp32) or YAML file")
-    p.add_argument("--trials", type=int, help="most candidates to measure (overrides the space)")
-    p.add_argument(
-        "--storage",
-        help="study storage: a sqlite:/// or postgresql:// URL, a journal "
-        "file path, or 'memory' (default: a SQLite file in the cache folder)",
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default: auto)")
+
+
+def add_search_args(groups: Groups) -> None:
+    """The search options: the "search", "budget and effort" and "storage" groups' shared part
+    (`advisor advise` adds its own to those groups)."""
+    g = groups["search"]
+    g.add_argument(
+        "--space",
+        help="search-space name (cpu, cuda, strict_fp32) or YAML file (default: the device's, "
+        "cpu or cuda)",
     )
-    p.add_argument("--study-name", help="study name (the environment fingerprint is appended)")
-    p.add_argument(
+    g.add_argument(
         "--in-process",
         action="store_true",
-        help="run candidates in this process (faster; a crash ends the search)",
+        help="run candidates in this process (faster; a crash ends the search) (default: off, "
+        "each in a worker process)",
     )
-    p.add_argument(
-        "--trial-timeout",
+    g.add_argument(
+        "--max-memory",
         type=float,
-        default=600.0,
-        help="seconds per trial before it is killed (isolated mode)",
+        help="reject candidates whose peak memory (MB) is above this (default: no limit)",
     )
-    p.add_argument(
-        "--max-memory", type=float, help="reject candidates whose peak memory (MB) is above this"
-    )
-    p.add_argument(
+    g.add_argument(
         "--objectives",
         choices=["time", "time,memory"],
         default="time",
-        help="time, or time,memory for the Pareto set",
+        help="time, or time,memory for the Pareto set (default: time)",
     )
-    p.add_argument(
+    g.add_argument(
         "--tolerance",
         action="append",
         metavar="KEY=VALUE",
         help="override a numeric-gate setting of the space, e.g. grad_tolerances.fp32=2e-3 "
-        "(repeatable; the result names the one that would accept a rejected candidate)",
+        "(repeatable; the result names the one that would accept a rejected candidate) "
+        "(default: the space's)",
+    )
+    g = groups["budget and effort"]
+    g.add_argument(
+        "--trials",
+        type=int,
+        help="most candidates to measure (default: the space's budget.trials)",
+    )
+    g.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=600.0,
+        help="seconds per trial before it is killed (isolated mode) (default: 600)",
+    )
+    g = groups["storage"]
+    g.add_argument(
+        "--storage",
+        help="study storage: a sqlite:/// or postgresql:// URL, a journal file path, or 'memory' "
+        "(default: a SQLite file in the cache folder)",
+    )
+    g.add_argument(
+        "--study-name",
+        help="study name, the environment fingerprint appended (default: the mode and a hash of "
+        "the workload and the space)",
     )
 
 
