@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 import advisor
-from advisor.report.progress import failure_kind, summary_tables
+from advisor.report.progress import failure_kind, kind_beside, status_text, summary_tables
 from tests.conftest import run_env
 from tests.test_report import strict_bf16_space
 
@@ -70,6 +70,51 @@ def test_summary_tables_show_baseline_singles_and_rejections(advice: Advice) -> 
 )
 def test_failure_kind(status: str, reason: str, kind: str) -> None:
     assert failure_kind(status, reason).startswith(kind)
+
+
+SLOWER = "stopped after 6 samples: slower than the best candidate's 1.250 ms (sign test, p <= 0.05)"
+
+
+@pytest.mark.parametrize(
+    "status,reason,text",
+    [
+        ("ok", "", "ok"),
+        ("stopped", SLOWER, "stopped: slower (raced out)"),
+        ("stopped", "stopped after 3 samples: the time budget ran out", "stopped: time budget"),
+        ("stopped", "stopped after 3 samples: the time budget ran out, slower than the best "
+         "candidate's 1.250 ms", "stopped: time budget"),  # fmt: skip
+        ("stopped", "screened out after 3 samples: 4.00x the best screen", "stopped: screened out"),
+        ("stopped", "cannot win: 2.000 ms at best, slower than the best accepted candidate's",
+         "stopped: slower (raced out)"),  # fmt: skip
+        ("stopped", "its cold compile cannot pay back within 1,000 steps: ...",
+         "stopped: compile cannot pay back"),  # fmt: skip
+        ("rejected", "error 2.79e-03 over the bf16 tolerance 1e-12", "rejected: error too high"),
+        ("rejected", "something new", "rejected"),
+        ("failed", "worker crashed (SIGSEGV)", "failed: crashed"),
+    ],
+)
+def test_a_status_text_says_each_word_once(status: str, reason: str, text: str) -> None:
+    assert status_text(status, reason) == text
+    words = text.replace(":", "").split()
+    assert len(words) == len(set(words)), text
+    assert kind_beside(status, reason) != status
+
+
+def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
+    # A single change raced out: the table's status reads "stopped: slower (raced out)", not
+    # "stopped: stopped early: slower".
+    import copy
+
+    i, single = next((i, r) for i, r in enumerate(advice.results)
+                     if len(r.settings.changes()) == 1 and r.status == "ok")  # fmt: skip
+    raced = copy.copy(advice)
+    raced.outcome = copy.copy(advice.outcome)
+    raced.outcome.results = list(advice.results)
+    raced.outcome.results[i] = single.model_copy(update={"status": "stopped", "reason": SLOWER})
+    rows = [line for line in render(raced).splitlines() if single.settings.label() in line]
+    stopped = [row for row in rows if "stopped" in row]
+    assert len(stopped) == 1 and "stopped: slower (raced out)" in stopped[0], rows
+    assert stopped[0].count("stopped") == 1, stopped[0]
 
 
 def test_quiet_json_prints_only_the_config(tmp_path: Path, fast_space: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from advisor.report.layer_rows import default_precision, roofline_of
-from advisor.report.progress import failure_kind
+from advisor.report.progress import kind_beside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ def _bad_html(df: pd.DataFrame) -> str:
         [
             r["label"],
             _status(str(r["status"])),
-            failure_kind(str(r["status"]), str(r.get("reason", ""))),
+            kind_beside(str(r["status"]), str(r.get("reason", ""))),
             r.get("reason", ""),
             _num(r["median_ms"]),
         ]

@@ -130,10 +130,14 @@ def failure_kind(status: str, reason: str) -> str:
     r = reason.lower()
     if status == "ok":
         return ""
-    if status == "stopped" and r.startswith("screened"):
-        return "screened out"
-    if status == "stopped":
-        return "stopped early: slower" if "slower" in r else "stopped: time budget"
+    if status == "stopped":  # why it was stopped; `status_text` puts "stopped: " before it
+        if r.startswith("screened"):
+            return "screened out"
+        if "time budget" in r:
+            return "time budget"
+        if "cannot pay" in r:
+            return "compile cannot pay back"
+        return "slower (raced out)" if "slower" in r or "cannot win" in r else "stopped early"
     if "nan or inf" in r:
         return "NaN/Inf in results"
     if "does not train" in r or "does not keep the outputs" in r:
@@ -151,6 +155,22 @@ def failure_kind(status: str, reason: str) -> str:
     if status == "rejected":
         return "rejected"
     return "raised an error"
+
+
+def kind_beside(status: str, reason: str) -> str:
+    """`failure_kind` for a column beside the status: empty where it would repeat it."""
+    kind = failure_kind(status, reason)
+    return "" if kind == status else kind
+
+
+def status_text(status: str, reason: str) -> str:
+    """A candidate's status and what kind of failure or stop it was, each word once: "ok",
+    "stopped: slower (raced out)", "rejected: error too high", "rejected" (not "rejected:
+    rejected")."""
+    kind = failure_kind(status, reason)
+    if not kind or kind == status:
+        return status
+    return kind if kind.split(":")[0].split()[0] == status else f"{status}: {kind}"
 
 
 def _speedup_text(base: TrialResult, x: TrialResult) -> str:
@@ -231,11 +251,7 @@ def _singles_table(base: TrialResult, singles: list[TrialResult]) -> Table:
     t.add_column("vs default [95% CI]", justify="right")
     t.add_column("status")
     for x in sorted(singles, key=lambda x: x.median_ms):
-        status = (
-            x.status
-            if x.status == "ok"
-            else f"{x.status}: {failure_kind(x.status, x.reason or '')}"
-        )
+        status = status_text(x.status, x.reason or "")
         t.add_row(x.settings.label(), _ms(x.median_ms), _speedup_text(base, x), status)
     return t
 
@@ -248,7 +264,7 @@ def _bad_table(bad: list[TrialResult]) -> Table:
         t.add_row(
             x.settings.label(),
             x.status,
-            failure_kind(x.status, x.reason or ""),
+            kind_beside(x.status, x.reason or ""),
             x.reason or "",
             _ms(x.median_ms),
         )
