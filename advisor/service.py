@@ -132,6 +132,7 @@ def run_advise(
             progress=progress,
             fresh=fresh,
             screen=level.screens,
+            every_layer_group=level.every_layer_group,
         )
         # One evaluator (one worker process when isolated) for the whole model's trials, its
         # per-layer combination, its compiled candidates and the re-times: each worker start

@@ -287,3 +287,55 @@ def test_ctrl_c_during_the_compile_stage_keeps_the_eager_answer(tmp_path: Path) 
     config = json.loads(out.read_text())
     assert config["result"]["answer"] == "eager" and config["settings"]["compile"] == "off"
     assert advisor.Config.model_validate(config).result is not None
+
+
+# ---- the per-layer stage's groups at default effort -----------------------------------------------
+
+
+def test_default_effort_measures_the_groups_that_carry_the_conv_work() -> None:
+    from dataclasses import dataclass
+
+    from advisor.stages.layer_share import group_flops, main_groups
+    from advisor.workload.layer_spec import LayerSpec
+
+    @dataclass(frozen=True)
+    class G:
+        names: tuple[str, ...]
+        spec: LayerSpec
+
+    def conv(cin: int, cout: int, k: int, hw: int, n: int = 1, **kw: object) -> G:
+        spec = LayerSpec(kind="Conv2d", in_channels=cin, out_channels=cout, kernel_size=k,
+                         input_shape=(8, cin, hw, hw), **kw)  # type: ignore[arg-type]
+        return G(tuple(f"l{i}" for i in range(n)), spec)
+
+    big = conv(64, 64, 3, 32)  # 604M FLOPs forward
+    mid = conv(32, 64, 1, 64, n=2)  # 134M, twice
+    tiny = conv(32, 32, 3, 64, groups=32, padding=1)  # 19M, depthwise
+    assert group_flops(mid, "train") == 3 * group_flops(mid, "infer")
+    keep, rest = main_groups([tiny, big, mid], "train")
+    assert keep == [big, mid] and rest == [tiny]  # 872M of 891M: over 90% without the tiny one
+    assert main_groups([tiny, big, mid], "train", share=1.0) == ([tiny, big, mid], [])
+    assert main_groups([], "infer") == ([], [])
+
+
+def test_the_per_layer_stage_leaves_the_minor_groups_native_at_default_effort() -> None:
+    from advisor.search import make_evaluator
+    from advisor.search.storage import open_storage
+    from advisor.stages.per_layer import MINOR, choose_layer_impls
+    from advisor.workload.build import model_workload
+
+    space = load_space(str(DATA / "per_layer_cpu.yaml"), CPU)
+    workload = model_workload(str(advisor.__path__[0] + "/examples/small_cnn.py"))
+    options = SearchOptions(mode="infer", storage="memory")
+    stats: dict[str, int] = {}
+    choices = choose_layer_impls(
+        workload, Settings(), CPU, "infer", space,
+        lambda wl: make_evaluator(wl, CPU, space, options), open_storage("memory"), "x",
+        stats=stats, every_group=False,
+    )  # fmt: skip
+    minor = [c for c in choices if c.why == MINOR]
+    measured = [c for c in choices if c.results]
+    # small_cnn's depthwise conv holds 2% of its conv FLOPs: left out; the large ones measured
+    assert stats["minor"] == len(minor) >= 1 and not any(c.results for c in minor)
+    assert all(c.chosen == "native" for c in minor) and len(measured) >= 3
+    assert any(c.group.spec.groups == 32 for c in minor)

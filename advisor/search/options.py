@@ -50,6 +50,9 @@ class SearchOptions:
     deadline: float | None = None
     # Screen a fresh grid's candidates before timing the survivors in full (advisor.search.screen).
     screen: bool = False
+    # The per-layer stage measures every layer group (full effort), or only those that carry
+    # most of the conv work (default effort: advisor.stages.layer_share).
+    every_layer_group: bool = True
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from advisor.search import SearchOutcome
 from advisor.space import SearchSpace
+from advisor.stages.layer_share import MAIN_SHARE
 
 # What the final check costs beyond its samples: a fresh interpreter, torch's import and the
 # model's set-up (about 4 s on a 2-core CPU, more when the machine is busy).
@@ -80,6 +81,11 @@ def budget_notes(
         notes.append(
             f"the {budget_s:g} s budget ran out before {stats['unmeasured']} layer group(s) were "
             "measured: they keep PyTorch's native convolution"
+        )
+    if stats.get("minor"):
+        notes.append(
+            f"{stats['minor']} layer group(s) under {1 - MAIN_SHARE:.0%} of the model's conv work "
+            "kept PyTorch's native convolution, not measured (--effort full measures every group)"
         )
     if stats.get("combination"):
         notes.append(

@@ -38,6 +38,7 @@ from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluato
 from advisor.search.pick import pick_best, pick_final
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
+from advisor.stages.layer_share import MAIN_SHARE, main_groups
 from advisor.workload.build import Workload, layer_workload_from_module
 from advisor.workload.info import LayerInfo
 from advisor.workload.layer_spec import DTYPE_NAMES, LayerSpec
@@ -168,8 +169,11 @@ def choose_layer_impls(
     progress: Callable[[int, int, TrialResult | None], None] | None = None,
     deadline: float | None = None,
     stats: dict[str, int] | None = None,
+    every_group: bool = True,
 ) -> list[LayerChoice]:
     """Time each qualifying implementation per layer group under `settings`; pick per group.
+    Without `every_group` (default effort), only the groups that carry most of the conv work
+    (`layer_share.main_groups`); the rest keep the native conv, counted in `stats` ("minor").
 
     One evaluator (one worker process when isolated) serves every group. An implementation that
     provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
@@ -187,7 +191,9 @@ def choose_layer_impls(
     store = LayerStore(storage, study_name, layer_context(mode, space))
     done, elsewhere = store.layer_results()
     plan = [_plan(g, wanted, settings, device) for g in groups]
-    total = sum(len(u) for _, u, _ in plan if len(u) > 1)
+    minor = set() if every_group else _minor_groups(plan, mode)
+    stats["minor"] = stats.get("minor", 0) + len(minor)
+    total = sum(len(u) for g, u, _ in plan if len(u) > 1 and g.key not in minor)
     count = 0
     choices = []
     evaluator: Evaluator | None = None
@@ -197,6 +203,9 @@ def choose_layer_impls(
                 choices.append(LayerChoice(g, {}, "native", g.kept, skipped))
                 continue
             if len(usable) < 2:
+                continue
+            if g.key in minor:
+                choices.append(LayerChoice(g, {}, "native", MINOR, skipped))
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
                 stats["unmeasured"] += 1
@@ -217,6 +226,19 @@ def choose_layer_impls(
         if evaluator is not None:
             evaluator.close()
     return choices
+
+
+MINOR = (
+    f"under {1 - MAIN_SHARE:.0%} of the model's conv work: kept native, not measured at default "
+    "effort (--effort full measures every group)"
+)
+
+
+def _minor_groups(plan: list[tuple[LayerGroup, list[str], dict[str, str]]], mode: Mode) -> set[str]:
+    """The keys of the measurable groups outside those that carry the conv work."""
+    measurable = [g for g, usable, _ in plan if g.kept is None and len(usable) > 1]
+    _, rest = main_groups(measurable, mode)
+    return {g.key for g in rest}
 
 
 def _plan(
@@ -362,6 +384,7 @@ def per_layer_stage(
         report,
         deadline=options.deadline,
         stats=stats,
+        every_group=options.every_layer_group,
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:
