@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from advisor.execute.streams import fd_stdout_to_stderr
-from advisor.execute.worker_process import main_hidden, worker_main
+from advisor.execute.worker_process import LEAVE_S, main_hidden, worker_main
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Mode
@@ -335,5 +335,5 @@ class IsolatedEvaluator:
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             with contextlib.suppress(OSError, BrokenPipeError):
                 self._conn.send(None)
-                self._proc.join(timeout=5)
+                self._proc.join(timeout=LEAVE_S)
         self._kill()

@@ -25,7 +25,13 @@ from typing import Any
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
 from advisor.execute.streams import fd_stdout_to_stderr
-from advisor.execute.worker_process import become_child, leave, main_hidden, worker_main
+from advisor.execute.worker_process import (
+    LEAVE_S,
+    become_child,
+    leave,
+    main_hidden,
+    worker_main,
+)
 
 __all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 
@@ -41,7 +47,7 @@ class ProbeChild:
     def close(self) -> None:
         with contextlib.suppress(OSError, BrokenPipeError):
             self.conn.send(None)
-        self.proc.join(timeout=5)
+        self.proc.join(timeout=LEAVE_S)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=10)
@@ -90,9 +96,10 @@ def probe_model(
         if msg == ("started",):
             msg = receive(parent, proc, timeout_s)
         if msg == ("ok",):
-            if not keep:
-                return None
             kept, proc = ProbeChild(proc, parent), None
+            if not keep:
+                kept.close()  # it leaves by its exit handlers, as a closed worker does
+                return None
             return kept
         if isinstance(msg, tuple) and msg[0] == "advisor_error":
             raise ModelFileError(msg[1])

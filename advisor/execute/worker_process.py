@@ -28,7 +28,12 @@ from advisor.measure.stats import Race
 from advisor.measure.verdict import PrecisionCheck
 from advisor.space import SearchSpace
 
-__all__ = ["die_with_parent", "leave", "main_hidden", "worker_main"]
+__all__ = ["LEAVE_S", "die_with_parent", "leave", "main_hidden", "worker_main"]
+
+# How long a parent waits for a child it told to end (or that ends by itself) before killing
+# it: its exit handlers must run, or its named semaphores (tqdm's lock, which Inductor's compile
+# progress makes) are left to the resource tracker, which warns after the run's last line.
+LEAVE_S = 10.0
 
 
 def die_with_parent() -> None:

@@ -41,6 +41,7 @@ from advisor.errors import AdvisorError, first_line
 from advisor.execute.probe import receive, user_failure
 from advisor.execute.retime import RetimeSession, retimed_results, rounds
 from advisor.execute.streams import fd_stdout_to_stderr
+from advisor.execute.worker_process import LEAVE_S
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
 from advisor.measure.machine_load import CpuUsage
@@ -313,7 +314,7 @@ class FreshProcess:
         except (OSError, BrokenPipeError):
             raise CheckFailed(f"its process ended (exit code {self._code()})") from None
         msg = receive(self.conn, self.proc, STARTUP_S + timeout_s)
-        self._state = "used"
+        self._state = "used" if isinstance(msg, tuple) else "busy"  # "used": it leaves itself
         if isinstance(msg, tuple) and msg[0] == "checked":
             return FinalCheck.model_validate_json(msg[1])
         if isinstance(msg, tuple) and msg[0] == "error":
@@ -323,12 +324,16 @@ class FreshProcess:
         raise CheckFailed(f"its process ended (exit code {self._code()})")
 
     def close(self) -> None:
-        """End the process: told to when it waits, killed when it is still busy (a load
-        that hangs in the user's code) or does not end at once."""
+        """End the process: told to when it waits, waited for when it made its check (it then
+        leaves by itself, `leave`), killed when it is still busy (a load that hangs in the
+        user's code) or does not end in time. A process killed before its exit handlers ran
+        leaves its named semaphores (the lock of tqdm, which Inductor's compile progress makes)
+        to the resource tracker, which warns of them after the run's last line."""
         if self._state is None:
             with contextlib.suppress(OSError, BrokenPipeError):
                 self.conn.send(None)
-            self.proc.join(timeout=2)
+        if self._state in (None, "used"):
+            self.proc.join(timeout=LEAVE_S)
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(timeout=10)

@@ -1,0 +1,95 @@
+"""A run leaves nothing behind and prints nothing after its last line: every child the advisor
+spawned ends by its exit handlers, not by a kill, so no named semaphore of one is left to
+multiprocessing's resource tracker (which then warns, after the `Wrote ...` line, that it
+cleaned up "leaked semaphore objects")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.measure.timing import TimingPolicy
+from advisor.stages.final_check import FreshProcess, final_check
+from advisor.workload.args import make_workload
+from tests.hostile._cli import advisor_cli
+
+DATA = Path(__file__).parent / "data"
+HOLDS = str(DATA / "holds_a_semaphore.py")
+README_EXAMPLE = ["advise", "advisor/examples/small_cnn.py", "--mode", "train", "--device", "cpu"]
+
+needs_dev_shm = pytest.mark.skipif(
+    sys.platform != "linux", reason="named semaphores are files in /dev/shm on Linux"
+)
+
+
+def _left(log: Path) -> list[str]:
+    """The named semaphores of the processes that loaded HOLDS that still exist."""
+    names = log.read_text().split()
+    assert names, "no process loaded the model file"
+    return [n for n in names if Path("/dev/shm/sem." + n.lstrip("/")).exists()]
+
+
+def _last_line_is_wrote(stderr: str, out: Path) -> None:
+    """stderr ends with the `Wrote ...` line (wrapped at 160 columns off a terminal)."""
+    text = "\n" + stderr.rstrip("\n")
+    at = text.rfind("\nWrote ")
+    last = text[at + 1 :].replace("\n", "")
+    assert at >= 0 and last == f"Wrote {out} (apply with advisor.apply({str(out)!r}, model))", text[
+        -1500:
+    ]
+    assert "leaked" not in stderr and "resource_tracker" not in stderr, stderr[-2000:]
+
+
+def _r(settings: Settings, ms: float) -> TrialResult:
+    return TrialResult(settings=settings, status="ok", retimed=True,
+                       measurement=Measurement(samples_ms=[ms] * 7))  # fmt: skip
+
+
+@needs_dev_shm
+def test_the_final_checks_process_ends_by_its_exit_handlers_after_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It sends its check and leaves by itself: closing it waits for that instead of killing it
+    # while its exit handlers run (it was killed at once: exit code -9, its semaphore leaked).
+    log = tmp_path / "semaphores.log"
+    monkeypatch.setenv("SEMAPHORE_LOG", str(log))
+    spare = FreshProcess(("args", {"model_file": HOLDS}))
+    assert spare.ready(120) is None
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=5, max_samples=5, max_time_s=5)
+    pair = [_r(Settings(), 1.0), _r(Settings(memory_format="channels_last"), 1.0)]
+    check = final_check(make_workload(model_file=HOLDS), torch.device("cpu"), "infer", policy,
+                        *pair, fresh=True, busy=False, timeout_s=60, spare=spare)  # fmt: skip
+    assert check.where == "fresh process"
+    assert spare.proc.exitcode == 0
+    assert _left(log) == []
+
+
+@needs_dev_shm
+def test_a_cli_run_ends_with_its_wrote_line_and_leaves_no_semaphore(
+    tmp_path: Path, fast_space: str
+) -> None:
+    # Isolated, as a user runs it: the probe's child becomes the worker, which is closed at the
+    # end; every process that loaded the model file ran its exit handlers.
+    log = tmp_path / "semaphores.log"
+    out = tmp_path / "tuned.json"
+    r = advisor_cli("advise", HOLDS, "--mode", "infer", "--device", "cpu", "--space", fast_space,
+                    "--storage", "memory", "--out", str(out),
+                    env={"SEMAPHORE_LOG": str(log)})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    _last_line_is_wrote(r.stderr, out)
+    assert out.exists() and _left(log) == []
+
+
+@pytest.mark.slow  # the README's example at default effort: minutes on 2 cores
+def test_the_readme_example_ends_with_its_wrote_line(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.json"
+    r = advisor_cli(*README_EXAMPLE, "--out", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    _last_line_is_wrote(r.stderr, out)
+    assert out.exists()
