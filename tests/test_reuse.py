@@ -38,8 +38,14 @@ def model_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _kw(path: Path, **extra: Any) -> dict[str, Any]:
-    return {"model_file": str(path), "mode": "train", "device": "cpu", "space": FAST_SPACE,
-            "storage": None, **extra}
+    return {
+        "model_file": str(path),
+        "mode": "train",
+        "device": "cpu",
+        "space": FAST_SPACE,
+        "storage": None,
+        **extra,
+    }
 
 
 def _nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +63,8 @@ def _lookup(**kw: Any) -> AdviceReuse:
     params = inspect.signature(run_advise).bind(**kw)
     params.apply_defaults()
     args = dict(params.arguments)
-    sp = effort_of(args["effort"]).space(with_tolerances(load_space(args["space"], CPU), {}), CPU)
+    space = with_tolerances(load_space(args["space"], CPU), args["tolerances"] or {})
+    sp = effort_of(args["effort"]).space(space, CPU)
     return AdviceReuse.lookup(run_advise, args, CPU, sp)
 
 
@@ -81,7 +88,9 @@ def test_a_second_run_is_answered_from_the_stored_advice(
     # second run must not start again.
     kw = _kw(model_file, space=str(DATA / "per_layer_cpu.yaml"), isolate=True)
     first = advisor.advise(**kw)
-    assert first.config.result is not None and not any(REUSED in n for n in first.config.result.notes)
+    assert first.config.result is not None and not any(
+        REUSED in n for n in first.config.result.notes
+    )
     assert len(list((cache_dir() / "advice").glob("*.json"))) == 1
 
     _nothing_runs(monkeypatch)
@@ -111,6 +120,8 @@ def test_another_question_or_fresh_is_not_answered_from_it(
     kw = _kw(model_file)
     advisor.advise(**kw)
     assert _lookup(**kw).advice is not None
+    # Keyed by what they resolve to: the CLI passes no tolerances as {}, the API as None.
+    assert _lookup(**{**kw, "device": "auto"}, tolerances={}).advice is not None
     assert _lookup(**kw, effort="quick").advice is None
     assert _lookup(**kw, steps=1000).advice is None
     assert _lookup(**kw, tolerances={"grad_tolerances.fp32": 2e-3}).advice is None
@@ -137,7 +148,7 @@ def test_another_question_or_fresh_is_not_answered_from_it(
     assert _lookup(**kw).advice is not None
 
 
-def test_a_corrupt_or_foreign_entry_is_ignored_and_replaced(model_file: Path) -> None:
+def test_a_corrupt_foreign_or_partial_entry_is_not_reused(model_file: Path) -> None:
     kw = _kw(model_file)
     first = advisor.advise(**kw)
     path = entry_path(_lookup(**kw).key or "")
@@ -149,17 +160,16 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_replaced(model_file: Path) ->
     path.write_text(good.replace(f'"key":"{path.stem}"', '"key":"another"'))
     assert _lookup(**kw).advice is None  # an entry copied under another key
     again = advisor.advise(**kw)  # resumes the stored study, and stores its answer again
-    assert again.config.result is not None and not any(REUSED in n for n in again.config.result.notes)
+    assert again.config.result is not None and not any(
+        REUSED in n for n in again.config.result.notes
+    )
     assert again.settings == first.settings
     assert _lookup(**kw).advice is not None
 
-
-def test_an_answer_the_budget_cut_short_is_not_stored(model_file: Path) -> None:
-    kw = _kw(model_file)
-    advice = advisor.advise(**{**kw, "storage": "memory"})
-    assert partial(advice) is None
-    advice.outcome.not_measured.append("channels_last")
-    assert partial(advice) is not None
-    reuse = _lookup(**kw)
-    reuse.store(advice)  # a rerun resumes the study and measures what is missing instead
-    assert reuse.key is not None and not entry_path(reuse.key).exists()
+    # An answer the budget cut short is not stored: a rerun resumes the study instead.
+    path.unlink()
+    assert partial(again) is None
+    again.outcome.not_measured.append("channels_last")
+    assert partial(again) is not None
+    _lookup(**kw).store(again)
+    assert not path.exists()

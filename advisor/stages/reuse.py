@@ -7,8 +7,9 @@ worker's start and the model's load: seconds that a stored answer does not need.
 
 The key is a hash of everything the advice depends on:
 - every argument of `run_advise` except the callbacks (`progress`, `on_eager`), `fresh` and
-  `storage` (a new argument is keyed without a change here);
-- for a model file, its resolved path and its own bytes; for a layer file, its bytes. Only the
+  `storage` (a new argument is keyed without a change here); `device`, `space` and
+  `tolerances` by what they resolve to (below);
+- for a model file or a layer file, its resolved path and its own bytes. Only the
   file's own content is compared: modules it imports (a local helper, torchvision) are not, so an
   edit there needs `--fresh`. A module target (`package.module:build`) and a live model object
   are never reused;
@@ -59,6 +60,9 @@ log = logging.getLogger("advisor")
 ENTRY_FORMAT: Final = 1
 # Arguments that do not change the answer: callbacks, and what decides whether to reuse at all.
 UNKEYED = frozenset({"progress", "on_eager", "fresh", "storage"})
+# Arguments keyed by what they resolve to (the device, the space's content after the tolerances):
+# `--device auto` and `cpu`, or no tolerances and `{}`, ask the same question.
+RESOLVED = frozenset({"device", "space", "tolerances"})
 # Environment variables that change what is measured or what the advisor tries (plugins).
 ENV_PREFIXES = ("ADVISOR_", "TORCH", "PYTORCH_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_",
                 "KMP_", "DNNL_", "ONEDNN_")  # fmt: skip
@@ -179,7 +183,7 @@ def reuse_key(
     keyed), on `dev` with the resolved space `sp`. NotReusable where there is none."""
     keyed: dict[str, Any] = {}
     for name, p in inspect.signature(fn).parameters.items():
-        if name in UNKEYED:
+        if name in UNKEYED | RESOLVED:
             continue
         value = params.get(name)
         keyed[name] = _workload(value or {}) if p.kind is p.VAR_KEYWORD else _plain(value)
@@ -191,8 +195,9 @@ def reuse_key(
         "device": str(dev),
         "environment": current_environment(dev).model_dump(mode="json"),
         "space": sp.model_dump(mode="json"),
-        "variables": {k: v for k, v in os.environ.items()
-                      if k.startswith(ENV_PREFIXES) and not _where(k)},  # fmt: skip
+        "variables": {
+            k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) and not _where(k)
+        },
     }
     return _digest(json.dumps(material, sort_keys=True, default=str).encode())[:32]
 
@@ -318,9 +323,17 @@ def _entry_of(advice: Advice, key: str, model_file: bool) -> StoredAdvice:
         not_measured=o.not_measured,
         screen_note=o.screen_note,
         layer_choices=[
-            StoredChoice(key=c.group.key, names=c.group.names, description=c.group.description,
-                         kept=c.group.kept, recipe=c.group.recipe, results=c.results,
-                         chosen=c.chosen, why=c.why, skipped=c.skipped)  # fmt: skip
+            StoredChoice(
+                key=c.group.key,
+                names=c.group.names,
+                description=c.group.description,
+                kept=c.group.kept,
+                recipe=c.group.recipe,
+                results=c.results,
+                chosen=c.chosen,
+                why=c.why,
+                skipped=c.skipped,
+            )
             for c in advice.layer_choices
         ],
     )
@@ -346,8 +359,13 @@ def _advice_of(e: StoredAdvice) -> Advice:
         raise ValueError("trial numbers and results differ in length")
     pick = Pick(_deref(e.chosen, results), _deref(e.fastest, results), e.why)
     choices = [
-        LayerChoice(LayerGroup(c.key, c.names, c.description, None, c.kept, c.recipe),
-                    dict(c.results), c.chosen, c.why, dict(c.skipped))  # fmt: skip
+        LayerChoice(
+            LayerGroup(c.key, c.names, c.description, None, c.kept, c.recipe),
+            dict(c.results),
+            c.chosen,
+            c.why,
+            dict(c.skipped),
+        )
         for c in e.layer_choices
     ]
     return Advice(outcome, e.config, pick, choices)
