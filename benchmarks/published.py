@@ -23,6 +23,7 @@ import argparse
 import json
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -106,14 +107,16 @@ def row(p: Published, run: dict[str, Any], convs: str) -> str:
     if "skipped" in run or "stopped" in run:
         what = "skipped" if "skipped" in run else "**stopped**"
         reason = run.get("skipped") or run.get("stopped")
-        return f"| {name} | {convs} | {run['wall_s']:.0f} | - | {what}: {reason} | - | - |"
+        return f"| {name} | {convs} | {run['wall_s']:.0f} | - | - | {what}: {reason} | - | - |"
     res = run["result"]
     cold = res.get("stage_s", {}).get("compile: cold compiles", 0.0)
     kept = [n.split(" keeps PyTorch's forward: ")[0] for n in res.get("notes", [])
             if " keeps PyTorch's forward: " in n]  # fmt: skip
     pick = f"`{_label(run['settings'])}` ({res.get('speedup', 1.0):.2f}x in its re-time)"
-    return (f"| {name} | {convs} | {run['wall_s']:.0f} | {run['compiled_cold']} ({cold:.0f} s) "
-            f"| {pick} | {final_check(res)} | {'; '.join(kept) or '-'} |")  # fmt: skip
+    others = res.get("other_load")
+    busy = f"{100 * others:.0f}%" if others is not None else "?"
+    return (f"| {name} | {convs} | {run['wall_s']:.0f} | {busy} | {run['compiled_cold']} "
+            f"({cold:.0f} s) | {pick} | {final_check(res)} | {'; '.join(kept) or '-'} |")  # fmt: skip
 
 
 def machine_line(device: str) -> str:
@@ -129,15 +132,24 @@ def machine_line(device: str) -> str:
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")  # fmt: skip
 
 
-def report(args: argparse.Namespace, runs: dict[str, Any], machine: str, rev: str) -> str:
+def report(
+    args: argparse.Namespace,
+    runs: dict[str, Any],
+    machine: str,
+    rev: str,
+    argv: list[str] | None = None,
+) -> str:
     lines = ["# `advisor advise` on published models", "", machine, ""]
     lines += [args.note, ""] if args.note else []
     lines += [
-             f"Command: `python benchmarks/published.py {' '.join(sys.argv[1:])}` at {rev}; each "
+             f"Command: `python benchmarks/published.py {shlex.join((argv or sys.argv)[1:])}` at "
+             f"{rev}; each "
              f"model `advisor advise ... --mode {args.mode} --device {args.device} --storage "
              "memory` with the default space and effort, in its own process.", "",
-             "| model | conv layers | wall s | cold compiles | pick | final check | kept native |",
-             "| --- | --- | ---: | --- | --- | --- | --- |"]  # fmt: skip
+             "Others' CPU: the share of the machine's CPU time other processes used during the "
+             "run (the advisor's own reading).", "",
+             "| model | conv layers | wall s | others' CPU | cold compiles | pick | final check "
+             "| kept native |", "| --- | --- | ---: | ---: | --- | --- | --- | --- |"]  # fmt: skip
     for p in MODELS:
         if p.name in runs:
             lines.append(row(p, runs[p.name]["run"], runs[p.name]["convs"]))
@@ -153,7 +165,7 @@ def report(args: argparse.Namespace, runs: dict[str, Any], machine: str, rev: st
     for p in MODELS:
         res = runs.get(p.name, {}).get("run", {}).get("result")
         if res:
-            notes = "".join(f" Note: {n}" for n in res.get("notes", []))
+            notes = "".join(f" Note: {n}" for n in res.get("notes", []) + res.get("warnings", []))
             lines.append(f"- {p.name}: {res.get('why', '?')}.{notes}")
     return "\n".join(lines) + "\n"
 
@@ -166,7 +178,14 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1200.0, help="per advise run, seconds")
     ap.add_argument("--out", help="markdown file (the raw runs beside it, .json)")
     ap.add_argument("--note", help="a line under the machine's, e.g. what else ran on it")
+    ap.add_argument("--render", metavar="JSON", help="only render an earlier run's JSON to --out")
     args = ap.parse_args()
+    if args.render:
+        raw = json.loads(Path(args.render).read_text())
+        args.note = args.note or raw.get("note")
+        text = report(args, raw["runs"], raw["machine"], raw["revision"], raw.get("command"))
+        Path(args.out).write_text(text) if args.out else print(text)
+        return 0
     known = {p.name: p for p in MODELS}
     unknown = [m for m in args.models or [] if m not in known]
     if unknown:
@@ -188,7 +207,8 @@ def main() -> int:
         text = report(args, runs, machine, rev)
         if args.out:  # rewritten after every model: a run cut short keeps its rows
             Path(args.out).write_text(text)
-            raw = {"machine": machine, "revision": rev, "command": sys.argv, "runs": runs}
+            raw = {"machine": machine, "revision": rev, "command": sys.argv, "note": args.note,
+                   "runs": runs}  # fmt: skip
             Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
     print(text)
     return 0
