@@ -161,11 +161,14 @@ def report(
               f"{sum(bool(r.get('traceback')) for r in done)} with a traceback.", ""]  # fmt: skip
     lines += ["Models:", ""] + [f"- {p.name} ({p.library}): {p.what}" for p in MODELS
                                 if p.name in runs]  # fmt: skip
-    lines += ["", "Why each pick (the advice's own words; its notes after it):", ""]
+    lines += ["", "Why each pick (the advice's own words; its notes and compile note after it):",
+              ""]  # fmt: skip
     for p in MODELS:
         res = runs.get(p.name, {}).get("run", {}).get("result")
         if res:
             notes = "".join(f" Note: {n}" for n in res.get("notes", []) + res.get("warnings", []))
+            if res.get("compile_note"):
+                notes += f" Compile: {res['compile_note']}"
             lines.append(f"- {p.name}: {res.get('why', '?')}.{notes}")
     return "\n".join(lines) + "\n"
 
