@@ -105,8 +105,18 @@ def _prepare(
     tuned = apply_over_user(cfg, model, device=device, amp=amp, user=user, warn=warn)
     if tuned.settings.memory_format == "channels_last" and model not in _HOOKED:
         model.register_forward_pre_hook(ChannelsLastInputs(), with_kwargs=True)
+        # The Trainer saves checkpoints with safetensors, which refuses a channels_last weight
+        # (not contiguous in its sense): its state_dict gets contiguous copies, which load
+        # into the untuned model alike.
+        model.register_state_dict_post_hook(_contiguous_state)
         _HOOKED.add(model)
     return tuned
+
+
+def _contiguous_state(module: nn.Module, state: dict[str, Any], prefix: str, meta: Any) -> None:
+    for key, value in state.items():
+        if torch.is_tensor(value) and not value.is_contiguous():
+            state[key] = value.contiguous()
 
 
 class AdvisorCallback(TrainerCallback):
