@@ -66,6 +66,7 @@ def _probe(*args: str) -> dict | None:
     return got
 
 
+@pytest.mark.slow  # a fresh process that settles the heap (2.5 s)
 def test_settled_allocator_serves_mid_sized_tensors_from_the_heap() -> None:
     got = _probe()
     assert got["before"] >= 16 * 2**20  # a fresh process: a 16 MiB tensor is its own mmap

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_env
 
 BENCH = Path(__file__).parent.parent / "benchmarks"
@@ -35,6 +37,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # imports every script (5 s)
 def test_every_benchmark_script_imports_and_answers_help() -> None:
     scripts = sorted(p for p in BENCH.glob("*.py") if p.stem not in TESTED_ELSEWHERE)
     assert scripts, "no benchmark scripts found"

@@ -63,6 +63,7 @@ def test_advise_layer_cli_writes_config_and_trials(tmp_path: Path, fast_space: s
     assert {"stage", "wall_s"} <= set(header)
 
 
+@pytest.mark.slow  # two isolated CLI runs (15 s); test_clean_exit runs one
 def test_advise_model_file_isolated_and_resumed(
     tmp_path: Path, fast_space: str, small_model_file: str
 ) -> None:

@@ -510,6 +510,7 @@ keep_artifacts(cold)
 """
 
 
+@pytest.mark.slow  # Inductor's start in two folders (15 s)
 def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -79,6 +79,7 @@ def test_advise_on_cuda_runs_isolated_through_the_cuda_paths(
     assert timed and timed <= workers
 
 
+@pytest.mark.slow  # two stand-in workers (5 s)
 @pytest.mark.usefixtures("cuda_standin")
 def test_a_sticky_cuda_error_keeps_its_reason_and_the_worker_is_replaced() -> None:
     # After an illegal memory access every CUDA call fails, closing the candidate included: the
@@ -101,6 +102,7 @@ def test_a_sticky_cuda_error_keeps_its_reason_and_the_worker_is_replaced() -> No
         ev.close()
 
 
+@pytest.mark.slow  # an isolated advise through the stand-in (11 s)
 @pytest.mark.usefixtures("cuda_standin")
 def test_pytorch_default_precision_is_never_rejected(tmp_path: Path) -> None:
     # On CUDA PyTorch's default is TF32 convs. A model where that differs from fp32 by more
@@ -150,7 +152,7 @@ def _bench_forwards(log: Path) -> dict[int, set[str]]:
 
 
 @pytest.mark.usefixtures("cuda_standin")
-@pytest.mark.parametrize("isolate", [True, False])
+@pytest.mark.slow  # isolated (7 s) and in-process (6.5 s); a stand-in worker: the test above
 def test_cudnn_benchmark_values_never_share_a_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolate: bool
 ) -> None:

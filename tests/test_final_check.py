@@ -163,6 +163,7 @@ def test_a_spare_loads_the_workload_it_is_sent_when_it_loaded_another() -> None:
         spare.close()
 
 
+@pytest.mark.slow  # two fresh processes (4.5 s)
 def test_a_spare_that_failed_to_load_is_replaced_by_a_process_of_the_checks_own() -> None:
     spare = FreshProcess(("args", {"model_file": str(DATA / "no_such_model.py")}))
     why = spare.ready(120)

@@ -160,6 +160,7 @@ class Quiet(Net):
         return {"loss": F.cross_entropy(logits.float(), labels), "logits": logits}
 
 
+@pytest.mark.slow  # compiles the HF model (5.5 s); the other tests run it eager
 def test_a_config_that_chose_compile_trains_compiled(tmp_path: Path) -> None:
     cfg, model = cpu_config(Settings(compile="default")), Quiet()
     torch._dynamo.reset()

@@ -56,6 +56,7 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     faulty_impls.unregister_all()
 
 
+@pytest.mark.slow  # the CLI past a crash, a hang and an OOM (17 s); a replaced worker: below
 def test_study_with_crash_hang_and_oom_finishes_with_a_healthy_pick(tmp_path: Path) -> None:
     out = tmp_path / "tuned.json"
     env = {**run_env(), "ADVISOR_PLUGINS": PLUGINS}
@@ -151,6 +152,7 @@ def test_out_of_memory_is_named(reason: str, expected: str) -> None:
     assert classify(r).reason == expected
 
 
+@pytest.mark.slow  # a crash and a 6 s hang in a re-time, each a new worker (16 s)
 def test_isolated_retime_of_finalists_and_its_failures(plugins: None) -> None:
     w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))
     before = global_state()
@@ -217,7 +219,12 @@ UNSEEDED_NET = (
 )
 
 
-@pytest.mark.parametrize("seeded", [True, False], ids=["seeded file", "unseeded file"])
+# each a worker (3.4 s): the unseeded file in the slow run
+@pytest.mark.parametrize(
+    "seeded",
+    [True, pytest.param(False, marks=pytest.mark.slow)],
+    ids=["seeded file", "unseeded file"],
+)
 def test_isolated_per_layer_evaluation_uses_the_models_weights(
     plugins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seeded: bool
 ) -> None:

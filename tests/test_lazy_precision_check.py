@@ -67,7 +67,8 @@ def test_without_a_leader_every_precision_is_judged() -> None:
     assert r.status in ("ok", "rejected") and r.precision_check is not None, r
 
 
-@pytest.mark.parametrize("isolate", [False, True])
+# isolated: a worker (3 s), in the slow run
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_the_rule_holds_in_a_worker_process(isolate: bool) -> None:
     """The race crosses the pipe whole: a worker applies the same rule."""
     w = _workload()

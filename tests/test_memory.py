@@ -28,6 +28,7 @@ def _dominates(a: pd.Series, b: pd.Series) -> bool:
     return at <= bt and am <= bm and (at < bt or am < bm)
 
 
+@pytest.mark.slow  # an isolated time,memory run (6 s); the limit: test_max_memory_...
 def test_isolated_peaks_and_the_pareto_set_in_the_trials_csv(tmp_path: Path) -> None:
     out = tmp_path / "tuned.json"
     r = subprocess.run(

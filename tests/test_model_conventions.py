@@ -68,7 +68,10 @@ def test_a_float64_reference_casts_keyword_tensors_only() -> None:
         cand.close()
 
 
-@pytest.mark.parametrize("isolate", [False, True], ids=["in_process", "isolated"])
+# isolated: a probe and a worker (3.4 s), in the slow run
+@pytest.mark.parametrize(
+    "isolate", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["in_process", "isolated"]
+)
 def test_a_keyword_model_tunes_end_to_end(isolate: bool) -> None:
     advice = advisor.advise(
         model_file=KW, mode="train", device="cpu", space=FAST, trials=2, isolate=isolate

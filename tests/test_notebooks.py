@@ -54,6 +54,7 @@ def test_committed_notebook_shows_every_cell_run_and_its_tables_or_plots(name: s
     assert any("image/png" in d or "<table" in d.get("text/html", "") for d in shown)
 
 
+@pytest.mark.slow  # each notebook tunes as it runs (4-10 s); the default run checks their sources
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_reruns_as_committed(name: str) -> None:
     committed = _committed(name)

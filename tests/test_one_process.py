@@ -126,6 +126,7 @@ def test_every_stage_runs_in_the_probes_child(
     assert len(trials) >= 5 and set(trials) == {threads}  # at least the default's samples
 
 
+@pytest.mark.slow  # three probe children and their workers (8 s)
 def test_a_kept_probe_child_serves_or_is_replaced(pid_net: tuple[Path, Path]) -> None:
     path, _ = pid_net
     wl = model_workload(str(path))
@@ -158,7 +159,10 @@ def test_a_kept_probe_child_serves_or_is_replaced(pid_net: tuple[Path, Path]) ->
     assert probed.proc.exitcode == 0
 
 
-@pytest.mark.parametrize("isolated", [False, True], ids=["in process", "isolated"])
+# isolated: a worker (3 s), in the slow run; the probe child serves as one in the test above
+@pytest.mark.parametrize(
+    "isolated", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["in process", "isolated"]
+)
 def test_a_lent_evaluator_goes_back_to_the_model(
     pid_net: tuple[Path, Path], isolated: bool
 ) -> None:
@@ -193,6 +197,7 @@ def test_a_lent_evaluator_goes_back_to_the_model(
         ev.close()
 
 
+@pytest.mark.slow  # an advisor worker process and its probe (6 s)
 def test_advisor_worker_runs_the_model_in_the_probes_child(
     pid_net: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -133,6 +133,7 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
     assert global_state() == before
 
 
+@pytest.mark.slow  # each value a fresh process importing Inductor (4 s)
 @pytest.mark.parametrize("value", [None, "0", "1"])
 def test_inductors_layout_setting_is_read_without_importing_it(value: str | None) -> None:
     # The main process decides the channels_last twin without importing Inductor (Dynamo's

@@ -82,6 +82,7 @@ def _check_each_point_once(study: optuna.Study, points: int) -> int:
     return sum(1 for t in trials if "result" not in t.user_attrs)
 
 
+@pytest.mark.slow  # two workers and advise, each a CLI process (12 s)
 def test_two_workers_share_a_study_then_advise_collects(tmp_path: Path, study_prefix: str) -> None:
     # In-process trials keep this test short; isolation has its own tests. Each point warms up
     # for half a second: with the grid's own timing the eight points took about 3 s, and once in

@@ -57,6 +57,7 @@ def test_a_signal_below_bf16s_resolution_is_rejected() -> None:
     assert all(c.gap > 5 * c.band for c in checks)  # far outside the band, not a close call
 
 
+@pytest.mark.slow  # an fp16 training check past its range (6 s)
 def test_fp16_activations_past_its_range_are_rejected() -> None:
     checks = _verdicts("fp16_overflow.py", "fp16")
     assert not any(c.accepted for c in checks), [c.summary for c in checks]

@@ -81,13 +81,23 @@ SLOWER = "stopped after 6 samples: slower than the best candidate's 1.250 ms (si
         ("ok", "", "ok"),
         ("stopped", SLOWER, "stopped: slower (raced out)"),
         ("stopped", "stopped after 3 samples: the time budget ran out", "stopped: time budget"),
-        ("stopped", "stopped after 3 samples: the time budget ran out, slower than the best "
-         "candidate's 1.250 ms", "stopped: time budget"),  # fmt: skip
+        (
+            "stopped",
+            "stopped after 3 samples: the time budget ran out, slower than the best "
+            "candidate's 1.250 ms",
+            "stopped: time budget",
+        ),  # fmt: skip
         ("stopped", "screened out after 3 samples: 4.00x the best screen", "stopped: screened out"),
-        ("stopped", "cannot win: 2.000 ms at best, slower than the best accepted candidate's",
-         "stopped: slower (raced out)"),  # fmt: skip
-        ("stopped", "its cold compile cannot pay back within 1,000 steps: ...",
-         "stopped: compile cannot pay back"),  # fmt: skip
+        (
+            "stopped",
+            "cannot win: 2.000 ms at best, slower than the best accepted candidate's",
+            "stopped: slower (raced out)",
+        ),  # fmt: skip
+        (
+            "stopped",
+            "its cold compile cannot pay back within 1,000 steps: ...",
+            "stopped: compile cannot pay back",
+        ),  # fmt: skip
         ("rejected", "error 2.79e-03 over the bf16 tolerance 1e-12", "rejected: error too high"),
         ("rejected", "something new", "rejected"),
         ("failed", "worker crashed (SIGSEGV)", "failed: crashed"),
@@ -117,6 +127,7 @@ def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
     assert stopped[0].count("stopped") == 1, stopped[0]
 
 
+@pytest.mark.slow  # a CLI run (6 s); hostile/test_stdout's in-process run reads its streams
 def test_quiet_json_prints_only_the_config(tmp_path: Path, fast_space: str) -> None:
     out = tmp_path / "t.json"
     r = subprocess.run(

@@ -152,7 +152,8 @@ def _space(tmp_path: Path, race: bool) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("isolate", [False, True])
+# isolated: a worker (3.7 s), in the slow run
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_racing_stops_a_slow_candidate_and_never_picks_it(
     slow_impl: None, tmp_path: Path, isolate: bool
 ) -> None:
@@ -183,6 +184,7 @@ def test_duration_option() -> None:
             duration_s(bad)
 
 
+@pytest.mark.slow  # a whole run to its budget (7 s); test_cli_budget covers --budget
 def test_the_budget_bounds_the_whole_run() -> None:
     """small_cnn in train mode takes minutes in full here; with a 12 s budget the run ends within
     10% of it, with the best answer so far, re-timed against the default, and says what it left
@@ -214,6 +216,7 @@ def test_the_budget_bounds_the_whole_run() -> None:
     assert advice.baseline.retimed or advice.settings == advisor.Settings()
 
 
+@pytest.mark.slow  # a CLI run to its budget (4.5 s); test_duration_option and the first-call test cover it
 def test_cli_budget(tmp_path: Path) -> None:
     import json
     import subprocess

@@ -159,6 +159,7 @@ def test_importance_not_computable_is_explained() -> None:
     assert "more than one value" in (importance_problem(study) or "")
 
 
+@pytest.mark.slow  # CLI processes (3 s)
 def test_bad_source_is_one_line_exit_2_and_no_file(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     sources = {

@@ -48,6 +48,7 @@ def _results_per_point(study: optuna.Study) -> Counter[str]:
     return Counter(_params_key(t) for t in study.get_trials() if "result" in t.user_attrs)
 
 
+@pytest.mark.slow  # a study killed mid-way and resumed: two CLI runs (13 s)
 def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     out = tmp_path / "tuned.json"
@@ -93,6 +94,7 @@ def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -
     assert len(trials) == 8 and json.loads(out.read_text())["result"]["trials"] == 8
 
 
+@pytest.mark.slow  # waits out a heartbeat (10 s)
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_dead_worker_elsewhere_is_retried_after_its_heartbeat_stops(tmp_path: Path) -> None:
     """A trial held by a worker on another machine that died: only its heartbeat tells."""
@@ -162,6 +164,7 @@ def test_resumed_study_measures_nothing_again(tmp_path: Path, kind: str) -> None
     assert [t.user_attrs["result"] for t in study.trials] == stored
 
 
+@pytest.mark.slow  # three CLI runs that crash (12 s)
 def test_in_process_crash_is_retried_then_recorded_as_failed(tmp_path: Path) -> None:
     """--in-process: a segfaulting candidate takes the advisor down. Each rerun retries it (its
     trial was left RUNNING by a dead process: a journal file has no heartbeats, the dead pid

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import advisor
 from advisor.knobs import Settings
 from advisor.measure.machine_load import BUSY_SHARE
@@ -34,6 +36,7 @@ def test_the_default_moving_between_trial_and_re_time_is_noticed() -> None:
     assert machine_moved(_r(30.0), _r(10.0, retimed=True)) is not None  # busy during the trials
 
 
+@pytest.mark.slow  # two runs beside a made slowdown (9 s)
 def test_a_machine_that_slows_down_keeps_the_default_unless_accepted(tmp_path: Path) -> None:
     space = tmp_path / "fixed.yaml"
     space.write_text(
@@ -67,6 +70,7 @@ def _busy_loop() -> int:
     return int(r.stdout.strip())
 
 
+@pytest.mark.slow  # a run beside busy loops (9 s)
 def test_under_other_load_a_change_is_recommended_only_if_the_final_check_confirms_it(
     tmp_path: Path,
 ) -> None:

@@ -39,6 +39,7 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
+@pytest.mark.slow  # two CLI runs started together (7-8 s each store)
 def test_two_runs_on_a_new_store_both_succeed_and_agree(tmp_path: Path, new_store: str) -> None:
     url = new_store
     argvs = [

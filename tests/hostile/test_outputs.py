@@ -41,7 +41,10 @@ def _advise(tmp_path: Path, out: Path, fast_space: str):  # noqa: ANN202
     return r, mark
 
 
-@pytest.mark.parametrize("blocked", ["trials.csv", "layers.csv"])
+# each a CLI process (2-2.5 s): layers.csv in the slow run
+@pytest.mark.parametrize(
+    "blocked", ["trials.csv", pytest.param("layers.csv", marks=pytest.mark.slow)]
+)
 def test_unwritable_csv_is_found_before_the_search_and_named(
     tmp_path: Path, fast_space: str, blocked: str
 ) -> None:
@@ -63,6 +66,7 @@ def test_out_under_a_file_is_found_before_the_search(tmp_path: Path, fast_space:
     assert blocker.read_text() == "a file, not a folder"
 
 
+@pytest.mark.slow  # a whole run into a new folder (6 s); the others stop before the search
 def test_out_in_a_folder_to_be_made(tmp_path: Path, fast_space: str) -> None:
     out = tmp_path / "new" / "deeper" / "tuned.json"
     r, mark = _advise(tmp_path, out, fast_space)

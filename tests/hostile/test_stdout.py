@@ -42,7 +42,12 @@ def example_inputs():
 """
 
 
-@pytest.mark.parametrize("isolation", [[], ["--in-process"]], ids=["isolated", "in-process"])
+# isolated: 10 s (test_clean_exit runs the isolated CLI); in-process: 7 s
+@pytest.mark.parametrize(
+    "isolation",
+    [pytest.param([], marks=pytest.mark.slow), ["--in-process"]],
+    ids=["isolated", "in-process"],
+)
 def test_json_stdout_is_only_the_config(
     tmp_path: Path, fast_space: str, isolation: list[str]
 ) -> None:

@@ -170,7 +170,10 @@ def test_functional_samples_become_their_module() -> None:
                 torch.testing.assert_close(module(s.input), op(s.input, *s.args, **s.kwargs))
 
 
-@pytest.mark.parametrize("impl", impls.names())
+# triton runs in its interpreter on a CPU (9 s)
+@pytest.mark.parametrize(
+    "impl", [pytest.param(i, marks=pytest.mark.slow) if i == "triton" else i for i in impls.names()]
+)
 def test_samples_through(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # triton on CPU tensors
     drawn = _samples_or_skip()

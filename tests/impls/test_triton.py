@@ -43,6 +43,7 @@ def test_conv_fp32(case: Case) -> None:
     check(tc.triton_conv, case)
 
 
+@pytest.mark.slow  # triton's interpreter on a CPU (2.2 s); test_conv_fp32 runs by default
 @INTERP
 @given(cases(ndims=(1, 2), transposed=True, **SMALL))
 def test_conv_transpose_fp32(case: Case) -> None:
