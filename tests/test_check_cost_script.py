@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from tests.conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "check_cost.py"
@@ -14,6 +16,7 @@ def _script() -> ModuleType:
     return load_script(SCRIPT, "check_cost_under_test")
 
 
+@pytest.mark.slow  # the script's precision checks (1.4 s quiet, 39 s on a busy machine)
 def test_a_row_per_draw_with_each_band_runs_gap_and_the_widest(tmp_path: Path) -> None:
     out = tmp_path / "cost.md"
     assert _script().main(["relu_bn_block", "--seeds", "1", "--batch-runs", "2",

@@ -371,6 +371,7 @@ def test_a_compiled_candidate_that_loses_the_race_stops_before_the_capture(
     assert "it never pays" in note
 
 
+@pytest.mark.slow  # a train-mode compile (5 s); test_effort's eager answer runs the compile stage
 def test_a_compiled_candidate_above_a_bar_from_another_window_is_gated() -> None:
     """Slower than the eager leader's interval from the search, but within the race's margin:
     MobileNetV3-Small train's compile stopped at 27.1 ms against a bar of 22.7 ms, and the

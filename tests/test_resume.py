@@ -149,7 +149,8 @@ def test_a_trial_taken_by_a_process_killed_before_naming_itself_is_retried(
     assert dead.state == optuna.trial.TrialState.FAIL and "result" not in dead.user_attrs
 
 
-@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+# journal: the same resume through the other storage (1.6 s), in the slow run
+@pytest.mark.parametrize("kind", [pytest.param("journal", marks=pytest.mark.slow), "sqlite"])
 def test_resumed_study_measures_nothing_again(tmp_path: Path, kind: str) -> None:
     url = str(tmp_path / "s.log") if kind == "journal" else f"sqlite:///{tmp_path / 's.db'}"
     kw = dict(layer="Conv2d(3, 4, 3)", input_shape="1,3,16,16", device="cpu",

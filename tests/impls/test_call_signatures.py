@@ -205,11 +205,11 @@ def _swappable(module: nn.Module, impl: str) -> bool:
     return True
 
 
-# a 3d call through triton runs in its interpreter on a CPU (2-4 s each)
+# a call through triton runs in its interpreter on a CPU (0.1-4 s each): in the slow run;
+# test_triton runs the kernels by default
 @pytest.mark.parametrize(
     ("name", "impl"),
-    [pytest.param(n, i, marks=pytest.mark.slow) if i == "triton" and n.endswith("_3d") else (n, i)
-     for n, i in PAIRS],
+    [pytest.param(n, i, marks=pytest.mark.slow) if i == "triton" else (n, i) for n, i in PAIRS],
     ids=[f"{n}-{i}" for n, i in PAIRS],
 )  # fmt: skip
 def test_call_computes_or_falls_back(name: str, impl: str) -> None:

@@ -88,7 +88,12 @@ FIXED = {
 
 
 @pytest.mark.parametrize("name", list(FIXED))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+# triton's interpreter on a CPU (0.1-1 s a case): the half dtypes in the slow run
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.slow),
+     pytest.param(torch.float16, marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_conv_fixed(name: str, dtype: torch.dtype) -> None:
     check(tc.triton_conv, FIXED[name], dtype)
 
@@ -125,7 +130,9 @@ TFIXED = {
 
 
 @pytest.mark.parametrize("name", list(TFIXED))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.slow)]
+)
 def test_conv_transpose_fixed(name: str, dtype: torch.dtype) -> None:
     check(tc.triton_conv_transpose, TFIXED[name], dtype)
 
