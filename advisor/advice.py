@@ -139,7 +139,7 @@ def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:
     return [
         f"layer {', '.join(c.group.names)} ({c.group.description}) keeps PyTorch's forward: {c.why}"
         for c in choices
-        if not c.results
+        if c.group.kept is not None  # not a minor group left native at default effort
     ]
 
 
