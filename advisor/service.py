@@ -91,7 +91,7 @@ def run_advise(
     sp = level.space(with_tolerances(load_space(space, dev), tolerances or {}), dev)
     # The same question asked again (the default storage, not fresh) is answered from the
     # stored advice, before anything is probed or loaded; the key reads run_advise's arguments.
-    from advisor.stages.reuse import AdviceReuse
+    from advisor.reuse import AdviceReuse
 
     reuse = AdviceReuse.lookup(run_advise, locals(), dev, sp)
     if reuse.advice is not None:

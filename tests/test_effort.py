@@ -321,7 +321,8 @@ def test_default_effort_measures_the_groups_that_carry_the_conv_work() -> None:
 def test_the_per_layer_stage_leaves_the_minor_groups_native_at_default_effort() -> None:
     from advisor.search import make_evaluator
     from advisor.search.storage import open_storage
-    from advisor.stages.per_layer import MINOR, choose_layer_impls
+    from advisor.stages.layer_share import MINOR
+    from advisor.stages.per_layer import choose_layer_impls
     from advisor.workload.build import model_workload
 
     space = load_space(str(DATA / "per_layer_cpu.yaml"), CPU)

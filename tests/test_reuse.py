@@ -1,4 +1,4 @@
-"""Reuse (advisor.stages.reuse): the same advise asked again, with the default storage, is answered
+"""Reuse (advisor.reuse): the same advise asked again, with the default storage, is answered
 from the stored advice before anything is probed, loaded or measured."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from advisor.report.progress import ProgressReporter
 from advisor.service import run_advise
 from advisor.space import load_space, with_tolerances
 from advisor.stages.effort import effort_of
-from advisor.stages.reuse import AdviceReuse, entry_path, partial
+from advisor.reuse import AdviceReuse, entry_path, partial
 from tests.conftest import DATA, FAST_SPACE
 
 CPU = torch.device("cpu")

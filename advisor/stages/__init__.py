@@ -4,6 +4,7 @@
 - `budget`: the run's time split into stages, and what a stage left out.
 - `finalists`: the best candidates re-timed together, interleaved, before any pick.
 - `per_layer`: conv groups x implementations on the best settings.
+- `layer_share`: the groups that carry the conv work, measured at default effort.
 - `compiling`: torch.compile candidates and their cold compile costs.
 - `walltime`: each stage's wall time, shown as it ends and kept in the result.
 - `confirm`: the pick, the default and the runner-up of another family timed together once

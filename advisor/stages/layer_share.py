@@ -18,9 +18,13 @@ from typing import Protocol, TypeVar
 from advisor.measure.roofline import layer_cost
 from advisor.workload.layer_spec import LayerSpec
 
-__all__ = ["MAIN_SHARE", "main_groups"]
+__all__ = ["MAIN_SHARE", "MINOR", "main_groups", "minor_keys"]
 
 MAIN_SHARE = 0.9
+MINOR = (
+    f"under {1 - MAIN_SHARE:.0%} of the model's conv work: kept native, not measured at default "
+    "effort (--effort full measures every group)"
+)
 
 
 class _Group(Protocol):
@@ -29,6 +33,16 @@ class _Group(Protocol):
 
     @property
     def spec(self) -> LayerSpec: ...
+
+
+class _Planned(_Group, Protocol):
+    """A per-layer stage's group (`per_layer.LayerGroup`)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def kept(self) -> str | None: ...
 
 
 G = TypeVar("G", bound=_Group)
@@ -62,3 +76,11 @@ def main_groups(
         covered += costs[i] or 0
     return ([g for i, g in enumerate(groups) if i in keep],
             [g for i, g in enumerate(groups) if i not in keep])  # fmt: skip
+
+
+def minor_keys(plan: Sequence[tuple[_Planned, list[str], dict[str, str]]], mode: str) -> set[str]:
+    """The keys of the per-layer stage's measurable groups (not kept, more than one
+    implementation) outside those that carry the conv work."""
+    measurable = [g for g, usable, _ in plan if g.kept is None and len(usable) > 1]
+    _, rest = main_groups(measurable, mode)
+    return {g.key for g in rest}

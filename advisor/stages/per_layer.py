@@ -38,7 +38,7 @@ from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluato
 from advisor.search.pick import pick_best, pick_final
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
-from advisor.stages.layer_share import MAIN_SHARE, main_groups
+from advisor.stages.layer_share import MINOR, minor_keys
 from advisor.workload.build import Workload, layer_workload_from_module
 from advisor.workload.info import LayerInfo
 from advisor.workload.layer_spec import DTYPE_NAMES, LayerSpec
@@ -171,9 +171,8 @@ def choose_layer_impls(
     stats: dict[str, int] | None = None,
     every_group: bool = True,
 ) -> list[LayerChoice]:
-    """Time each qualifying implementation per layer group under `settings`; pick per group.
-    Without `every_group` (default effort), only the groups that carry most of the conv work
-    (`layer_share.main_groups`); the rest keep the native conv, counted in `stats` ("minor").
+    """Time each qualifying implementation per layer group under `settings`; pick per group
+    (without `every_group`, only those `layer_share` keeps: the rest are "minor" in `stats`).
 
     One evaluator (one worker process when isolated) serves every group. An implementation that
     provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
@@ -191,8 +190,7 @@ def choose_layer_impls(
     store = LayerStore(storage, study_name, layer_context(mode, space))
     done, elsewhere = store.layer_results()
     plan = [_plan(g, wanted, settings, device) for g in groups]
-    minor = set() if every_group else _minor_groups(plan, mode)
-    stats["minor"] = stats.get("minor", 0) + len(minor)
+    stats["minor"] = len(minor := set() if every_group else minor_keys(plan, mode))
     total = sum(len(u) for g, u, _ in plan if len(u) > 1 and g.key not in minor)
     count = 0
     choices = []
@@ -226,19 +224,6 @@ def choose_layer_impls(
         if evaluator is not None:
             evaluator.close()
     return choices
-
-
-MINOR = (
-    f"under {1 - MAIN_SHARE:.0%} of the model's conv work: kept native, not measured at default "
-    "effort (--effort full measures every group)"
-)
-
-
-def _minor_groups(plan: list[tuple[LayerGroup, list[str], dict[str, str]]], mode: Mode) -> set[str]:
-    """The keys of the measurable groups outside those that carry the conv work."""
-    measurable = [g for g, usable, _ in plan if g.kept is None and len(usable) > 1]
-    _, rest = main_groups(measurable, mode)
-    return {g.key for g in rest}
 
 
 def _plan(
