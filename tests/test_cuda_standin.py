@@ -151,8 +151,9 @@ def _bench_forwards(log: Path) -> dict[int, set[str]]:
     return out
 
 
+@pytest.mark.slow  # isolated (7 s) and in-process (6.5 s): a worker for each value
 @pytest.mark.usefixtures("cuda_standin")
-@pytest.mark.slow  # isolated (7 s) and in-process (6.5 s); a stand-in worker: the test above
+@pytest.mark.parametrize("isolate", [True, False])
 def test_cudnn_benchmark_values_never_share_a_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolate: bool
 ) -> None:
