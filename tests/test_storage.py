@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
@@ -13,16 +11,10 @@ import pytest
 import advisor
 from advisor.errors import StorageError
 from advisor.search.storage import _rdb_url, _redact, default_storage_url, open_storage
-from tests.conftest import DATA, run_env
+from tests.conftest import DATA
+from tests.hostile._cli import advisor_cli_many, one_line_error
 
 LAYER = ["--layer", "Conv2d(3, 4, 3)", "--input-shape", "1,3,16,16", "--device", "cpu"]
-
-
-def _start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "advisor", *args], env=run_env(), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
 
 
 def _trials_of(url: str, prefix: str) -> list[tuple[int, str, dict]]:
@@ -42,20 +34,15 @@ def test_corrupt_storage_files_are_one_line_errors_and_lose_nothing(tmp_path: Pa
     bad_db.write_bytes(garbage)
     bad_log.write_bytes(garbage)
     out = tmp_path / "never.json"
-    runs = {
-        "not a database": _start("advise", *LAYER, "--storage", f"sqlite:///{bad_db}",
-                                 "--out", str(out)),
-        "not an optuna journal": _start("advise", *LAYER, "--storage", str(bad_log),
-                                        "--out", str(out)),
-        "needs --storage": _start("worker", *LAYER),
-        "shared with the other workers": _start("worker", *LAYER, "--storage", "memory"),
-    }  # fmt: skip
-    for needle, proc in runs.items():
-        _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 2, stderr
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("advisor: error: "), stderr
-        assert needle in lines[0] and "Traceback" not in stderr
+    # The four commands in one fresh process (tests/hostile/_cli.py: one interpreter start)
+    runs = advisor_cli_many({
+        "not a database": ["advise", *LAYER, "--storage", f"sqlite:///{bad_db}", "--out", str(out)],
+        "not an optuna journal": ["advise", *LAYER, "--storage", str(bad_log), "--out", str(out)],
+        "needs --storage": ["worker", *LAYER],
+        "shared with the other workers": ["worker", *LAYER, "--storage", "memory"],
+    })  # fmt: skip
+    for needle, r in runs.items():
+        one_line_error(r, needle)
     assert bad_db.read_bytes() == garbage and bad_log.read_bytes() == garbage  # never "repaired"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.db", "bad.log"]  # nothing written
     assert _trials_of(default_storage_url(), "keep-me") == kept
