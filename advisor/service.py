@@ -160,7 +160,8 @@ def run_advise(
             same pick)."""
             notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
             notes += [n for n in (outcome.screen_note, level.note()) if n]
-            unsettled = None if accept_noisy else machine_moved(trial_baseline, outcome.baseline)
+            moved = machine_moved(trial_baseline, outcome.baseline)
+            unsettled = None if accept_noisy else moved
             share = usage.others_share()
             check, check_error = None, None
             if retime_error is None and unsettled is None:
@@ -186,7 +187,7 @@ def run_advise(
                                   answer=answer,
                                   stage_s=breakdown(clock.spans, outcome.results,
                                                     outcome.elapsed_s))  # fmt: skip
-            warnings = [w for w in (unsettled, busy_warning(share)) if w]  # the summary prints
+            warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
             if warnings and advice.config.result is not None:
                 result = advice.config.result.model_copy(update={"warnings": warnings})
                 advice.config = advice.config.model_copy(update={"result": result})
