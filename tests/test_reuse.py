@@ -18,10 +18,10 @@ from advisor import service
 from advisor.advice import Advice
 from advisor.device.environment import cache_dir
 from advisor.report.progress import ProgressReporter
+from advisor.reuse import AdviceReuse, entry_path, partial
 from advisor.service import run_advise
 from advisor.space import load_space, with_tolerances
 from advisor.stages.effort import effort_of
-from advisor.reuse import AdviceReuse, entry_path, partial
 from tests.conftest import DATA, FAST_SPACE
 
 CPU = torch.device("cpu")
