@@ -14,6 +14,7 @@ from advisor.measure.results import TrialResult
 from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck
 from advisor.search.options import SearchOptions, SearchOutcome
 from advisor.search.pick import pareto_front
+from advisor.search.screen import SCREEN_DROP
 from advisor.search.study import Plan, evaluated, point_key, trial_params
 
 __all__ = ["CHECK_PREFIX", "check_key", "memory_checked", "read_outcome", "stored_checks"]
@@ -88,7 +89,7 @@ def screen_note(plan: Plan) -> str | None:
         return None
     shown = ", ".join(dropped[:4]) + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "")
     return (f"screening (a few samples of every candidate first) left {len(dropped)} candidate(s) "
-            f"untimed in full and ungated, above 1.5x the fastest: {shown}")
+            f"untimed in full and ungated, above {SCREEN_DROP:g}x the fastest: {shown}")
 
 
 CHECK_PREFIX = "precision_check:"

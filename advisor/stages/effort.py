@@ -43,14 +43,6 @@ class Effort:
     name: EffortName
 
     @property
-    def per_layer(self) -> bool:
-        return self.name != "quick"
-
-    @property
-    def compiles(self) -> bool:
-        return self.name != "quick"
-
-    @property
     def screens(self) -> bool:
         """Candidates are screened (a few steps each, all of them) before the full timing."""
         return self.name == "quick"
