@@ -45,7 +45,8 @@ class FinalCheck(BaseModel):
     )
     speedup_ci: tuple[float, float]
     rounds: int
-    held: bool = Field(description="the interval lies above 1.0x (and at one thread, when busy)")
+    held: bool = Field(description="the interval lies above 1.0x and reaches 1 + min_gain "
+        "(and at one thread, when busy, lies above 1.0x)")
     one_thread: tuple[float, float, float] | None = Field(
         None,
         description="on a busy CPU, the same at one torch thread (speedup, low, high): a win "
@@ -69,7 +70,7 @@ class FinalCheck(BaseModel):
         None, description="the runner-up over the default: ratio, 95% interval"
     )
     runner_up_held: bool | None = Field(
-        None, description="the runner-up's interval lies above 1.0x (and at one thread, if busy)"
+        None, description="the runner-up's interval holds as `held` asks"
     )
     versus_runner_up: tuple[float, float, float] | None = Field(
         None, description="the runner-up over the recommendation, paired by round"

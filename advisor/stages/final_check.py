@@ -109,10 +109,23 @@ def measure_pair(
     return retimed_results(workload, pair, per_case), first_s
 
 
+def holds(
+    interval: tuple[float, float],
+    one_thread: tuple[float, float, float] | None,
+    min_gain: float,
+) -> bool:
+    """Whether a change's paired interval over the default says it holds: its low end lies
+    above 1.0x, its high end reaches 1 + `min_gain` (a gain shown beyond noise to be smaller
+    than the search asked for is not worth a change), and at one thread (if busy) it is not
+    slower."""
+    lo, hi = interval
+    return lo > 1.0 and hi >= 1.0 + min_gain and (one_thread is None or one_thread[1] > 1.0)
+
+
 def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
     """Whether the rounds so far (the default's, the pick's, then a runner-up's where there is
     one) already decide the check: each change's paired interval over the default, at
-    `STRICT_Z`, lies wholly above 1.0x (it holds) or wholly below (it fails), and a runner-up
+    `STRICT_Z`, lies wholly above 1 + `min_gain` (it holds) or wholly below (it fails), and a runner-up
     and the pick are ordered by more than `min_gain` (never settled while within it). The
     usual 95% intervals of the same rounds, which the check reports, lie inside the strict
     ones and give the same verdicts; they are only wider than the full rounds' would have
@@ -127,7 +140,7 @@ def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
 
     for change in (pick, *runner):
         lo, hi = strict(base, change)
-        if not (lo > 1.0 or hi < 1.0):
+        if not (lo >= 1.0 + min_gain or hi < 1.0 + min_gain):
             return False
     if runner:
         lo, hi = strict(pick, runner[0])
@@ -170,7 +183,7 @@ def check_here(
         speedup=ratio,
         speedup_ci=(lo, hi),
         rounds=len(ms[0].samples_ms),  # type: ignore[union-attr]
-        held=lo > 1.0 and (one is None or one[1] > 1.0),
+        held=holds((lo, hi), one, min_gain),
         one_thread=one,
         first_call_s=first_s[1],
         other_load=usage.others_share(),
@@ -194,7 +207,7 @@ def runner_up_check(
     assert base is not None and pick is not None and runner is not None
     r_ratio, r_lo, r_hi = paired_speedup(base, runner)
     v_ratio, v_lo, v_hi = paired_speedup(pick, runner)
-    held = r_lo > 1.0 and (one_thread is None or one_thread[1] > 1.0)
+    held = holds((r_lo, r_hi), one_thread, min_gain)
     if held and v_lo > 1.0 and v_ratio >= 1 + min_gain:
         order = "runner-up"
     elif v_hi < 1.0 and 1 / v_ratio >= 1 + min_gain:

@@ -3,7 +3,9 @@ long-lived worker (the fp32 reference, each trial and each re-time build one), n
 process that builds it three times (the workload, then the default and the pick, as
 `advisor.apply` in a user's process would). What the final check is for, made deterministic
 with sleeps (50 ms against 5 ms: a 10x gap, so a busy machine's late wake-ups, a few ms each,
-cannot turn the worn process's win into a tie): the pick must not survive it."""
+cannot turn the worn process's win into a tie). In a fresh process channels_last loses (60 ms
+against 50), so the check's verdict does not hang on a tie read under load: the pick must not
+survive it."""
 
 import time
 
@@ -22,8 +24,11 @@ class WinsWhenWorn(nn.Module):
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x):  # noqa: ANN001, ANN201
-        fast = BUILT >= WORN and x.is_contiguous(memory_format=torch.channels_last)
-        time.sleep(0.005 if fast else 0.050)
+        channels_last = x.is_contiguous(memory_format=torch.channels_last)
+        if channels_last:
+            time.sleep(0.005 if BUILT >= WORN else 0.060)
+        else:
+            time.sleep(0.050)
         return self.conv(x)
 
 
