@@ -45,8 +45,10 @@ class FinalCheck(BaseModel):
     )
     speedup_ci: tuple[float, float]
     rounds: int
-    held: bool = Field(description="the interval lies above 1.0x and reaches 1 + min_gain "
-        "(and at one thread, when busy, lies above 1.0x)")
+    held: bool = Field(
+        description="the interval lies above 1.0x and reaches 1 + min_gain "
+        "(and at one thread, when busy, lies above 1.0x)"
+    )
     one_thread: tuple[float, float, float] | None = Field(
         None,
         description="on a busy CPU, the same at one torch thread (speedup, low, high): a win "
