@@ -114,10 +114,9 @@ def holds(
     one_thread: tuple[float, float, float] | None,
     min_gain: float,
 ) -> bool:
-    """Whether a change's paired interval over the default says it holds: its low end lies
-    above 1.0x, its high end reaches 1 + `min_gain` (a gain shown beyond noise to be smaller
-    than the search asked for is not worth a change), and at one thread (if busy) it is not
-    slower."""
+    """Whether a change's paired interval over the default holds: above 1.0x, reaching 1 +
+    `min_gain` (a gain shown to be smaller than the search asked for is not worth a change),
+    and at one thread (if busy) not slower."""
     lo, hi = interval
     return lo > 1.0 and hi >= 1.0 + min_gain and (one_thread is None or one_thread[1] > 1.0)
 
