@@ -105,7 +105,13 @@ def run_advise(
         if isolate and workload_args.get("model_file") is not None:
             # The final check's fresh process loads the model file beside the probe (both
             # isolated), so the check later pays for its timing only (final_check.FreshProcess).
-            spare = stack.enter_context(contextlib.closing(FreshProcess(("args", workload_args))))
+            # Not at quick, whose check runs only where the margin is within noise: there the
+            # spare's start would compete with the probe's for the CPU on every run, to save
+            # its own start on a few.
+            if level.check_always:
+                spare = stack.enter_context(
+                    contextlib.closing(FreshProcess(("args", workload_args)))
+                )
             # The user's code runs here only after it ran once, isolated, under the trial
             # limit; the child that ran it goes on as the run's worker.
             probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True,

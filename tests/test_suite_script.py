@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +22,21 @@ def _suite() -> ModuleType:
     return load_script(SCRIPT, "suite_under_test")  # puts benchmarks/ on sys.path for suite_models
 
 
+def docs_smoke_run() -> list[str]:
+    """The smoke run's arguments as docs/gpu-benchmarks.md shows them (its doc-test marker:
+    run-by this test)."""
+    for line in (ROOT / "docs" / "gpu-benchmarks.md").read_text().splitlines():
+        if line.startswith("python benchmarks/suite.py --device cpu"):
+            return shlex.split(line)[2:]
+    raise AssertionError("docs/gpu-benchmarks.md shows no `python benchmarks/suite.py` smoke run")
+
+
 @pytest.mark.slow
 def test_quick_cpu_run_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "suite.md"
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--quick"]
-    cmd += ["--only", "seed_dwconvT_bn_b8", "--configs", "default", "advisor", "exhaustive"]
-    cmd += ["--min-run-time", "0.05", "--advise-time", "5", "--out", str(out)]
+    args = docs_smoke_run()
+    assert args[args.index("--out") + 1] == out.name and "seed_dwconvT_bn_b8" in args, args
+    cmd = [sys.executable, str(SCRIPT), *args]  # --out suite.md: in tmp_path, its cwd
     # A verdict on completion, so a generous limit: about 1 minute alone here (20 s of it the bf16
     # peak on a CPU without bf16 units), 2 minutes beside two busy loops.
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
