@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -93,3 +96,35 @@ def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path:
     assert second.wait("k", timeout_s=5.0) == check
     # kept apart from the re-time's record of the same key
     assert RetimeRecord(open_storage(url), "s").get("k") is None
+
+
+def _claim_at_once(url: str, key: str, owner: str, barrier: Any, out: Any) -> None:
+    from advisor.search.storage import RetimeRecord
+
+    record = RetimeRecord(open_storage(url), "s")
+    barrier.wait()
+    start = time.perf_counter()
+    out.put((owner, record.claim(key, owner), time.perf_counter() - start))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_processes_claiming_at_once_on_a_local_storage_get_one_winner_without_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    """SQLite files and journal files are local: a claim is read and written under a file lock,
+    so the first wins at once (no settling sleep, which cost every re-time and final check
+    half a second), and two processes racing for it never both hold it."""
+    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else str(tmp_path / "s.log")
+    optuna.create_study(study_name="s", storage=open_storage(url))
+    ctx = multiprocessing.get_context("fork")
+    for key in ("a", "b", "c"):
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_claim_at_once, args=(url, key, who, barrier, out))
+                 for who in ("one", "two")]  # fmt: skip
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert sorted(held for _, held, _ in got) == [False, True], got
+        assert all(took < 0.4 for _, _, took in got), got  # settle_s is 0.5

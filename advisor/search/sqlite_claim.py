@@ -18,7 +18,43 @@ from pathlib import Path
 
 import optuna
 
-__all__ = ["TrialClaims"]
+__all__ = ["TrialClaims", "local_lock"]
+
+
+def _lock_beside(path: Path) -> contextlib.AbstractContextManager[None]:
+    return _flock(path.expanduser().resolve().with_name(path.name + ".claims.lock"))
+
+
+@contextlib.contextmanager
+def _flock(lock_path: Path) -> Iterator[None]:
+    with open(lock_path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def local_lock(
+    storage: optuna.storages.BaseStorage,
+) -> contextlib.AbstractContextManager[None] | None:
+    """A lock that every process sharing `storage` takes, for a read-then-write claim: none
+    needed where only this process sees it (in memory), a file lock beside a SQLite database or
+    a journal file (local files: every process sharing one is on this host), and None for a
+    database server, whose processes may run on several hosts."""
+    if isinstance(storage, optuna.storages.InMemoryStorage):
+        return contextlib.nullcontext()
+    engine = getattr(storage, "engine", None)
+    if engine is not None:
+        if engine.dialect.name != "sqlite":
+            return None
+        database = engine.url.database
+        if not database or database == ":memory:":
+            return contextlib.nullcontext()
+        return _lock_beside(Path(database))
+    backend = getattr(storage, "_backend", None)
+    path = getattr(backend, "_file_path", None)
+    return _lock_beside(Path(path)) if isinstance(path, str) else None
 
 
 class TrialClaims:
@@ -29,19 +65,11 @@ class TrialClaims:
         database = engine.url.database if engine is not None else None
         if not database or database == ":memory:":
             raise ValueError("trial claims need a SQLite database file")
-        self._lock_path = (
-            Path(database).expanduser().resolve().with_name(Path(database).name + ".claims.lock")
-        )
+        self._database = Path(database)
         self._storage, self._study_id, self._owner = storage, study_id, owner
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self._lock_path, "a+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return _lock_beside(self._database)
 
     def claim(self, trial: optuna.Trial) -> bool:
         """Name this owner the trial's owner unless another process did first: True when it is

@@ -20,6 +20,7 @@ from advisor.device.environment import cache_dir
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.search.sqlite_claim import local_lock
 
 T = TypeVar("T")
 
@@ -252,6 +253,7 @@ class SharedRecord(Generic[T]):
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
         self.study = optuna.load_study(study_name=study_name, storage=storage)
+        self._lock = local_lock(storage)  # the storage as opened (optuna wraps an RDB one)
 
     def _load(self, data: Any) -> T:
         raise NotImplementedError
@@ -267,8 +269,16 @@ class SharedRecord(Generic[T]):
         return None if data is None else self._load(data)
 
     def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
-        """True when this process should measure: it holds the claim once concurrent claims
-        have landed (the last writer holds it). False when another process does."""
+        """True when this process should measure, False when another process does. Where
+        every process that shares the storage is on this host, the claim is read and written
+        under a lock (the first claim wins). Elsewhere (a database server) it is held once
+        concurrent claims have landed: the last writer holds it, after `settle_s`."""
+        if self._lock is not None:
+            with self._lock:
+                if self._attr("claim", key) is None:
+                    self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
+                    return True
+            return bool(self._attr("claim", key) == owner)
         if self._attr("claim", key) is None:
             self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
             time.sleep(settle_s)
