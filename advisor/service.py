@@ -22,7 +22,7 @@ from advisor.device.environment import resolve_device
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.errors import AdvisorError
 from advisor.execute.evaluators import Evaluator
-from advisor.execute.probe import hand_over, probe_model
+from advisor.execute.probe import hand_over, launch_worker, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
@@ -145,6 +145,8 @@ def run_advise(
         # costs an interpreter, torch's import and the model's set-up (about 4 s on 2 cores).
         evaluator = make_evaluator(workload, dev, sp, options)
         hand_over(probed, evaluator)
+        if probed is None:
+            launch_worker(evaluator)
         if spare is not None and spare.ready(SPARE_WAIT_S + time.perf_counter() - start):
             spare.close()  # not loaded yet (or failed): the check starts its own, as it would
             spare = None

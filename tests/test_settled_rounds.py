@@ -6,8 +6,10 @@ injected clock: the statistics are exact, and nothing here is a speed claim."""
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 from advisor.execute.payback import payback_verdict, settled_cannot_pay
+from advisor.execute.retime import leader_settled
 from advisor.measure.stats import STRICT_Z, Measurement, median_ci, paired_speedup
 from advisor.measure.timing import interleave
 from advisor.stages.final_check import MIN_ROUNDS, holds, settled
@@ -151,3 +153,17 @@ def test_a_runner_up_settles_only_once_it_and_the_pick_are_ordered() -> None:
     assert not settled([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
     # The pick settled against the default, the runner-up not (it is as slow as the default).
     assert not settled([base, pick, [*base[1:], base[0]]])
+
+
+def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None:
+    base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
+    win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]
+    mid = [30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3]
+    assert leader_settled([base, win, mid], 0.02)  # win leads both by far more than 2%
+    assert leader_settled([win, base], 0.02)  # whichever place the leader has
+    assert not leader_settled([base[:4], win[:4]], 0.02)  # too few rounds for an interval
+    # the two fastest within 1% of each other: a tie is never settled, the budget ends it
+    assert not leader_settled([base, win, [w * 1.01 for w in win]], 0.02)
+    out = interleave(_samplers(base * 5, win * 5, mid * 5), _Clock(), min_rounds=5, budget_s=10.0,
+                     decided=partial(leader_settled, min_gain=0.02))  # fmt: skip
+    assert [len(s) for s in out] == [5, 5, 5]  # settled at the fewest rounds

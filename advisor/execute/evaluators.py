@@ -85,7 +85,8 @@ class InProcessEvaluator:
         saved = global_state()
         try:
             policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
-            return retime(self.workload, results, self.device, self.mode, policy)
+            return retime(self.workload, results, self.device, self.mode, policy,
+                          min_gain=self.space.min_gain)  # fmt: skip
         finally:
             restore_global_state(saved)
 

@@ -100,6 +100,7 @@ class IsolatedEvaluator:
         self._conn: Connection | None = None
         self._switch = False  # the live worker must load `info` before its next task
         self._adopted = False  # the process is the probe's child, not serving yet
+        self._pending = False  # launched, its "ready" not read yet
         self.starts = 0  # workers started so far (or adopted); > 1 means one was replaced
 
     @property
@@ -134,9 +135,22 @@ class IsolatedEvaluator:
         else:
             self._kill()
 
+    def launch(self) -> None:
+        """Start the worker now without waiting for it: it imports torch and builds the
+        workload while this process goes on (opening the study, planning); the first task
+        waits until it is ready. Nothing where a worker is already running or adopted."""
+        if self._proc is None:
+            self._spawn()
+            self._pending = True
+
     def _live(self) -> str | None:
         """Make sure a worker is running on `info`: switch the live one to it, or start one.
         None, or why no worker could start."""
+        if self._pending:
+            self._pending = False
+            why = self._ready()
+            if why is not None:
+                return why
         if self._adopted and self._proc is not None and self._proc.is_alive():
             self._serve()
         if self._switch and self._proc is not None and self._proc.is_alive():
@@ -156,6 +170,10 @@ class IsolatedEvaluator:
 
     def _start(self) -> str | None:
         """Start a worker and wait until it is ready; None, or why it could not start."""
+        self._spawn()
+        return self._ready()
+
+    def _spawn(self) -> None:
         self._switch = False
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(
@@ -178,6 +196,9 @@ class IsolatedEvaluator:
         self.starts += 1
         child.close()
         self._conn = parent
+
+    def _ready(self) -> str | None:
+        """Wait for the spawned worker's "ready"; None, or why it could not start."""
         msg = self._receive(self.startup_timeout_s)
         if isinstance(msg, tuple) and msg[0] == "ready":
             return None
@@ -212,7 +233,7 @@ class IsolatedEvaluator:
             self._proc.join(timeout=10)
         if self._conn is not None:
             self._conn.close()
-        self._proc, self._conn, self._adopted = None, None, False
+        self._proc, self._conn, self._adopted, self._pending = None, None, False, False
 
     def _failed(self, settings: Settings, reason: str) -> TrialResult:
         return TrialResult(

@@ -67,6 +67,14 @@ def hand_over(probed: ProbeChild | None, evaluator: object) -> None:
         probed.close()
 
 
+def launch_worker(evaluator: object) -> None:
+    """Start an isolated evaluator's first worker now (`IsolatedEvaluator.launch`), where no
+    probe's child was handed over: its start-up overlaps this process's own."""
+    evaluator = getattr(evaluator, "off", evaluator)
+    if isinstance(evaluator, IsolatedEvaluator):
+        evaluator.launch()
+
+
 def probe_model(
     workload_args: dict[str, Any],
     mode: str,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from advisor.device.ops import device_guard
 from advisor.knobs import GlobalFlags
 from advisor.measure.candidate import Candidate, Mode
 from advisor.measure.results import TrialResult
-from advisor.measure.stats import Measurement, combine
+from advisor.measure.stats import STRICT_Z, Measurement, combine, paired_speedup
 from advisor.measure.timing import (
     Clock,
     Sampler,
@@ -157,18 +158,42 @@ def retime(
     policy: TimingPolicy,
     *,
     clock: Clock | None = None,
+    min_gain: float | None = None,
 ) -> list[TrialResult]:
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
-    `retimed`. Each finalist keeps the calls per sample its trial used, per shape."""
+    `retimed`. Each finalist keeps the calls per sample its trial used, per shape. With
+    `min_gain`, the rounds of a single shape stop once `leader_settled`."""
     per_case: list[list[list[float]]] = []
+    one_shape = len(workload.shape_cases) == 1
+    rule = partial(leader_settled, min_gain=min_gain) if min_gain is not None and one_shape else None
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, results, device, mode, policy, case, clock)
         try:
             samplers = [partial(session.sample, i) for i in range(len(results))]
-            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy)))
+            per_case.append(
+                interleave(samplers, session.sampler.clock, **rounds(policy), decided=rule)
+            )
         finally:
             session.close()
     return retimed_results(workload, results, per_case)
+
+
+def leader_settled(samples: list[list[float]], min_gain: float) -> bool:
+    """Whether the rounds so far already give the re-time's answer: the finalist with the
+    lowest median is faster than each other one by more than `min_gain`, in their paired
+    interval at `STRICT_Z` (a rule looked at after every round). Finalists within `min_gain`
+    of the leader never settle it: their rounds go on to the budget, as without a rule."""
+    if len(samples[0]) < 5:  # the fewest a paired interval is computed from
+        return False
+    medians = [statistics.median(s) for s in samples]
+    lead = medians.index(min(medians))
+    leader = Measurement(samples_ms=samples[lead])
+    for i, other in enumerate(samples):
+        if i != lead:
+            _, lo, _ = paired_speedup(Measurement(samples_ms=other), leader, STRICT_Z)
+            if lo <= 1.0 + min_gain:
+                return False
+    return True
 
 
 def rounds(policy: TimingPolicy) -> dict[str, Any]:

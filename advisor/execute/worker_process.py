@@ -155,7 +155,7 @@ def worker_main(
             try:
                 rs = [TrialResult.model_validate_json(j) for j in msg[1]]
                 policy = retime_policy(space.timing.policy(), len(rs), msg[2])
-                fresh = retime(workload, rs, dev, mode, policy)
+                fresh = retime(workload, rs, dev, mode, policy, min_gain=space.min_gain)
                 reply = ("retimed", [r.model_dump_json() for r in fresh])
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
