@@ -122,13 +122,12 @@ def holds(
 
 
 def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
-    """Whether the rounds so far (the default's, the pick's, then a runner-up's where there is
-    one) already decide the check: each change's paired interval over the default, at
-    `STRICT_Z`, lies wholly above 1 + `min_gain` (it holds) or wholly below (it fails), and a runner-up
-    and the pick are ordered by more than `min_gain` (never settled while within it). The
-    usual 95% intervals of the same rounds, which the check reports, lie inside the strict
-    ones and give the same verdicts; they are only wider than the full rounds' would have
-    been."""
+    """Whether the rounds so far (the default's, the pick's, then a runner-up's if any)
+    decide the check: each change's paired interval over the default at `STRICT_Z` lies above
+    1.0x with the usual one reaching 1 + `min_gain` (it holds), or wholly below 1 + `min_gain`
+    (it fails); a runner-up and the pick are ordered by more than `min_gain` (never settled
+    within it). The usual 95% intervals, which the check reports, lie inside the strict ones
+    and give the same verdicts; they are only wider than the full rounds' would have been."""
     base, pick, *runner = samples
     if len(base) < MIN_ROUNDS:
         return False
@@ -139,7 +138,8 @@ def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
 
     for change in (pick, *runner):
         lo, hi = strict(base, change)
-        if not (lo >= 1.0 + min_gain or hi < 1.0 + min_gain):
+        usual_hi = paired_speedup(Measurement(samples_ms=base), Measurement(samples_ms=change))[2]
+        if not ((lo > 1.0 and usual_hi >= 1.0 + min_gain) or hi < 1.0 + min_gain):
             return False
     if runner:
         lo, hi = strict(pick, runner[0])
