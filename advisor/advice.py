@@ -317,7 +317,9 @@ def build_advice(
             f"({final_error}): keeping PyTorch's default"
         )
     elif final is not None and not final.held and runner_held(final, outcome.results) is None:
-        keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}): keeping PyTorch's default"
+        lo, hi = final.speedup_ci
+        short = f", a gain under the {min_gain:.0%} a change must bring" if lo > 1.0 and hi < 1 + min_gain else ""
+        keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}{short}): keeping PyTorch's default"
     if keep is not None and pick.chosen is not outcome.baseline:
         pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
     elif final is not None:
