@@ -128,3 +128,13 @@ def test_processes_claiming_at_once_on_a_local_storage_get_one_winner_without_wa
             p.join(timeout=60)
         assert sorted(held for _, held, _ in got) == [False, True], got
         assert all(took < 0.4 for _, _, took in got), got  # settle_s is 0.5
+
+
+def test_one_record_claims_key_after_key(tmp_path: Path) -> None:
+    from advisor.search.storage import RetimeRecord
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="s", storage=open_storage(url))
+    record = RetimeRecord(open_storage(url), "s")
+    assert all(record.claim(k, "one") for k in ("a", "b", "c"))  # each claim takes a new lock
+    assert not RetimeRecord(open_storage(url), "s").claim("b", "two")

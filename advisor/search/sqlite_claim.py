@@ -21,13 +21,10 @@ import optuna
 __all__ = ["TrialClaims", "local_lock"]
 
 
-def _lock_beside(path: Path) -> contextlib.AbstractContextManager[None]:
-    return _flock(path.expanduser().resolve().with_name(path.name + ".claims.lock"))
-
-
 @contextlib.contextmanager
-def _flock(lock_path: Path) -> Iterator[None]:
-    with open(lock_path, "a+") as f:
+def _lock_beside(path: Path) -> Iterator[None]:
+    """An exclusive lock on a file beside `path` (`<name>.claims.lock`)."""
+    with open(path.expanduser().resolve().with_name(path.name + ".claims.lock"), "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -253,7 +253,7 @@ class SharedRecord(Generic[T]):
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
         self.study = optuna.load_study(study_name=study_name, storage=storage)
-        self._lock = local_lock(storage)  # the storage as opened (optuna wraps an RDB one)
+        self._storage = storage  # as opened: optuna's study wraps an RDB one
 
     def _load(self, data: Any) -> T:
         raise NotImplementedError
@@ -273,8 +273,9 @@ class SharedRecord(Generic[T]):
         every process that shares the storage is on this host, the claim is read and written
         under a lock (the first claim wins). Elsewhere (a database server) it is held once
         concurrent claims have landed: the last writer holds it, after `settle_s`."""
-        if self._lock is not None:
-            with self._lock:
+        lock = local_lock(self._storage)  # a fresh one each time: a lock is entered once
+        if lock is not None:
+            with lock:
                 if self._attr("claim", key) is None:
                     self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
                     return True
