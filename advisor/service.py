@@ -144,14 +144,15 @@ def run_advise(
         # per-layer combination, its compiled candidates and the re-times: each worker start
         # costs an interpreter, torch's import and the model's set-up (about 4 s on 2 cores).
         evaluator = make_evaluator(workload, dev, sp, options)
+        stack.callback(evaluator.close)  # on an error before the stages (closed again: a no-op)
         hand_over(probed, evaluator)
-        if probed is None:
-            launch_worker(evaluator)
         if spare is not None and spare.ready(SPARE_WAIT_S + time.perf_counter() - start):
             spare.close()  # not loaded yet (or failed): the check starts its own, as it would
             spare = None
         if storage != "memory":
             open_storage(storage)  # a storage that cannot be opened is bad input: said first
+        if probed is None:
+            launch_worker(evaluator)  # its start overlaps the study's opening and planning
         clock.until_now(LOAD)
         # The stages share what the start-up and the load left of the budget.
         plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,
