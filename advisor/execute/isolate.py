@@ -1,8 +1,9 @@
-"""Isolated trials: candidates run in a spawned worker process with a time limit.
+"""Isolated trials: candidates run in a worker process with a time limit.
 
 A crash (segfault, abort, CUDA illegal address), a hang (killed at the limit) or an out-of-memory
 becomes a failed trial with its reason, and the worker is replaced where its state may be bad; the
-study goes on. Workers are spawned, never forked, so a parent that already initialised CUDA is safe.
+study goes on. Workers are never forked from the parent (advisor.execute.children: spawned, or
+forked from a server that only imported torch), so a parent that already initialised CUDA is safe.
 
 Protocol over a pipe: the worker starts (imports, rebuilds the workload from its info's JSON,
 computes the fp32 reference) and sends ("ready", pid) or ("error", reason); then for each
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import multiprocessing as mp
 import signal
 import time
 from multiprocessing.connection import Connection
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from advisor.execute.streams import fd_stdout_to_stderr
-from advisor.execute.worker_process import LEAVE_S, main_hidden, worker_main
+from advisor.execute.children import start_child
+from advisor.execute.worker_process import LEAVE_S, worker_main
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Mode
@@ -95,7 +95,6 @@ class IsolatedEvaluator:
         self._known: dict[str, str] = {}  # precision verdicts: own path's JSON -> check's JSON
         self.timeout_s = timeout_s
         self.startup_timeout_s = max(startup_timeout_s, timeout_s)
-        self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
         self._switch = False  # the live worker must load `info` before its next task
@@ -175,27 +174,18 @@ class IsolatedEvaluator:
 
     def _spawn(self) -> None:
         self._switch = False
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(
-            target=worker_main,
-            args=(
-                child,
-                self.info.model_dump_json(),  # the same JSON a config file holds
-                str(self.device),
-                self.mode,
-                self.space.model_dump_json(),
-                None,
-                self.cudnn_benchmark,
-            ),
-            daemon=True,
+        # Started with stdout on stderr: whatever the user's code prints there (at import, in
+        # build_model, in forward) stays off stdout.
+        self._proc, self._conn = start_child(
+            worker_main,
+            self.info.model_dump_json(),  # the same JSON a config file holds
+            str(self.device),
+            self.mode,
+            self.space.model_dump_json(),
+            None,
+            self.cudnn_benchmark,
         )
-        # The worker inherits this process's descriptors: started with stdout on stderr, whatever
-        # the user's code prints there (at import, in build_model, in forward) stays off stdout.
-        with main_hidden(), fd_stdout_to_stderr():
-            self._proc.start()
         self.starts += 1
-        child.close()
-        self._conn = parent
 
     def _ready(self) -> str | None:
         """Wait for the spawned worker's "ready"; None, or why it could not start."""

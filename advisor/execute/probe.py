@@ -2,7 +2,7 @@
 
 A model file is code the advisor does not control: importing it, calling its factories and
 running one step may end the process (`sys.exit`, `os._exit`), hang, crash or raise. Before the
-advise process runs any of it itself, a spawned child does all of it once (import, example inputs,
+advise process runs any of it itself, a child process does all of it once (import, example inputs,
 build, one step of the mode: in train mode with its backward) under the trial time limit; any
 failure becomes one line (a `ModelFileError`: exit code 2) instead of a silent exit or a hang.
 Start-up (importing torch in the child) has its own, larger limit, as a worker's does.
@@ -15,7 +15,6 @@ paid them already.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import signal
 import time
 from dataclasses import dataclass
@@ -23,13 +22,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
+from advisor.execute.children import start_child
 from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
-from advisor.execute.streams import fd_stdout_to_stderr
 from advisor.execute.worker_process import (
     LEAVE_S,
     become_child,
     leave,
-    main_hidden,
     worker_main,
 )
 
@@ -89,15 +87,9 @@ def probe_model(
     is returned, waiting to become a worker (the caller adopts or closes it); with `compiles`
     too (the run will compile in it), it starts Inductor while it waits, where the model's load
     is long enough to hide that (`advisor.compiled.start_beside_load`)."""
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
     early = keep and compiles
-    proc: Any = ctx.Process(
-        target=_child, args=(child, workload_args, mode, device, early), daemon=True
-    )
-    with main_hidden(), fd_stdout_to_stderr():
-        proc.start()
-    child.close()
+    proc: Any
+    proc, parent = start_child(_child, workload_args, mode, device, early)
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
         msg = receive(parent, proc, startup_timeout_s)

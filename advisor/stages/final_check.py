@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import multiprocessing as mp
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -40,7 +39,6 @@ from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
 from advisor.execute.probe import receive, user_failure
 from advisor.execute.retime import RetimeSession, retimed_results, rounds
-from advisor.execute.streams import fd_stdout_to_stderr
 from advisor.execute.worker_process import LEAVE_S
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
@@ -277,14 +275,10 @@ class FreshProcess:
     `source` is ("args", make_workload's arguments) or ("info", a workload info's JSON)."""
 
     def __init__(self, source: tuple[str, Any]) -> None:
-        from advisor.execute.worker_process import main_hidden
+        from advisor.execute.children import start_child
 
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc: Any = ctx.Process(target=_child, args=(child, source), daemon=True)
-        with main_hidden(), fd_stdout_to_stderr():
-            self.proc.start()
-        child.close()
+        self.proc: Any
+        self.proc, self.conn = start_child(_child, source)
         self._state: str | None = "loading"  # None: ready; else why not ("loading" meanwhile)
 
     def ready(self, timeout_s: float) -> str | None:

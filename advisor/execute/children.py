@@ -1,0 +1,153 @@
+"""Starting the advisor's child processes: workers, the probe's child, the final check's fresh
+process.
+
+A child must start from no state of its parent's. Spawning one (a new interpreter) gives that,
+but each pays the interpreter's start and torch's import: 2.5-3.6 s of CPU on a 2-core EPYC, more
+than a one-layer quick advise measures. On Linux the children are therefore forked from
+multiprocessing's fork server, a process started once that has only imported torch and the
+advisor's child code: no tensor made, no thread pool, no CUDA context, so a child forked from it
+is as fresh as a spawned one, less the import. Elsewhere, and where `ADVISOR_START_METHOD=spawn`,
+children are spawned.
+
+What a forked child would otherwise take from the server and not from its parent is passed with
+it: the parent's environment at the child's start (applied before the child's own code runs)
+and its stderr (the child's stdout and stderr, as `fd_stdout_to_stderr` gives a spawned child).
+The working folder and `sys.path` come with every child's start already. A parent whose
+environment differs from the server's in a variable read at torch's import (thread pools,
+allocators, library paths) spawns that child instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from collections.abc import Callable
+from multiprocessing import forkserver, reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+from advisor.execute.streams import fd_stdout_to_stderr
+
+__all__ = ["PRELOAD", "Fd", "start_child", "start_for_cli", "start_method", "start_server"]
+
+# What the fork server imports once, so that no child imports it again: torch, and the modules
+# the children run (which import the rest of what they need). Nothing here runs a torch op at
+# import: a fork after OpenMP's threads started can hang the child's first parallel region.
+PRELOAD = ["torch", "advisor.execute.worker_process", "advisor.execute.probe",
+           "advisor.stages.final_check"]  # fmt: skip
+# Variables read when torch (or the C libraries it loads) is imported: a child whose parent has
+# other values than the server had must import torch itself, so it is spawned.
+IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "DNNL_", "ONEDNN_", "LD_",
+                   "PYTHON", "TORCH_", "PYTORCH_", "CUDA_", "HIP_", "ROCR_", "ROCM_", "NVIDIA_",
+                   "MALLOC_", "ATEN_", "KINETO_")  # fmt: skip
+METHOD_ENV = "ADVISOR_START_METHOD"
+
+_server_env: dict[str, str] | None = None  # the environment the running server started with
+
+
+def _forks() -> bool:
+    """Whether children are forked from the server here: Linux (macOS frameworks are not safe
+    to fork without exec; Windows has no fork), unless the user asked for spawn."""
+    return (
+        sys.platform == "linux"
+        and os.environ.get(METHOD_ENV, "forkserver") != "spawn"
+        and "forkserver" in mp.get_all_start_methods()
+    )
+
+
+def start_server() -> None:
+    """Start the fork server if it is not running: it imports `PRELOAD` while the caller goes
+    on (the CLI calls this before its own import of torch, so the two imports overlap)."""
+    global _server_env
+    if not _forks():
+        return
+    server: Any = forkserver._forkserver
+    if _server_env is not None and server._forkserver_pid is not None:
+        server.ensure_running()  # restarts one that died, with the same preloads
+        return
+    mp.set_forkserver_preload(PRELOAD)
+    # The server's own output (a warning at import) must not reach our stdout: it may be JSON.
+    with fd_stdout_to_stderr():
+        server.ensure_running()
+    _server_env = dict(os.environ)
+
+
+def start_for_cli(argv: list[str] | None = None) -> None:
+    """Where this process is the `advisor` command about to start children (`advise` or
+    `worker`, isolated), start the fork server before the command imports torch: the two
+    imports overlap (on 2 cores a one-layer quick advise then answers about 3 s sooner). Called
+    by the package's import, which is the command's first; a no-op for any other program."""
+    argv = sys.argv if argv is None else argv
+    command = len(argv) > 1 and (argv[0] == "-m" or os.path.basename(argv[0]) == "advisor")
+    if command and argv[1] in ("advise", "worker") and "--in-process" not in argv:
+        start_server()
+
+
+def start_method() -> str:
+    """How the next child starts: "forkserver", or "spawn" (not Linux, asked for, or this
+    process's environment now differs from the server's where torch's import reads it)."""
+    if not _forks():
+        return "spawn"
+    start_server()
+    server_env = _server_env or {}
+    changed = {k for k in set(server_env) | set(os.environ)
+               if server_env.get(k) != os.environ.get(k)}  # fmt: skip
+    return "spawn" if any(k.startswith(IMPORT_TIME_ENV) for k in changed) else "forkserver"
+
+
+def context() -> Any:
+    """The multiprocessing context the next child starts in (`start_method`)."""
+    return mp.get_context(start_method())
+
+
+class Fd:
+    """A file descriptor passed to a child as it starts: the child's copy of it, by number."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # DupFd hands the descriptor to the child through the start method's own channel; it
+        # must be made while the child's start pickles its arguments.
+        return (_detach, (reduction.DupFd(self.fd),))
+
+
+def _detach(dup: Any) -> int:
+    return int(dup.detach())
+
+
+def _forked_main(target: Callable[..., None], env: dict[str, str], stderr: int,
+                 *args: Any) -> None:  # fmt: skip
+    """A forked child's first steps: its parent's stderr as stdout and stderr, its parent's
+    environment; then `target(*args)`."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(stderr, 1)
+    os.dup2(stderr, 2)
+    os.close(stderr)
+    os.environ.clear()
+    os.environ.update(env)
+    target(*args)
+
+
+def start_child(target: Callable[..., None], *args: Any) -> tuple[Any, Connection]:
+    """Start `target(conn, *args)` in a child process (daemonic: it dies with this one) and
+    return (the process, this end of the pipe). The child's stdout goes to this process's
+    stderr, and the caller's main script is not re-run in it."""
+    from advisor.execute.worker_process import main_hidden
+
+    ctx = context()
+    parent, child = ctx.Pipe()
+    if ctx.get_start_method() == "forkserver":
+        proc: Any = ctx.Process(
+            target=_forked_main,
+            args=(target, dict(os.environ), Fd(2), child, *args),
+            daemon=True,
+        )
+    else:
+        proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+    with main_hidden(), fd_stdout_to_stderr():
+        proc.start()
+    child.close()
+    return proc, parent

@@ -1,0 +1,103 @@
+"""advisor.execute.children: a child forked from the server starts as a spawned one would, from
+its parent's environment and stderr, and costs no import of torch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from multiprocessing.connection import Connection
+
+import pytest
+
+from advisor.execute import children
+from tests.conftest import run_env
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the fork server is Linux-only")
+
+
+def _report(conn: Connection, name: str) -> None:
+    """In the child: the variable asked for, whether torch is imported, and a line on stdout."""
+    print(f"child says hello on stdout ({os.getpid()})", flush=True)
+    conn.send((os.environ.get(name), "torch" in sys.modules, os.getcwd()))
+    conn.close()
+
+
+def _run_child(name: str) -> tuple[str | None, bool, str]:
+    proc, conn = children.start_child(_report, name)
+    try:
+        assert conn.poll(120), "the child did not answer"
+        return conn.recv()
+    finally:
+        proc.join(10)
+        conn.close()
+
+
+@linux_only
+def test_a_forked_child_gets_the_parents_environment_and_folder_as_they_are_now(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> None:
+    children.start_server()
+    monkeypatch.setenv("ADVISOR_TEST_LATE", "set after the server started")
+    monkeypatch.chdir(tmp_path)
+    assert children.start_method() == "forkserver"
+    value, has_torch, cwd = _run_child("ADVISOR_TEST_LATE")
+    assert value == "set after the server started"
+    assert has_torch  # imported by the server, not by the child
+    assert os.path.samefile(cwd, tmp_path)
+
+
+@linux_only
+def test_a_variable_torch_reads_at_import_that_changed_means_a_spawned_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    children.start_server()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1" if os.environ.get("OMP_NUM_THREADS") != "1" else "2")
+    assert children.start_method() == "spawn"
+    value, _, _ = _run_child("OMP_NUM_THREADS")
+    assert value == os.environ["OMP_NUM_THREADS"]
+
+
+def test_spawn_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(children.METHOD_ENV, "spawn")
+    assert children.start_method() == "spawn"
+    value, has_torch, _ = _run_child(children.METHOD_ENV)
+    assert value == "spawn" and has_torch  # the child's code imports it (the advisor does)
+
+
+@linux_only
+def test_a_forked_childs_stdout_is_its_parents_stderr() -> None:
+    """Run in a fresh interpreter so the pipes are this test's: the child's print lands on the
+    parent's stderr, never its stdout (which may carry JSON)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from advisor.execute import children
+        from tests.test_children import _run_child
+        print(children.start_method(), _run_child("HOME")[1])
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=run_env(), check=True)  # fmt: skip
+    assert done.stdout.strip() == "forkserver True"
+    assert "child says hello on stdout" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "starts"),
+    [
+        (["-m", "advise", "--layer", "x"], True),
+        (["/usr/bin/advisor", "worker"], True),
+        (["/usr/bin/advisor", "advise", "--in-process"], False),
+        (["/usr/bin/advisor", "show", "tuned.json"], False),
+        (["train.py", "advise"], False),  # a user's script that imports the advisor
+    ],
+)
+def test_the_cli_starts_the_server_only_for_commands_that_start_children(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], starts: bool
+) -> None:
+    started: list[bool] = []
+    monkeypatch.setattr(children, "start_server", lambda: started.append(True))
+    children.start_for_cli(argv)
+    assert bool(started) == starts
