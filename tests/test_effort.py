@@ -99,6 +99,36 @@ def test_a_screen_takes_its_samples_and_stops() -> None:
     assert m.median_ms == pytest.approx(10.0)
 
 
+@pytest.mark.parametrize(
+    ("step_ms", "limit_ms", "samples"),
+    [
+        (10.0, 4.0, 1),  # warm-ups above twice the limit, one sample above it: decided
+        (10.0, 8.0, 2),  # warm-ups under twice the limit: two samples of three decide
+        (10.0, 12.0, 3),  # under the limit: the whole screen
+    ],
+)
+def test_a_screen_above_the_drop_line_stops_once_its_median_is_known(
+    step_ms: float, limit_ms: float, samples: int
+) -> None:
+    clock = Clock(step_ms / 1e3)
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms, screen=3))
+    assert len(m.samples_ms) == samples and m.stopped is not None
+    assert m.stopped.startswith("screened") and m.median_ms == pytest.approx(step_ms)
+
+
+def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:
+    race = Race(10.0, screen=3)
+    assert race.screened_out([11.0], warmups=[25.0, 30.0])
+    assert not race.screened_out([9.0], warmups=[25.0, 30.0])  # slow warm-ups, a fast sample
+    assert race.screened_out([11.0], warmups=[25.0, 15.0])  # two of three
+    assert not race.screened_out([11.0], warmups=[15.0, 15.0])  # one of three: not a majority
+    assert race.screened_out([11.0, 12.0], warmups=[15.0, 15.0])
+    assert not Race(float("inf"), screen=3).screened_out([1e9], warmups=[1e9, 1e9])
+    assert not Race(10.0).screened_out([1e9], warmups=[1e9, 1e9])  # not a screen
+
+
 class ScriptedEvaluator:
     """Times each candidate with the real sampler on an injected clock: `screen_ms` is a
     candidate's time in its screen (a few early samples), `full_ms` in full timing. Not gated:
@@ -167,7 +197,8 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     stopped = [r for r in outcome.results if r.status == "stopped"]
     assert {r.settings.label() for r in stopped} == set(labels) - {"default", labels[2]}
     assert all(r.reason.startswith("screened out") and "4.00x" in r.reason for r in stopped)
-    assert all(len(r.measurement.samples_ms) == SCREEN_SAMPLES for r in stopped)
+    # 4x the default: stopped as soon as their screens' medians were known to be above 1.5x
+    assert all(1 <= len(r.measurement.samples_ms) < SCREEN_SAMPLES for r in stopped)
     assert outcome.screen_note is not None and "left 2 candidate(s)" in outcome.screen_note
     # the guard: a survivor that full timing puts far from its screen sends every candidate
     # on to full timing, and the advice says why

@@ -12,7 +12,8 @@ children are spawned.
 What a forked child would otherwise take from the server and not from its parent is passed with
 it: the parent's environment at the child's start (applied before the child's own code runs)
 and its stderr (the child's stdout and stderr, as `fd_stdout_to_stderr` gives a spawned child).
-The working folder and `sys.path` come with every child's start already. A parent whose
+The working folder and `sys.path` come with every child's start already; the implementations
+named in `$ADVISOR_PLUGINS` are imported as the parent's environment names them. A parent whose
 environment differs from the server's in a variable read at torch's import (thread pools,
 allocators, library paths) spawns that child instead.
 """
@@ -128,6 +129,9 @@ def _forked_main(target: Callable[..., None], env: dict[str, str], stderr: int,
     os.close(stderr)
     os.environ.clear()
     os.environ.update(env)
+    from advisor.impls import load_plugins
+
+    load_plugins()  # the parent's $ADVISOR_PLUGINS (the server imported its own at preload)
     target(*args)
 
 

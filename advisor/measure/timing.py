@@ -335,7 +335,9 @@ def _measure(
         n = len(samples)
         if n >= policy.max_samples:
             break
-        if race is not None and race.screen is not None and n >= race.screen:
+        if race is not None and race.screen is not None and (
+            n >= race.screen or race.screened_out(samples, warm_ms[:2])
+        ):
             stopped = f"{SCREENED} after {n} samples"
             break
         if race is not None and race.lost(samples, warm_ms[:2]):

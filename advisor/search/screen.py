@@ -81,8 +81,10 @@ def screen(
     if any(evaluated(t) for t in plan.study.get_trials(deepcopy=False)):
         return None
     out = Screen(full_plan=list(plan.cands))
-    race = Race(math.inf, screen=SCREEN_SAMPLES)
+    best_ms = math.inf
     for i, s in enumerate(plan.cands):
+        # A candidate whose screen is already known to be above the drop line stops early.
+        race = Race(SCREEN_DROP * best_ms, screen=SCREEN_SAMPLES)
         left = deadline - time.perf_counter()
         if left <= 0 and i > 0:
             break  # the rest are timed in full, as far as the budget goes
@@ -90,6 +92,8 @@ def screen(
         if i == 0 and r.measurement is not None and r.median_ms < SCREEN_MIN_STEP_MS:
             return None  # too short a step for a screen to pay (`SCREEN_MIN_STEP_MS`)
         out.results[point_key(plan.params(s))] = r
+        if r.status != "failed" and r.measurement is not None:
+            best_ms = min(best_ms, r.median_ms)
         if options.progress is not None:
             options.progress(Progress(i + 1, len(plan.cands), None, r,
                                       time.perf_counter() - start, stage="screening"))  # fmt: skip
@@ -150,8 +154,10 @@ def record_dropped(out: Screen, plan: Plan) -> None:
         params = plan.params(s)
         r = out.results[point_key(params)]
         if r.status != "failed":
+            n = len(r.measurement.samples_ms) if r.measurement is not None else SCREEN_SAMPLES
             why = (
-                f"screened out: {SCREEN_SAMPLES} samples after warm-up gave {r.median_ms:.3f} ms, "
+                f"screened out: {n} sample{'s' if n != 1 else ''} after warm-up gave "
+                f"{r.median_ms:.3f} ms, "
                 f"{r.median_ms / out.best_ms:.2f}x the fastest screen ({out.best_label}, "
                 f"{out.best_ms:.3f} ms), above {SCREEN_DROP:g}x: not timed in full"
             )
