@@ -102,7 +102,7 @@ def test_a_screen_takes_its_samples_and_stops() -> None:
 @pytest.mark.parametrize(
     ("step_ms", "limit_ms", "samples"),
     [
-        (10.0, 4.0, 1),  # warm-ups above twice the limit, one sample above it: decided
+        (10.0, 4.0, 1),  # a warm-up above twice the limit, one sample above it: decided
         (10.0, 8.0, 2),  # warm-ups under twice the limit: two samples of three decide
         (10.0, 12.0, 3),  # under the limit: the whole screen
     ],
@@ -115,6 +115,7 @@ def test_a_screen_above_the_drop_line_stops_once_its_median_is_known(
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms, screen=3))
     assert len(m.samples_ms) == samples and m.stopped is not None
+    assert m.warmup_runs == (1 if step_ms > 2 * limit_ms else 2)
     assert m.stopped.startswith("screened") and m.median_ms == pytest.approx(step_ms)
 
 
