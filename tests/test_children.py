@@ -67,21 +67,25 @@ def test_spawn_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @linux_only
-def test_a_forked_childs_stdout_is_its_parents_stderr() -> None:
+def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_its_parent() -> None:
     """Run in a fresh interpreter so the pipes are this test's: the child's print lands on the
-    parent's stderr, never its stdout (which may carry JSON)."""
+    parent's stderr, never its stdout (which may carry JSON); the server is gone once the
+    parent has exited."""
     code = textwrap.dedent(
         """
         import sys
         from advisor.execute import children
         from tests.test_children import _run_child
-        print(children.start_method(), _run_child("HOME")[1])
+        from multiprocessing import forkserver
+        print(children.start_method(), _run_child("HOME")[1], forkserver._forkserver._forkserver_pid)
         """
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, env=run_env(), check=True)  # fmt: skip
-    assert done.stdout.strip() == "forkserver True"
+    method, torch_there, server = done.stdout.split()
+    assert (method, torch_there) == ("forkserver", "True")
     assert "child says hello on stdout" in done.stderr
+    assert not os.path.exists(f"/proc/{server}")  # stopped and reaped at exit: nothing left
 
 
 @pytest.mark.parametrize(

@@ -20,11 +20,12 @@ allocators, library paths) spawns that child instead.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import sys
 from collections.abc import Callable
-from multiprocessing import forkserver, reduction
+from multiprocessing import forkserver, reduction, util
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -72,6 +73,14 @@ def start_server() -> None:
     with fd_stdout_to_stderr():
         server.ensure_running()
     _server_env = dict(os.environ)
+    # At exit the server is stopped and waited for, after multiprocessing has ended this
+    # process's children (a negative priority runs last): a run leaves no process behind.
+    util.Finalize(None, _stop_server, exitpriority=-10)
+
+
+def _stop_server() -> None:
+    with contextlib.suppress(Exception):
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
 
 def start_for_cli(argv: list[str] | None = None) -> None:
