@@ -36,42 +36,12 @@ def _postgres_up() -> bool:
         return False
 
 
-# The groups that take longest in the slow run (`--durations`, 2-core EPYC), started first so
-# that no long group starts last while the other worker idles. The rest keep their order.
-LONGEST_FIRST = (
-    "test_compile.py",
-    "test_notebooks.py",
-    "test_docs_commands.py::test_the_docs_command_runs[docs/compile.md:54]",
-    "test_clean_exit.py",
-    "test_cuda_standin.py",
-    "hostile/test_models.py",
-    "test_resume.py",
-    "test_cli.py",
-    "test_isolation.py",
-    "test_one_process.py",
-)
-
-
-def _worker_group(item: pytest.Item) -> str:
-    """The xdist group a test runs in (addopts' `--dist loadgroup`): its file, so a file's module
-    fixtures (the hostile models' runs, spawned workers) are made once; but each command of the
-    docs on its own, so the docs' many short advise runs spread over the workers."""
-    path = item.path.relative_to(Path(__file__).parent).as_posix()
-    if path == "test_docs_commands.py" and "[" in item.name:
-        return f"{path}::{item.name}"
-    return path
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none here")
     no_pg = pytest.mark.skip(reason="needs PostgreSQL on 127.0.0.1:5432 (runs in CI)")
     has_gpu = torch.cuda.is_available()
     has_pg = _postgres_up()
-    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_worker_group(item), len(rank)))  # stable
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(no_gpu)
         if "postgres" in item.keywords and not has_pg:
