@@ -87,6 +87,16 @@ def load_script(path: Path, name: str) -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server() -> None:
+    """The children's fork server, started before any test changes the environment: one started
+    inside a test that set PYTHONPATH (`cuda_standin`) would have every later child spawned (its
+    environment differs where torch's import reads it), at an import of torch each."""
+    from advisor.execute.children import start_server
+
+    start_server()
+
+
 def run_env() -> dict[str, str]:
     """Environment for subprocesses: the repository importable, the temporary cache kept."""
     env = dict(os.environ)
