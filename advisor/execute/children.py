@@ -65,7 +65,7 @@ def start_server() -> None:
     if not _forks():
         return
     server: Any = forkserver._forkserver
-    if _server_env is not None and server._forkserver_pid is not None:
+    if _server_env is not None and getattr(server, "_forkserver_pid", None) is not None:
         server.ensure_running()  # restarts one that died, with the same preloads
         return
     mp.set_forkserver_preload(PRELOAD)
@@ -91,7 +91,8 @@ def start_for_cli(argv: list[str] | None = None) -> None:
     argv = sys.argv if argv is None else argv
     command = len(argv) > 1 and (argv[0] == "-m" or os.path.basename(argv[0]) == "advisor")
     if command and argv[1] in ("advise", "worker") and "--in-process" not in argv:
-        start_server()
+        with contextlib.suppress(Exception):  # the children then start as they can, later
+            start_server()
 
 
 def start_method() -> str:
@@ -99,8 +100,13 @@ def start_method() -> str:
     process's environment now differs from the server's where torch's import reads it)."""
     if not _forks():
         return "spawn"
-    start_server()
-    server_env = _server_env or {}
+    try:
+        start_server()
+    except Exception:  # noqa: BLE001 - a server that cannot start: the child is spawned
+        return "spawn"
+    if _server_env is None:
+        return "spawn"
+    server_env = _server_env
     changed = {k for k in set(server_env) | set(os.environ)
                if server_env.get(k) != os.environ.get(k)}  # fmt: skip
     return "spawn" if any(k.startswith(IMPORT_TIME_ENV) for k in changed) else "forkserver"
