@@ -60,22 +60,23 @@ def _forks() -> bool:
 
 def start_server() -> None:
     """Start the fork server if it is not running: it imports `PRELOAD` while the caller goes
-    on (the CLI calls this before its own import of torch, so the two imports overlap)."""
+    on (the CLI calls this before its own import of torch, so the two imports overlap). A server
+    that died is started again, and its environment recorded again."""
     global _server_env
     if not _forks():
         return
     server: Any = forkserver._forkserver
-    if _server_env is not None and getattr(server, "_forkserver_pid", None) is not None:
-        server.ensure_running()  # restarts one that died, with the same preloads
-        return
-    mp.set_forkserver_preload(PRELOAD)
+    if _server_env is None:
+        mp.set_forkserver_preload(PRELOAD)
+        # At exit the server is stopped and waited for, after multiprocessing has ended this
+        # process's children (a negative priority runs last): a run leaves no process behind.
+        util.Finalize(None, _stop_server, exitpriority=-10)
+    before = getattr(server, "_forkserver_pid", None)
     # The server's own output (a warning at import) must not reach our stdout: it may be JSON.
     with fd_stdout_to_stderr():
         server.ensure_running()
-    _server_env = dict(os.environ)
-    # At exit the server is stopped and waited for, after multiprocessing has ended this
-    # process's children (a negative priority runs last): a run leaves no process behind.
-    util.Finalize(None, _stop_server, exitpriority=-10)
+    if _server_env is None or getattr(server, "_forkserver_pid", None) != before:
+        _server_env = dict(os.environ)
 
 
 def _stop_server() -> None:
@@ -101,7 +102,7 @@ def start_method() -> str:
     if not _forks():
         return "spawn"
     try:
-        start_server()
+        start_server()  # running already: a check that it still is
     except Exception:  # noqa: BLE001 - a server that cannot start: the child is spawned
         return "spawn"
     if _server_env is None:
