@@ -26,7 +26,7 @@ from advisor.execute.probe import hand_over, launch_worker, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
-from advisor.search.pick import Pick, paired, pick_for_steps, speedup_over
+from advisor.search.pick import Pick, paired, pick_final, pick_for_steps, speedup_over
 from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
@@ -34,7 +34,7 @@ from advisor.stages.compiling import compile_candidates, compile_race, run_compi
 from advisor.stages.confirm import check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
-from advisor.stages.finalists import machine_moved, retime_finalists, settled
+from advisor.stages.finalists import after_compile, machine_moved, retime_finalists, settled
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
@@ -309,6 +309,7 @@ def _compile_stage(
     and why the re-time failed."""
     options.deadline = plan.compile
     todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
+    eager = pick_final(outcome.results, outcome.baseline, sp.min_gain)  # no compiled one yet
     with clock.stage("compile"):
         new = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
                                 options.progress, compile_race(outcome, sp, steps))  # fmt: skip
@@ -316,7 +317,8 @@ def _compile_stage(
         return 0, None
     with clock.stage("re-time"):
         return retime_finalists(workload, outcome, dev, sp, options, only_with=new,
-                                deadline=plan.retime, evaluator=evaluator)  # fmt: skip
+                                deadline=plan.retime, evaluator=evaluator,
+                                among=after_compile(eager, new))  # fmt: skip
 
 
 def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | None:

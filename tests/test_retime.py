@@ -110,3 +110,26 @@ def test_a_compiled_finalist_is_re_timed_with_the_fastest_eager_candidate() -> N
     assert got == [compiled, pick, base]
     # without a compiled finalist the rule is as before
     assert finalists([base, pick], base, top=3) == [pick, base]
+
+
+def test_after_the_compile_stage_the_eager_candidates_it_ranked_below_its_pick_are_not_re_timed() -> None:
+    # small_cnn train: the per-layer combination tied with the eager pick (a simpler one won),
+    # and was re-timed again beside the compiled candidate, about 1 s of rounds for nothing.
+    from advisor.search.pick import pick_final
+    from advisor.stages.finalists import after_compile
+
+    wide = (0.94, 0.96, 0.98, 1.0, 1.02, 1.04, 1.06)  # the three fastest overlap
+    def r(settings: Settings, ms: float) -> TrialResult:
+        return TrialResult(settings=settings, status="ok",
+                           measurement=Measurement(samples_ms=[ms * f for f in wide]))  # fmt: skip
+
+    base = r(Settings(), 36.0)
+    pick = r(Settings(memory_format="channels_last", amp="bf16"), 16.7)
+    combo = r(Settings(memory_format="channels_last", amp="bf16", layers={"9": "unfold_gemm"}), 17.3)
+    eager = pick_final([base, pick, combo], base)
+    assert eager.chosen is pick and eager.fastest is pick
+    compiled = r(Settings(memory_format="channels_last", amp="bf16", compile="default"), 16.1)
+    assert finalists([base, pick, combo, compiled], base, top=3) == [compiled, pick, combo, base]
+    pool = after_compile(eager, [compiled])
+    assert pool == [compiled, pick]
+    assert finalists(pool, base, top=3) == [compiled, pick, base]

@@ -22,11 +22,12 @@ from advisor.execute.ownership import owner_id
 from advisor.execute.retime import finalists
 from advisor.measure.results import TrialResult
 from advisor.search import SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.pick import Pick
 from advisor.search.storage import RetimeRecord, SharedRecord, open_storage
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["machine_moved", "retime_finalists", "settled", "shared_record"]
+__all__ = ["after_compile", "machine_moved", "retime_finalists", "settled", "shared_record"]
 
 log = logging.getLogger("advisor")
 
@@ -40,15 +41,18 @@ def retime_finalists(
     only_with: Sequence[TrialResult] | None = None,
     deadline: float | None = None,
     evaluator: Evaluator | None = None,
+    among: Sequence[TrialResult] | None = None,
 ) -> tuple[int, str | None]:
     """Re-time the finalists interleaved and put the fresh measurements in the outcome.
 
-    With `only_with`, re-time only if one of those candidates is among the finalists. Returns
-    how many were re-timed (0 when skipped: fewer than two finalists) and, when the re-time
-    failed, why.
+    With `only_with`, re-time only if one of those candidates is among the finalists; with
+    `among`, the finalists are drawn from those results (and the baseline) only. Returns how
+    many were re-timed (0 when skipped: fewer than two finalists) and, when the re-time failed,
+    why.
     """
     top = space.retime_top
-    fin = finalists(outcome.results, outcome.baseline, top, space.min_gain) if top else []
+    pool = outcome.results if among is None else among
+    fin = finalists(pool, outcome.baseline, top, space.min_gain) if top else []
     if len(fin) < 2 or (only_with is not None and not any(r is w for r in fin for w in only_with)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
@@ -83,6 +87,15 @@ def retime_finalists(
     outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
     outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
     return len(fin), None
+
+
+def after_compile(eager: Pick, compiled: Sequence[TrialResult]) -> list[TrialResult]:
+    """What the re-time after the compile stage draws its finalists from (with the default):
+    the `compiled` candidates, the eager answer `eager` and its fastest candidate (a compile's
+    bill alternative). The eager candidates the eager re-time ranked below its pick are settled
+    and not timed again (small_cnn train: a per-layer combination within noise of the pick, one
+    finalist and about 1 s of rounds on 2 cores)."""
+    return list({id(r): r for r in (*compiled, eager.chosen, eager.fastest)}.values())
 
 
 def settled(outcome: SearchOutcome, space: SearchSpace) -> bool:
