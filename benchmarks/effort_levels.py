@@ -43,8 +43,9 @@ EAGER = "Eager answer:"
 
 
 def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | None = "memory",
-           env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    """One `advisor advise` run: its row (see the module's docstring), or its error."""
+           env: dict[str, str] | None = None, keep: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """One `advisor advise` run: its row (see the module's docstring), or its error; its config
+    is copied to `keep` where given."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "cfg.json"
         cmd = [sys.executable, "-m", "advisor", "advise", str(model), "--mode", args.mode,
@@ -80,11 +81,14 @@ def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | No
             row["error"] = next((ln for ln in reversed(tail) if ln.strip()), f"exit {p.returncode}")
             return row
         data = json.loads(cfg.read_text())
+        if keep is not None:
+            keep.write_text(cfg.read_text())
         result = data.get("result") or {}
         stage_s = result.get("stage_s") or {}
         total = stage_s.get("total", 0.0)
         row.update(
             pick=_label(data["settings"]),
+            settings=data["settings"],
             speedup=result.get("speedup"),
             speedup_ci=result.get("speedup_ci"),
             final_check=(result.get("final_check") or {}).get("held"),
