@@ -9,7 +9,7 @@ import itertools
 from functools import partial
 
 from advisor.execute.payback import payback_verdict, settled_cannot_pay
-from advisor.execute.retime import leader_settled
+from advisor.execute.retime import pick_settled
 from advisor.measure.stats import STRICT_Z, Measurement, median_ci, paired_speedup
 from advisor.measure.timing import interleave
 from advisor.stages.final_check import MIN_ROUNDS, holds, settled
@@ -159,11 +159,35 @@ def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None
     base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
     win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]
     mid = [30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3]
-    assert leader_settled([base, win, mid], 0.02)  # win leads both by far more than 2%
-    assert leader_settled([win, base], 0.02)  # whichever place the leader has
-    assert not leader_settled([base[:4], win[:4]], 0.02)  # too few rounds for an interval
-    # the two fastest within 1% of each other: a tie is never settled, the budget ends it
-    assert not leader_settled([base, win, [w * 1.01 for w in win]], 0.02)
+    same = [0, 1, 1]  # the default, then two one-change candidates
+    assert pick_settled([base, win, mid], same, 0.02)  # win leads both by far more than 2%
+    assert pick_settled([win, base], [1, 0], 0.02)  # whichever place the leader has
+    assert not pick_settled([base[:4], win[:4]], [0, 1], 0.02)  # too few rounds for an interval
+    # the two fastest within 1% of each other and as simple: a tie is never settled, the budget
+    # ends it
+    assert not pick_settled([base, win, [w * 1.01 for w in win]], same, 0.02)
     out = interleave(_samplers(base * 5, win * 5, mid * 5), _Clock(), min_rounds=5, budget_s=10.0,
-                     decided=partial(leader_settled, min_gain=0.02))  # fmt: skip
+                     decided=partial(pick_settled, complexity=same, min_gain=0.02))  # fmt: skip
     assert [len(s) for s in out] == [5, 5, 5]  # settled at the fewest rounds
+
+
+def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_settles_the_re_time() -> None:
+    # small_cnn train: channels_last + bf16 (two changes) against the same with one layer
+    # swapped (three), 1-4% slower in every round: no more rounds can make the swap the pick.
+    base = [36.0 + (i % 3) * 0.3 for i in range(7)]
+    pick = [16.7 + (i % 2) * 0.2 for i in range(7)]
+    combo = [p * (1.01 + 0.01 * (i % 4)) for i, p in enumerate(pick)]
+    assert pick_settled([base, pick, combo], [0, 2, 3], 0.02)
+    # ...but where the swap is the simpler one, the 1-4% must be shown beyond min_gain first
+    assert not pick_settled([base, pick, combo], [0, 3, 2], 0.02)
+    # a more complex finalist 1% faster than the pick in every round cannot beat it by 2%...
+    faster = [p / 1.01 for p in pick]
+    assert pick_settled([base, pick, faster], [0, 2, 3], 0.02)
+    # ...one 3% faster might: it is the pick once it beats the simpler one beyond min_gain
+    faster = [p / 1.03 for p in pick]
+    assert pick_settled([base, pick, faster], [0, 2, 3], 0.02)
+    wobbly = [p / (1.03 if i % 2 else 0.99) for i, p in enumerate(pick)]
+    assert not pick_settled([base, pick, wobbly], [0, 2, 3], 0.02)
+    # the default is the pick where no change can beat it by min_gain
+    flat = [b / 1.005 for b in base]
+    assert pick_settled([base, flat], [0, 1], 0.02)
