@@ -163,6 +163,7 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         compile_cold_s=r.compile_cold_s if r.compile_cold_s is not None else math.nan,
         compile_warm_s=r.compile_warm_s if r.compile_warm_s is not None else math.nan,
         compile_start_s=r.compile_start_s if r.compile_start_s is not None else math.nan,
+        compile_check_s=r.compile_check_s if r.compile_check_s is not None else math.nan,
         speedup=baseline.median_ms / m.median_ms if m else math.nan,
         rel_error=r.rel_error if r.rel_error is not None else math.nan,
         grad_error=r.grad_error if r.grad_error is not None else math.nan,

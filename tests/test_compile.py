@@ -470,6 +470,8 @@ def test_in_place_activations_and_dropout_compile_and_train_under_the_canonical_
     assert result.status == "ok", result.reason
     assert result.rel_error is not None and result.rel_error < 1e-4  # the eager reference's
     assert result.grad_error is not None and result.grad_error < 1e-3  # masks, to fp32 noise
+    # that capture compiled the model again, under the masks: its seconds are counted apart
+    assert result.compile_check_s is not None and result.compile_check_s > 0
     # The gate still sees a wrong compiled model: the same one with its output 5% off.
     apply_module = importlib.import_module("advisor.apply")  # `advisor.apply` is the function
     real = apply_module.compile_model

@@ -187,6 +187,7 @@ def _evaluate(
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
     memory = PeakMemory(device)
     peak = 0.0
+    check_s = 0.0  # the gate's capture of a compiled model under dropout masks: a compile
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
@@ -232,7 +233,10 @@ def _evaluate(
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
+                t0 = time.perf_counter()
                 got = _capture(cand, settings.compiled, gate.dropout)
+                if settings.compiled and gate.dropout:
+                    check_s += time.perf_counter() - t0
                 errors = compare(got, ref, mode)
                 err = max(err, errors.out)
                 if grad_err is not None:
@@ -299,6 +303,7 @@ def _evaluate(
         peak_memory_mb=peak,
         first_call_peak_mb=memory.first_call_mb,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
+        compile_check_s=check_s or None,
     )
 
 

@@ -47,6 +47,9 @@ class TrialResult(BaseModel):
     # Inductor's one-off start in the trial's process (imports, the C++ compiler's checks), paid
     # by its first compiled candidate before its cold compile: the machine's cost, not the model's
     compile_start_s: float | None = None
+    # The gate's capture of a compiled candidate under its dropout masks: another graph, compiled
+    # with empty caches after the timed steps (a model without dropout is captured as timed)
+    compile_check_s: float | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 

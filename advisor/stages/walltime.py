@@ -25,7 +25,8 @@ __all__ = ["LOAD", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line
 LOAD = "start-up and load"
 TIMED = "timed samples"  # not a stage: the seconds inside the candidates' samples
 STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check")
-PARTS = {"global knobs": ("precision checks",), "compile": ("Inductor start", "cold compiles")}
+PARTS = {"global knobs": ("precision checks",),
+         "compile": ("Inductor start", "cold compiles", "gate's compiles")}
 
 
 @dataclass
@@ -75,6 +76,9 @@ def breakdown(
         "precision checks": sum(checks.values()),
         "Inductor start": sum(r.compile_start_s or 0.0 for r in compiled),
         "cold compiles": sum(r.compile_cold_s or 0.0 for r in compiled),
+        # a compiled candidate's numeric check under the gate's dropout masks compiles another
+        # graph (MobileNetV3-Small train: about 20 s on 2 cores): cold too, but the check's
+        "gate's compiles": sum(r.compile_check_s or 0.0 for r in compiled),
     }
     out: dict[str, float] = {}
     for name in STAGES:
