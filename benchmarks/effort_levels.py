@@ -94,6 +94,7 @@ def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | No
             final_check=(result.get("final_check") or {}).get("held"),
             stage_s=stage_s,
             less_cold_s=total - stage_s.get("compile: cold compiles", 0.0),
+            gate_compiles_s=stage_s.get("compile: gate's compiles", 0.0),
             harness=(1 - stage_s["timed samples"] / total) if total and "timed samples" in
             stage_s else None,
             notes=result.get("notes", []),

@@ -37,6 +37,8 @@ def test_the_table_has_a_row_per_model_and_the_default_runs_total() -> None:
         {"model": "b", "quick": _run(12.0, "default", {}),
          "default": _run(40.0, "memory_format=channels_last", {"memory_format": "channels_last"}),
          "compare": {"ratio": [0.9, 0.85, 0.95]}},
+        {"model": "d", "quick": _run(12.0, "default", {}),
+         "default": _run(80.0, "default", {}, gate_compiles_s=20.0), "compare": {"same": True}},
         {"model": "c", "quick": {"wall_s": 3.0, "error": "advisor: error: boom"},
          "default": {"wall_s": 0.0, "error": "not run"}},
     ]  # fmt: skip
@@ -44,5 +46,6 @@ def test_the_table_has_a_row_per_model_and_the_default_runs_total() -> None:
     assert "| a | 10.0 | 30.0 | 25.0 | 15.0 | 80% | `amp=bf16` | `amp=bf16` | same pick |" in text
     assert "| b | 12.0 | 40.0 | 35.0 | - | 80% | `default` | `memory_format=channels_last` | " \
            "0.90x [0.85, 0.95]: NOT within 5% |" in text  # fmt: skip
+    assert "| d | 12.0 | 80.0 | 75.0 (55.0) | - |" in text  # less the gate's compiles too
     assert "error: advisor: error: boom" in text
-    assert "all models together: 60.0 s; quick, all together: 22.0 s." in text
+    assert "all models together: 135.0 s; quick, all together: 34.0 s." in text
