@@ -58,9 +58,13 @@ def restore_global_state(saved: dict[str, Any]) -> None:
     if now["interop_threads"] != saved["interop_threads"]:
         with contextlib.suppress(RuntimeError):  # only settable before inter-op work starts
             torch.set_num_interop_threads(saved["interop_threads"])
-    torch.use_deterministic_algorithms(
-        saved["deterministic"], warn_only=saved["deterministic_warn_only"]
-    )
+    deterministic = ("deterministic", "deterministic_warn_only")
+    if any(now[k] != saved[k] for k in deterministic):
+        # only where it changed: the setter imports Inductor's config, and with it Inductor
+        # (2.1 s on 2 cores), in a process that may compile nothing
+        torch.use_deterministic_algorithms(
+            saved["deterministic"], warn_only=saved["deterministic_warn_only"]
+        )
     torch.backends.cudnn.deterministic = saved["cudnn_deterministic"]
     torch.backends.cudnn.enabled = saved["cudnn_enabled"]
     torch.backends.mkldnn.enabled = saved["mkldnn_enabled"]

@@ -1,0 +1,41 @@
+"""Putting PyTorch's process-wide state back between candidates."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+from advisor.device.global_state import global_state, restore_global_state
+from tests.conftest import run_env
+
+_FRESH = """
+import sys, torch
+from advisor.device.global_state import global_state, restore_global_state
+saved = global_state()
+torch.set_grad_enabled(False)  # a candidate's step left something changed
+restore_global_state(saved)
+assert torch.is_grad_enabled()
+print("torch._inductor" in sys.modules)
+"""
+
+
+def test_putting_the_state_back_does_not_import_inductor() -> None:
+    # torch.use_deterministic_algorithms imports Inductor's config: 2.1 s of every re-timing
+    # worker and final check on 2 cores, in processes that compiled nothing
+    r = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True,
+                       env=run_env(), timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False"
+
+
+def test_deterministic_algorithms_a_step_switched_on_are_switched_off_again() -> None:
+    saved = global_state()
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        restore_global_state(saved)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
