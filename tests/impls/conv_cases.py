@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import assume
+from hypothesis import assume, currently_in_test_context, reject
 from hypothesis import strategies as st
 from torch import Tensor
 
@@ -129,6 +130,19 @@ def cases(
     return case
 
 
+# A 16-bit native result this far from fp64 is a broken kernel, not rounding (`check`).
+NATIVE_BROKEN = 0.25
+
+
+def reject_unless(ok: bool) -> None:
+    """Under hypothesis, discard the example unless `ok` (like `assume`); elsewhere, skip."""
+    if ok:
+        return
+    if currently_in_test_context():
+        reject()
+    pytest.skip("PyTorch's own 16-bit kernel is broken for this case on this machine")
+
+
 def rel_err(out: Tensor, ref: Tensor) -> float:
     assert out.shape == ref.shape, (out.shape, ref.shape)
     assert torch.isfinite(out).all(), "NaN or Inf in the output (an element left unwritten?)"
@@ -170,11 +184,17 @@ def check(
     gy = torch.randn(ref_out.shape, generator=gen).to(dtype).double()
     tensors = [x, w, b]
     ref = _run(case.functional, case, [t.double() if t is not None else None for t in tensors], gy)
-    got = _run(fn, case, tensors, gy)
     bounds = [tol] * len(ref)
     if dtype != torch.float32:
         native = _run(case.functional, case, tensors, gy)
+        # PyTorch's own 16-bit kernel can be broken for a case on a machine: on a Sapphire Rapids
+        # (AMX), torch 2.13's bf16 conv with a kernel and stride of 2 over a width of 3 (the last
+        # column unread) is 45-95% off, and now and then leaves NaN in its output. Such a case
+        # is PyTorch's bug, and nothing to measure an implementation against: not drawn.
+        reject_unless(all(bool(torch.isfinite(n).all()) for n in native)
+                      and max(rel_err(n, r) for n, r in zip(native, ref)) < NATIVE_BROKEN)  # fmt: skip
         bounds = [max(tol, 2 * rel_err(n, r)) for n, r in zip(native, ref)]
+    got = _run(fn, case, tensors, gy)
     assert got[0].dtype == dtype
     names = ["output", "input grad", "weight grad", "bias grad"]
     for name, g, r, bound in zip(names, got, ref, bounds):

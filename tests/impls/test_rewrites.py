@@ -51,6 +51,16 @@ def test_fold_time_bf16(case: Case) -> None:
     check(fold_time_conv3d, case, torch.bfloat16)
 
 
+def test_a_case_pytorchs_own_bf16_kernel_gets_wrong_is_not_held_against_an_implementation() -> None:
+    # Drawn by hypothesis on a Sapphire Rapids (AMX), torch 2.13: native bf16 conv3d was 45-95%
+    # off the fp64 result here, with NaN now and then; fold_time (conv2d underneath) as much.
+    # Where PyTorch gets it right, fold_time is checked as usual; where not, the case is skipped.
+    case = Case(transposed=False, n=1, cin=4, cout=8, size=(4, 5, 3), kernel=(1, 1, 2),
+                stride=(1, 1, 2), padding=(0, 0, 0), dilation=(1, 1, 1), groups=4, bias=True,
+                channels_last=True, output_padding=())  # fmt: skip
+    check(fold_time_conv3d, case, torch.bfloat16)
+
+
 @FAST
 @given(cases(transposed=True).map(_no_overlap))
 def test_transpose_as_mul_fp32(case: Case) -> None:
