@@ -108,8 +108,8 @@ def test_a_part_never_exceeds_its_stage() -> None:
 
 
 def test_the_gates_compile_under_dropout_masks_is_a_part_of_the_compile_stage() -> None:
-    # MobileNetV3-Small train: its compile stage was 84 s, its cold compile 52 s; most of the
-    # rest was the gate's capture, which compiles the model again under its dropout masks.
+    # A compile stage of 84 s: Inductor's start, the cold compile, and the gate's capture, which
+    # compiles the model again under its dropout masks (the figures are the test's own).
     compiled = [TrialResult(settings=Settings(compile="default"), status="ok",
                             compile_start_s=3.0, compile_cold_s=52.0, compile_check_s=20.0)]  # fmt: skip
     out = breakdown({"compile": 84.0}, compiled, total_s=84.0)

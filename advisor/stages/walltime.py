@@ -77,7 +77,7 @@ def breakdown(
         "Inductor start": sum(r.compile_start_s or 0.0 for r in compiled),
         "cold compiles": sum(r.compile_cold_s or 0.0 for r in compiled),
         # a compiled candidate's numeric check under the gate's dropout masks compiles another
-        # graph (MobileNetV3-Small train: about 20 s on 2 cores): cold too, but the check's
+        # graph with empty caches: cold too, but the check's cost, not the user's
         "gate's compiles": sum(r.compile_check_s or 0.0 for r in compiled),
     }
     out: dict[str, float] = {}
