@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -306,14 +307,32 @@ def test_ctrl_c_during_the_compile_stage_keeps_the_eager_answer(tmp_path: Path) 
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=tmp_path,
         start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not out.exists() and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert out.exists(), p.communicate()[1][-2000:]
+    # stderr is read as it comes (a pipe left full would stall the run's prints), and Ctrl-C
+    # comes once the eager answer is printed, which is after it is written
+    lines: list[str] = []
+    eager = threading.Event()
+
+    def read() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            lines.append(line)
+            if "Eager answer:" in line:
+                eager.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    start = time.monotonic()
+    while not eager.wait(0.05) and p.poll() is None and time.monotonic() < start + 120:
+        pass
+    seen = time.monotonic() - start
+    assert eager.is_set() and out.exists(), "".join(lines)[-2000:]
     time.sleep(0.2)
     os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err[-2000:]
+    p.wait(timeout=120)
+    reader.join(timeout=10)
+    err = "".join(lines)
+    why = f"the eager answer at {seen:.1f} s, Ctrl-C 0.2 s later:\n{err[-2500:]}"
+    assert p.returncode == 130, why
     assert "interrupted during the compile stage" in err and "keeps the eager answer" in err
     assert "Traceback" not in err
     config = json.loads(out.read_text())
