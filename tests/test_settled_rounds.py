@@ -9,7 +9,7 @@ import itertools
 from functools import partial
 
 from advisor.execute.payback import payback_verdict, settled_cannot_pay
-from advisor.execute.retime import pick_settled
+from advisor.execute.retime import pick_settled, settled_with_or_without_compile
 from advisor.measure.stats import STRICT_Z, Measurement, median_ci, paired_speedup
 from advisor.measure.timing import interleave
 from advisor.stages.final_check import MIN_ROUNDS, holds, settled
@@ -191,3 +191,20 @@ def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_settles_the_r
     # the default is the pick where no change can beat it by min_gain
     flat = [b / 1.005 for b in base]
     assert pick_settled([base, flat], [0, 1], 0.02)
+
+
+def test_a_compiled_leader_settles_a_re_time_only_once_the_eager_pick_is_settled_too() -> None:
+    # The compile may not pay back (its bill comes after the re-time): the eager finalists'
+    # order must then be known from the same rounds.
+    base = [20.0 + (i % 3) * 0.3 for i in range(7)]
+    close = [b / (1.06 if i % 2 else 0.99) for i, b in enumerate(base)]  # eager: 1-6% faster
+    compiled = [b / 2 for b in base]  # compiled, far ahead of both
+    samples, changes = [base, close, compiled], [0, 1, 2]
+    assert pick_settled(samples, changes, 0.02)
+    assert not settled_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    clear = [b / 1.5 for b in base]  # an eager pick 1.5x faster than the default in every round
+    samples = [base, clear, compiled]
+    assert settled_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    # without a compiled finalist it is pick_settled itself
+    assert settled_with_or_without_compile([base, close], [0, 1], eager=[0, 1], min_gain=0.02) \
+        == pick_settled([base, close], [0, 1], 0.02)  # fmt: skip

@@ -168,7 +168,9 @@ def retime(
     rule = None
     if min_gain is not None and one_shape:
         changes = [len(r.settings.changes()) for r in results]
-        rule = partial(pick_settled, complexity=changes, min_gain=min_gain)
+        eager = [i for i, r in enumerate(results) if not r.settings.compiled]
+        rule = partial(settled_with_or_without_compile, complexity=changes, eager=eager,
+                       min_gain=min_gain)  # fmt: skip
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, results, device, mode, policy, case, clock)
         try:
@@ -212,6 +214,20 @@ def pick_settled(samples: list[list[float]], complexity: Sequence[int], min_gain
 
     order = sorted(range(len(samples)), key=lambda i: statistics.median(samples[i]))
     return any(settles(c) for c in order)
+
+
+def settled_with_or_without_compile(
+    samples: list[list[float]], complexity: Sequence[int], eager: Sequence[int], min_gain: float
+) -> bool:
+    """`pick_settled` among all the finalists and, where some are compiled, among the eager ones
+    (indices `eager`) too: a compiled leader whose cold compile then does not pay leaves the pick
+    to the eager finalists (`search.pick.pick_for_steps`), and their order must be settled by the
+    same rounds."""
+    if not pick_settled(samples, complexity, min_gain):
+        return False
+    if len(eager) == len(samples) or len(eager) < 2:
+        return True
+    return pick_settled([samples[i] for i in eager], [complexity[i] for i in eager], min_gain)
 
 
 def rounds(policy: TimingPolicy) -> dict[str, Any]:
