@@ -1,5 +1,3 @@
-import sys
+from advisor.cli import run
 
-from advisor.cli import main
-
-sys.exit(main())
+run()

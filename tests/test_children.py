@@ -3,6 +3,7 @@ its parent's environment and stderr, and costs no import of torch."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -18,13 +19,14 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the fork server
 
 
 def _report(conn: Connection, name: str) -> None:
-    """In the child: the variable asked for, whether torch is imported, and a line on stdout."""
+    """In the child: the variable asked for, whether torch is imported, and a line on stdout;
+    and how many objects are frozen out of the garbage collector."""
     print(f"child says hello on stdout ({os.getpid()})", flush=True)
-    conn.send((os.environ.get(name), "torch" in sys.modules, os.getcwd()))
+    conn.send((os.environ.get(name), "torch" in sys.modules, os.getcwd(), gc.get_freeze_count()))
     conn.close()
 
 
-def _run_child(name: str) -> tuple[str | None, bool, str]:
+def _run_child(name: str) -> tuple[str | None, bool, str, int]:
     proc, conn = children.start_child(_report, name)
     try:
         assert conn.poll(120), "the child did not answer"
@@ -42,9 +44,10 @@ def test_a_forked_child_gets_the_parents_environment_and_folder_as_they_are_now(
     monkeypatch.setenv("ADVISOR_TEST_LATE", "set after the server started")
     monkeypatch.chdir(tmp_path)
     assert children.start_method() == "forkserver"
-    value, has_torch, cwd = _run_child("ADVISOR_TEST_LATE")
+    value, has_torch, cwd, frozen = _run_child("ADVISOR_TEST_LATE")
     assert value == "set after the server started"
     assert has_torch  # imported by the server, not by the child
+    assert frozen > 50_000  # torch's objects: no collection in the child walks them
     assert os.path.samefile(cwd, tmp_path)
 
 
@@ -55,15 +58,16 @@ def test_a_variable_torch_reads_at_import_that_changed_means_a_spawned_child(
     children.start_server()
     monkeypatch.setenv("OMP_NUM_THREADS", "1" if os.environ.get("OMP_NUM_THREADS") != "1" else "2")
     assert children.start_method() == "spawn"
-    value, _, _ = _run_child("OMP_NUM_THREADS")
+    value, _, _, _ = _run_child("OMP_NUM_THREADS")
     assert value == os.environ["OMP_NUM_THREADS"]
 
 
 def test_spawn_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(children.METHOD_ENV, "spawn")
     assert children.start_method() == "spawn"
-    value, has_torch, _ = _run_child(children.METHOD_ENV)
+    value, has_torch, _, frozen = _run_child(children.METHOD_ENV)
     assert value == "spawn" and has_torch  # the child's code imports it (the advisor does)
+    assert frozen > 50_000
 
 
 @linux_only

@@ -4,6 +4,8 @@ user decides them (workload, search, budget and effort, storage, output), each w
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -69,3 +71,23 @@ def test_advisor_help_names_the_groups(capsys: pytest.CaptureFixture[str]) -> No
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "advise --help` lists its options by purpose: " + ", ".join(ORDER) in out
+
+
+def test_the_command_freezes_what_it_imported_and_made_before_its_exit() -> None:
+    """`advisor` (cli.run) leaves torch's objects and the run's to the exit, not to the garbage
+    collector: at exit they are frozen. A caller of `main` keeps its collector as it was."""
+    code = (
+        "import atexit, gc, sys\n"
+        "import advisor.cli\n"
+        "advisor.cli.main(['schema'])\n"
+        "after_main = gc.get_freeze_count()\n"
+        "atexit.register(lambda: print(after_main, gc.get_freeze_count(), file=sys.stderr))\n"
+        "sys.argv = ['advisor', 'schema']\n"
+        "advisor.cli.run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    after_main, at_exit = map(int, done.stderr.split()[-2:])
+    assert after_main == 0
+    assert at_exit > 50_000
