@@ -48,6 +48,8 @@ def test_a_forked_child_gets_the_parents_environment_and_folder_as_they_are_now(
     assert value == "set after the server started"
     assert has_torch  # imported by the server, not by the child
     assert frozen > 50_000  # torch's objects: no collection in the child walks them
+    # ...nor in the server, whose exit the parent's exit waits for: it freezes after its imports
+    assert children.PRELOAD[-1] == "advisor.execute.preloaded"
     assert os.path.samefile(cwd, tmp_path)
 
 

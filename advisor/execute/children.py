@@ -38,7 +38,7 @@ __all__ = ["PRELOAD", "Fd", "start_child", "start_for_cli", "start_method", "sta
 # the children run (which import the rest of what they need). Nothing here runs a torch op at
 # import: a fork after OpenMP's threads started can hang the child's first parallel region.
 PRELOAD = ["torch", "advisor.execute.worker_process", "advisor.execute.probe",
-           "advisor.stages.final_check"]  # fmt: skip
+           "advisor.stages.final_check", "advisor.execute.preloaded"]  # fmt: skip
 # Variables read when torch (or the C libraries it loads) is imported: a child whose parent has
 # other values than the server had must import torch itself, so it is spawned.
 IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "DNNL_", "ONEDNN_", "LD_",
