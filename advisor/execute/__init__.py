@@ -8,6 +8,7 @@
   `cudnn.benchmark` value on CUDA.
 - `payback`: a compiled candidate timed beside its eager rival, stopped before the gate's capture
   when its cold compile cannot pay back within the horizon.
-- `children`: how a child process starts (forked from a server that imported torch, or spawned).
+- `children`: how a child process starts (forked from a server that imported torch, or spawned);
+  `preloaded`: the server's last import, which freezes what it imported.
 - `ownership`: which process owns a running trial; `streams`: user prints kept off stdout.
 """
