@@ -551,29 +551,3 @@ def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
         assert leave_for_training(run) == training_cache()
     hits, misses = map(int, fresh(USER_COMPILE).split()[-2:])
     assert (hits, misses) == (1, 0)
-
-
-_CACHE_FOLDER = """
-import sys
-from pathlib import Path
-from advisor.compiled import training_cache
-found = training_cache()
-imported = "torch._inductor" in sys.modules
-from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-print(imported, found == Path(default_cache_dir()).absolute())
-"""
-
-
-def test_the_training_cache_folder_is_inductors_default_found_without_importing_inductor() -> None:
-    # importing torch._inductor cost the advisor's process 2.5 s at the end of every run that
-    # picked a compile, only to name the folder the run's artifacts are copied to
-    import subprocess
-    import sys
-
-    from tests.conftest import run_env
-
-    env = {k: v for k, v in run_env().items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-    r = subprocess.run([sys.executable, "-c", _CACHE_FOLDER], capture_output=True, text=True,
-                       env=env, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["False", "True"]
