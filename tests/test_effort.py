@@ -60,6 +60,13 @@ def test_quick_searches_the_global_knobs_only() -> None:
         assert quick.knobs[knob] == sp.knobs[knob]
 
 
+def test_quick_and_default_screen_and_full_times_every_candidate_in_full() -> None:
+    # the docs said default screens while it did not: bf16 on a CPU without bf16 units (30x
+    # the default's step) then ran two warm-ups and three samples where a screen stops after one
+    assert effort_of("quick").screens and effort_of("default").screens
+    assert not effort_of("full").screens
+
+
 def test_default_compiles_the_default_mode_and_full_every_mode() -> None:
     sp = load_space("cuda", CUDA)
     default = effort_of("default").space(sp, CUDA)

@@ -5,8 +5,10 @@
   stage and no compile. The pick's final check runs only where its margin over the default is
   within noise in the re-time: a margin beyond noise there is already the answer.
 - **default** runs every stage, compile included, with torch.compile's "default" mode only; the
-  eager answer is checked and written before the compile stage starts.
-- **full** spends more where it can pay: every compile mode the space lists (and max-autotune on
+  global knobs are screened as at quick; the eager answer is checked and written before the
+  compile stage starts.
+- **full** spends more where it can pay: no screen (every candidate timed in full), every
+  compile mode the space lists (and max-autotune on
   a GPU, where Inductor has conv templates), every layer group in the per-layer stage, twice the
   samples per candidate and one more finalist in the re-times, within twice the time budget.
 """
@@ -44,8 +46,9 @@ class Effort:
 
     @property
     def screens(self) -> bool:
-        """Candidates are screened (a few steps each, all of them) before the full timing."""
-        return self.name == "quick"
+        """Candidates are screened (a few steps each, all of them) before the full timing;
+        full times every candidate in full."""
+        return self.name != "full"
 
     @property
     def every_layer_group(self) -> bool:
