@@ -137,7 +137,8 @@ class SearchSpace(BaseModel):
     race: bool = Field(
         True,
         description="stop sampling a candidate once a sign test shows it slower than the best "
-        "(it is then not gated); false: every candidate measured and gated in full",
+        "(it is then not gated); false: every candidate measured and gated in full (none raced "
+        "or screened)",
     )
     race_margin: float = Field(
         1.5,

@@ -155,7 +155,8 @@ class ScriptedEvaluator:
         label = settings.label()
         self.calls.append((label, screening))
         clock = Clock((self.screen_ms if screening else self.full_ms)[label] / 1e3)
-        m = measure(clock.step, CPU, self.policy, clock=clock, race=race)
+        # full timing is timed whole here (no race): these tests check what screening sends on
+        m = measure(clock.step, CPU, self.policy, clock=clock, race=race if screening else None)
         status = "stopped" if m.stopped else "ok"
         return TrialResult(settings=settings, status=status, reason=m.stopped, measurement=m,
                            precision="fp32", rel_error=0.0)  # fmt: skip
@@ -195,7 +196,7 @@ def test_screening_drops_the_slow_and_times_the_rest_fastest_first(tmp_path: Pat
 
 def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
-    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU)
+    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU).model_copy(update={"race": True})
     labels = [s.label() for s in _plan(tmp_path)[0].cands]
     screen_ms = {label: 200.0 for label in labels}
     screen_ms["default"], screen_ms[labels[2]] = 100.0, 50.0
@@ -218,6 +219,22 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     assert sorted(c for c, screening in ev.calls if not screening) == sorted(labels)
     assert not any((r.reason or "").startswith("screened") for r in outcome.results)
     assert outcome.screen_note is not None and "did not hold" in outcome.screen_note
+
+
+def test_a_space_that_races_nothing_screens_nothing(tmp_path: Path) -> None:
+    # `race: false` promises every candidate measured and gated in full: a screen would drop some
+    wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU)
+    assert not space.race
+    labels = [s.label() for s in _plan(tmp_path)[0].cands]
+    ms = {label: 200.0 for label in labels}
+    ms["default"] = 100.0
+    ev = ScriptedEvaluator(ms, ms)
+    outcome = search(wl, CPU, space, SearchOptions(mode="infer", storage="memory", screen=True),
+                     evaluator=ev)  # fmt: skip
+    assert not any(screening for _, screening in ev.calls)
+    assert sorted(c for c, _ in ev.calls) == sorted(labels)
+    assert outcome.screen_note is None
 
 
 def test_the_guard_weighs_the_screens_error_against_the_cut(tmp_path: Path) -> None:

@@ -166,7 +166,9 @@ def _run(
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     evaluator.know(stored_checks(study))
     try:
-        screened = screen(plan, evaluator, options, deadline, start) if options.screen else None
+        # `race: false` promises every candidate measured and gated in full: no screen either
+        screening = options.screen and space.race
+        screened = screen(plan, evaluator, options, deadline, start) if screening else None
         _loop(plan, space, device, objective, on_trial, deadline, shared)
         if screened is not None and screened.dropped:
             full = [TrialResult.model_validate(t.user_attrs["result"])
