@@ -138,8 +138,8 @@ def _detach(dup: Any) -> int:
 def _forked_main(target: Callable[..., None], env: dict[str, str], stderr: int,
                  *args: Any) -> None:  # fmt: skip
     """A forked child's first steps: its parent's stderr as stdout and stderr, its parent's
-    environment; then `target(*args)`."""
-    gc.freeze()  # see _spawned_main
+    environment; then `target(*args)`. What the server imported comes frozen out of the garbage
+    collector (`advisor.execute.preloaded`)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.dup2(stderr, 1)
