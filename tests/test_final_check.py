@@ -1,7 +1,7 @@
 """The final check: a change is recommended only if it holds against PyTorch's default where
 the user runs it (a fresh process built as `advisor.apply` builds it). Timings are controlled
 with sleeps (tests/data/wins_when_worn.py: channels_last 5 ms against 50 ms in a process that
-built the model four times or more, 60 ms against 50 in a fresh one)."""
+built the model four times or more, 100 ms against 50 in a fresh one)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,9 @@ def test_a_win_of_a_worn_process_does_not_hold_in_a_fresh_one() -> None:
     assert here.rounds == 9 and here.one_thread is None  # not busy: no one-thread check
     fresh = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
                         timeout_s=120)  # fmt: skip
-    # Fresh, channels_last sleeps 60 ms against 50: a loss, far from the worn process's 10x
-    assert fresh.where == "fresh process" and fresh.speedup < 1.0 and not fresh.held, fresh
+    # Fresh, channels_last sleeps 100 ms against 50: a 2x loss, far from the worn process's 10x
+    # (under load the median ratio may read near 1x, never near 10x)
+    assert fresh.where == "fresh process" and fresh.speedup < 1.5 and not fresh.held, fresh
     assert fresh.first_call_s is not None
 
 
@@ -148,8 +149,8 @@ def test_a_process_started_early_makes_the_check_as_a_fresh_one_would() -> None:
         pair = [_r(Settings(), 50.0), _r(CL, 5.0)]
         check = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
                             timeout_s=120, spare=spare)  # fmt: skip
-        # a loss (60 ms against 50), not the worn process's 10x
-        assert check.where == "fresh process" and check.speedup < 1.0 and not check.held, check
+        # a 2x loss (100 ms against 50), not the worn process's 10x
+        assert check.where == "fresh process" and check.speedup < 1.5 and not check.held, check
         assert not spare.proc.is_alive()  # used once, then ended
     finally:
         spare.close()
