@@ -251,9 +251,12 @@ def run() -> None:
     again (0.17 s each on a 2-core EPYC), and the exit frees them without a last one (about
     1 s of a one-layer advise). A caller of `main` in a longer-lived process keeps its own
     collector as it was."""
+    from advisor.execute.children import thaw_before_exit
+
     gc.freeze()
     code = main()
     gc.freeze()
+    thaw_before_exit()
     sys.exit(code)
 
 
