@@ -162,16 +162,6 @@ def _spawned_main(target: Callable[..., None], *args: Any) -> None:
     target(*args)
 
 
-def thaw_before_exit() -> None:
-    """Before the `advisor` command's exit, where Triton is loaded: put the frozen
-    objects back for the exit's last collection. Triton's nanobind extension counts its objects
-    still alive when it unloads and prints each one on stderr as a leak (dozens of lines after
-    the run's last), and frozen objects are never freed. Elsewhere they stay frozen, and the
-    exit walks none of them."""
-    if "triton" in sys.modules:
-        gc.unfreeze()
-
-
 def start_child(target: Callable[..., None], *args: Any) -> tuple[Any, Connection]:
     """Start `target(conn, *args)` in a child process (daemonic: it dies with this one) and
     return (the process, this end of the pipe). The child's stdout goes to this process's
