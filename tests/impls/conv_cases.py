@@ -160,6 +160,17 @@ def _run(fn: Callable[..., Tensor], case: Case, tensors: list, gy: Tensor) -> li
     return [out.detach(), *(leaf.grad for leaf in leaves)]  # type: ignore[misc]
 
 
+def draw_inputs(
+    case: Case, dtype: torch.dtype, gen: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The input, weight and bias `check` runs a case on, drawn from `gen` and rounded to `dtype`
+    (the input channels_last where the case says so)."""
+    x = torch.randn(case.n, case.cin, *case.size, generator=gen).to(dtype)
+    w = torch.randn(case.weight_shape, generator=gen).to(dtype)
+    b = torch.randn(case.cout, generator=gen).to(dtype) if case.bias else None
+    return (to_channels_last(x) if case.channels_last else x), w, b
+
+
 def check(
     fn: Callable[..., Tensor],
     case: Case,
@@ -175,11 +186,7 @@ def check(
     """
     tol = TOL[dtype] if tol is None else tol
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(case.n, case.cin, *case.size, generator=gen).to(dtype)
-    w = torch.randn(case.weight_shape, generator=gen).to(dtype)
-    b = torch.randn(case.cout, generator=gen).to(dtype) if case.bias else None
-    if case.channels_last:
-        x = to_channels_last(x)
+    x, w, b = draw_inputs(case, dtype, gen)
     ref_out = case.reference(x.double(), w.double(), b.double() if b is not None else None)
     gy = torch.randn(ref_out.shape, generator=gen).to(dtype).double()
     tensors = [x, w, b]

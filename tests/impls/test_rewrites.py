@@ -17,6 +17,7 @@ from tests.impls.conv_cases import (
     Case,
     cases,
     check,
+    draw_inputs,
     reject_unless,
     rel_err,
     to_channels_last,
@@ -60,11 +61,7 @@ def _frames_conv2d_ok(case: Case) -> bool:
     the case's seed-0 values. On a Zen 4 EPYC (AVX-512 BF16), torch 2.13's bf16 conv2d over such
     a channels_last view was 106% off where the same frames made contiguous were right: fold_time
     calls nothing else, so that case is PyTorch's bug, not the rewrite's."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(case.n, case.cin, *case.size, generator=gen).to(torch.bfloat16)
-    w = torch.randn(case.weight_shape, generator=gen).to(torch.bfloat16)
-    if case.channels_last:
-        x = to_channels_last(x)
+    x, w, _ = draw_inputs(case, torch.bfloat16, torch.Generator().manual_seed(0))
     n, c, t, h, wd = x.shape
     frames = x.transpose(1, 2).reshape(n * t, c, h, wd)
     pad = case.padding if isinstance(case.padding, str) else case.padding[1:]
