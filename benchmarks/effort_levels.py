@@ -45,7 +45,7 @@ EAGER = "Eager answer:"
 def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | None = "memory",
            env: dict[str, str] | None = None, keep: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """One `advisor advise` run: its row (see the module's docstring), or its error; its config
-    is copied to `keep` where given."""
+    is copied to `keep` where given (its trials and layers tables beside it)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "cfg.json"
         cmd = [sys.executable, "-m", "advisor", "advise", str(model), "--mode", args.mode,
@@ -81,8 +81,11 @@ def advise(model: Path, args: argparse.Namespace, effort: str, storage: str | No
             row["error"] = next((ln for ln in reversed(tail) if ln.strip()), f"exit {p.returncode}")
             return row
         data = json.loads(cfg.read_text())
-        if keep is not None:
+        if keep is not None:  # the config and its trials table, for a look at a run afterwards
             keep.write_text(cfg.read_text())
+            for extra in (".trials.csv", ".layers.csv"):
+                if cfg.with_suffix(extra).exists():
+                    keep.with_suffix(extra).write_text(cfg.with_suffix(extra).read_text())
         result = data.get("result") or {}
         stage_s = result.get("stage_s") or {}
         total = stage_s.get("total", 0.0)

@@ -18,7 +18,8 @@ cold compiles for each model and 150 s for all together.
 
     python benchmarks/quick_vs_default.py --out benchmarks/results/quick_vs_default_cpu_train.md
 
-The markdown goes to --out and the raw rows beside it (.json), rewritten after every model.
+The markdown goes to --out and the raw rows beside it (.json), rewritten after every model; each
+run's config and trials table go to a folder beside it (--out without its suffix).
 """
 
 from __future__ import annotations
@@ -138,10 +139,14 @@ def main() -> int:
         return text
 
     with tempfile.TemporaryDirectory() as tmp:
+        # Each run's config and trials table are kept beside --out (a pick is read afterwards
+        # from what the run measured, not guessed at), else in a folder gone at the end.
+        runs = Path(args.out).with_suffix("") if args.out else Path(tmp)
+        runs.mkdir(parents=True, exist_ok=True)
         for name in args.models:
-            cfg = Path(tmp) / f"{name}.json"
+            cfg = runs / f"{name}_default.json"
             print(f"{name}: quick ...", flush=True)
-            quick = advise(paths[name], args, "quick")
+            quick = advise(paths[name], args, "quick", keep=runs / f"{name}_quick.json")
             print(f"  {quick['wall_s']:.1f} s; default ...", flush=True)
             default = advise(paths[name], args, "default", keep=cfg)
             print(f"  {default['wall_s']:.1f} s", flush=True)
