@@ -14,7 +14,12 @@ from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note
 from advisor.search.pick import Pick, pick_for_steps, speedup_over
-from advisor.stages.confirm import after_final_check, first_step_note, runner_held
+from advisor.stages.confirm import (
+    after_challenge,
+    after_final_check,
+    first_step_note,
+    runner_held,
+)
 from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
 from advisor.workload.info import WorkloadInfo
@@ -317,12 +322,17 @@ def build_advice(
             f"the final check of {{label}} against the default could not be made "
             f"({final_error}): keeping PyTorch's default"
         )
-    elif final is not None and not final.held and runner_held(final, outcome.results) is None:
+    elif (final is not None and final.challenger is None and not final.held
+          and runner_held(final, outcome.results) is None):  # fmt: skip
         lo, hi = final.speedup_ci
         short = f", a gain under the {min_gain:.0%} a change must bring" if lo > 1.0 and hi < 1 + min_gain else ""
         keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}{short}): keeping PyTorch's default"
-    if keep is not None and pick.chosen is not outcome.baseline:
-        pick = Pick(outcome.baseline, pick.fastest, keep.format(label=pick.chosen.settings.label()))
+    if keep is not None:
+        if pick.chosen is not outcome.baseline:
+            label = pick.chosen.settings.label()
+            pick = Pick(outcome.baseline, pick.fastest, keep.format(label=label))
+    elif final is not None and final.challenger is not None:  # the search kept the default
+        pick = after_challenge(pick, final, outcome.results)
     elif final is not None:
         pick = after_final_check(pick, final, outcome.results)
     chosen, base = pick.chosen, outcome.baseline

@@ -81,6 +81,12 @@ class FinalCheck(BaseModel):
         None,
         description="which of the two this machine tells faster beyond noise, or undecided",
     )
+    challenger: Settings | None = Field(
+        None,
+        description="where the search kept PyTorch's default: the fastest alternative it "
+        "accepted, timed here against the default in its place (the figures above are its); "
+        "recommended where it held",
+    )
 
     @property
     def place(self) -> str:
@@ -108,11 +114,15 @@ class FinalCheck(BaseModel):
 
     def summary(self) -> str:
         """The check in one line."""
-        load = f"; other processes used {self.other_load:.0%} of the CPU meanwhile"
+        load = ("" if self.other_load is None
+                else f"; other processes used {self.other_load:.0%} of the CPU meanwhile")  # fmt: skip
+        what = "" if self.challenger is None else f"{self.challenger.label()} "
+        verdict = ("it held" if self.held else "it did not hold") if self.challenger is None else (
+            "it beat the default" if self.held else "it did not beat the default")  # fmt: skip
         return (
-            f"{self.place}, interleaved with the default: {self.figures()}"
-            f"{load if self.other_load is not None else ''}: "
-            + ("it held" if self.held else "it did not hold")
+            f"{what}{self.place}, interleaved with the default: {self.figures()}"
+            f"{load}: "
+            + verdict
             + (f"; runner-up {self.runner_up_text()}" if self.runner_up is not None else "")
         )
 

@@ -31,7 +31,7 @@ from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
-from advisor.stages.confirm import check_pick
+from advisor.stages.confirm import challenger, check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import after_compile, machine_moved, retime_finalists, settled
@@ -323,10 +323,23 @@ def _compile_stage(
 
 def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | None:
     """At quick effort, why the pick needs no final check: its margin over the default in the
-    interleaved re-time lies beyond noise (the interval's low end above 1 + min_gain). None
-    where it does not, or where there is nothing to check."""
+    interleaved re-time lies beyond noise (the interval's low end above 1 + min_gain); or,
+    where the default is the pick, its challenger (`confirm.challenger`) was measured slower
+    than the default beyond noise (the interval's high end below 1.0x). None where it does not,
+    or where there is nothing to check."""
     chosen = pick.chosen
-    if chosen.settings == outcome.baseline.settings or not paired(outcome.baseline, chosen):
+    if chosen.settings == outcome.baseline.settings:
+        other = challenger(outcome.results, outcome.baseline)
+        if other is None:
+            return None
+        ratio, lo, hi = speedup_over(outcome.baseline, other)
+        if hi >= 1.0:
+            return None
+        where = "the interleaved re-time" if paired(outcome.baseline, other) else "the search"
+        return (f"no final check (quick effort): the fastest alternative accepted, "
+                f"{other.settings.label()}, was slower than the default beyond noise, "
+                f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] its speed in {where}")  # fmt: skip
+    if not paired(outcome.baseline, chosen):
         return None
     ratio, lo, hi = speedup_over(outcome.baseline, chosen)
     if lo <= 1 + min_gain:

@@ -22,7 +22,9 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy
 from advisor.search import SearchOutcome
-from advisor.stages.confirm import runner_up
+from advisor.search.pick import Pick
+from advisor.service import beyond_noise
+from advisor.stages.confirm import challenger, runner_up
 from advisor.stages.final_check import (
     CheckFailed,
     FreshProcess,
@@ -279,3 +281,86 @@ def test_a_compiled_runner_up_recommended_instead_names_its_own_first_step() -> 
     assert note is not None and "compiles it: 6.2 s here" in note
     eager_pick = check.model_copy(update={"runner_up": Settings(amp="bf16"), "first_call_s": 5.1})
     assert "compiles it: 5.1 s here" in first_step_note("pays", compiled, eager_pick)  # type: ignore[operator]
+
+
+# ---- a default pick, challenged where the user runs it ----------------------------------------
+
+
+def test_the_challenger_is_the_fastest_accepted_eager_alternative() -> None:
+    base, cl, bf16 = _rp(Settings(), 40.0), _rp(CL, 30.0), _rp(BF16, 45.0, "bf16")
+    compiled = _rp(Settings(compile="default"), 10.0)
+    stopped = _rp(Settings(cpu_fp32="bf16"), 5.0, "bf16").model_copy(update={"status": "stopped"})
+    assert challenger([base, bf16, compiled, stopped, cl], base) is cl
+    assert challenger([base, bf16], base) is bf16  # slower, but the fastest there is
+    assert challenger([base, compiled, stopped], base) is None
+
+
+def test_a_kept_default_follows_its_challengers_final_check() -> None:
+    info = make_workload(model_file=str(DATA / "tiny_cnn.py")).info
+    searched = [_r(Settings(), 20.0), _r(CL, 25.0)]  # the worker measured channels_last slower
+    won = _check(True).model_copy(update={"challenger": CL})
+    advice = build_advice(_outcome(searched), info, "infer", "s", final=won)
+    result = advice.config.result
+    assert advice.settings == CL and result.final_check == won
+    assert "beat the default in the final check in a fresh process (1.30x" in result.why
+    assert result.final_check.summary().startswith("memory_format=channels_last in a fresh")
+    lost = _check(False).model_copy(update={"challenger": CL})
+    kept = build_advice(_outcome(searched), info, "infer", "s", final=lost)
+    why = kept.config.result.why
+    assert kept.settings == Settings() and why.startswith("PyTorch's default is the fastest")
+    assert "memory_format=channels_last, the fastest alternative it accepted, did not beat" in why
+    assert kept.config.result.final_check.summary().endswith("it did not beat the default")
+    # a runner-up of another family beside the challenger held where the challenger did not
+    runner = lost.model_copy(update={"runner_up": BF16, "runner_up_speedup": (1.5, 1.4, 1.6),
+                                     "runner_up_held": True, "order": "runner-up"})  # fmt: skip
+    three = [*searched, _rp(BF16, 30.0, "bf16")]
+    advice = build_advice(_outcome(three), info, "infer", "s", final=runner)
+    assert advice.settings == BF16 and "but amp=bf16, 1.50x [1.40, 1.60]" in advice.config.result.why
+    # the machine moved under the search: the default stays, whatever the check said
+    unsettled = build_advice(_outcome(searched), info, "infer", "s", final=won, unsettled="moved")
+    assert unsettled.settings == Settings()
+
+
+def test_quick_skips_the_challenge_where_the_alternative_lost_beyond_noise() -> None:
+    base = _r(Settings(), 20.0).model_copy(
+        update={"measurement": Measurement(samples_ms=[20.0, 20.1, 19.9, 20.0, 20.2, 19.8, 20.0])}
+    )
+    slow = _r(CL, 0.0).model_copy(
+        update={"measurement": Measurement(samples_ms=[30.0, 30.2, 29.9, 30.1, 30.0, 29.8, 30.1])}
+    )
+    outcome = _outcome([base, slow])
+    keep = Pick(base, base, "PyTorch's default is the fastest accepted configuration")
+    note = beyond_noise(outcome, keep, 0.02)
+    assert note is not None and "memory_format=channels_last, was slower than the default" in note
+    assert "in the interleaved re-time" in note  # both re-timed, paired by round
+    close = slow.model_copy(
+        update={"measurement": Measurement(samples_ms=[19.0, 21.0, 20.5, 19.5, 20.0, 22.0, 18.5])}
+    )
+    assert beyond_noise(_outcome([base, close]), keep, 0.02) is None  # within noise: checked
+    assert beyond_noise(_outcome([base]), keep, 0.02) is None  # nothing to check
+
+
+@pytest.mark.slow
+def test_an_isolated_run_recommends_a_win_its_worker_hid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Never "busy": a busy check times the pair again at one thread, building the model twice
+    # more, and the fixture's fresh process would then be worn too (5 builds).
+    monkeypatch.setattr("advisor.stages.confirm.BUSY_SHARE", 2.0)
+    space = tmp_path / "mf.yaml"
+    space.write_text(
+        "name: mf\ndevice: cpu\nknobs: {memory_format: [contiguous, channels_last]}\n"
+        "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 7, max_samples: 9, max_time_s: 1}\n"
+        "per_layer: false\nrace: false\n"
+    )
+    advice = advisor.advise(model_file=str(DATA / "loses_when_worn.py"), mode="infer",
+                            device="cpu", space=str(space), isolate=True)  # fmt: skip
+    rows = {r.settings.label(): r for r in advice.results}
+    # the worker built the model for the reference and each trial: channels_last lost there
+    assert rows["memory_format=channels_last"].median_ms > 1.5 * advice.baseline.median_ms
+    result = advice.config.result
+    assert result is not None and result.final_check is not None
+    check = result.final_check
+    assert check.challenger == CL and check.where == "fresh process" and check.held, check
+    assert advice.settings == CL
+    assert "beat the default in the final check in a fresh process" in result.why, result.why
