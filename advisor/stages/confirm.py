@@ -187,24 +187,24 @@ def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -
     versus = ""  # the runner-up over the default, for a sentence
     if final.runner_up is not None and final.runner_up_speedup is not None:
         r, lo, hi = final.runner_up_speedup
-        versus = f"{final.runner_up.label()}, {r:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
+        versus = f"{r:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
     if runner is not None and (final.order == "runner-up" or not final.held):
-        why = (f"{pick.why}; but {versus} {seen}, beat it there, timed beside {label}, the "
-               f"fastest alternative the search accepted ({final.figures()}): "
-               "recommended")  # fmt: skip
+        why = (f"{pick.why}; but {runner.settings.label()} beat the default {seen} ({versus}), "
+               f"timed beside {label}, the fastest alternative the search accepted "
+               f"({final.figures()}): recommended")  # fmt: skip
         return Pick(runner, pick.fastest, why)
     if found is not None and final.held:
-        why = (f"{pick.why}; but {label}, the fastest alternative it accepted, beat the "
-               f"default {seen} ({final.figures()}): recommended (the search's worker process "
-               "had not measured it faster)")  # fmt: skip
+        why = (f"{pick.why}; but {label}, the fastest alternative the search accepted, beat "
+               f"the default {seen} ({final.figures()}): recommended (the search's worker "
+               "process had not measured it faster)")  # fmt: skip
         if final.order == "undecided" and final.runner_up is not None:
             why += (f"; beside it, {final.runner_up_text()}: the order of the two is within "
                     "what this machine can decide")  # fmt: skip
         return Pick(found, pick.fastest, why)
-    why = (f"{pick.why}; {label}, the fastest alternative it accepted, did not beat it {seen} "
-           f"either ({final.figures()})")  # fmt: skip
-    if versus:
-        why += f"; nor did {versus}"
+    why = (f"{pick.why}; {label}, the fastest alternative the search accepted, did not beat "
+           f"the default {seen} either ({final.figures()})")  # fmt: skip
+    if versus and final.runner_up is not None:
+        why += f"; nor did {final.runner_up.label()} ({versus})"
     return Pick(pick.chosen, pick.fastest, why)
 
 
