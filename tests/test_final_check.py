@@ -50,6 +50,9 @@ def test_the_check_policy_keeps_enough_rounds_for_a_paired_interval() -> None:
     cut = check_policy(POLICY, time_left_s=0.0)  # no budget left: the check still runs
     assert cut.min_samples >= 5 and cut.max_time_s == pytest.approx(0.05)
     assert check_policy(POLICY, None) == dataclasses.replace(POLICY, min_samples=7)
+    # a space that allows a trial 3 samples still gives the check enough rounds to pair
+    few = check_policy(dataclasses.replace(POLICY, min_samples=3, max_samples=3), None)
+    assert few.min_samples == 5 and few.max_samples == 5
 
 
 @pytest.mark.slow

@@ -70,12 +70,15 @@ class CheckFailed(RuntimeError):
 
 def check_policy(policy: TimingPolicy, time_left_s: float | None) -> TimingPolicy:
     """The trials' policy for two finalists within what is left of the budget, with at least
-    `MIN_ROUNDS` rounds however little is left."""
+    `MIN_ROUNDS` rounds however little is left, or however few samples the space allows a
+    trial (a paired interval needs them: `stats.paired_speedup`)."""
     per = policy.max_time_s if time_left_s is None else max(0.05, time_left_s / 2)
+    least = max(MIN_ROUNDS, min(policy.min_samples, MIN_ROUNDS + 2))
     return dataclasses.replace(
         policy,
         max_time_s=min(policy.max_time_s, per),
-        min_samples=max(MIN_ROUNDS, min(policy.min_samples, MIN_ROUNDS + 2)),
+        min_samples=least,
+        max_samples=max(policy.max_samples, least),
     )
 
 
