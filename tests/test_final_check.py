@@ -369,3 +369,27 @@ def test_an_isolated_run_recommends_a_win_its_worker_hid(
     assert check.challenger == CL and check.where == "fresh process" and check.held, check
     assert advice.settings == CL
     assert "beat the default in the final check in a fresh process" in result.why, result.why
+
+
+def test_a_cudnn_benchmark_challenger_is_not_checked_again_in_one_process() -> None:
+    """On CUDA one process cannot time cudnn.benchmark against the default (cuDNN's plan cache
+    ignores the flag); the re-time compared them a process each. A pick is left unchecked with a
+    note; a challenger of a kept default is left so silently: those processes kept the default."""
+    from advisor.search import SearchOptions
+    from advisor.space import load_space
+    from advisor.stages.budget import BudgetPlan
+    from advisor.stages.confirm import check_pick
+
+    bench = Settings(cudnn_benchmark=True)
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    cuda = torch.device("cuda")
+    sp, plan = load_space("cuda", cuda), BudgetPlan(search=0.0, layers=0.0, end=0.0)
+    kept = _outcome([_r(Settings(), 20.0), _r(bench, 25.0)])  # the search kept the default
+    notes: list[str] = []
+    assert check_pick(workload, kept, cuda, sp, SearchOptions(), None, plan, None,
+                      notes) == (None, None)  # fmt: skip
+    assert notes == []
+    picked = _outcome([_r(Settings(), 20.0), _r(bench, 10.0)])
+    assert check_pick(workload, picked, cuda, sp, SearchOptions(), None, plan, None,
+                      notes) == (None, None)  # fmt: skip
+    assert len(notes) == 1 and "cudnn.benchmark cannot be timed against the default" in notes[0]

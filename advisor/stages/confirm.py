@@ -110,6 +110,8 @@ def check_pick(
     if dev.type == "cuda" and chosen.settings.cudnn_benchmark:
         # One process cannot time it against the default: cuDNN's plan cache ignores the flag
         # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
+        if challenging:  # that comparison, in fresh processes, already kept the default
+            return None, None
         notes.append(
             "no final check in a fresh process: cudnn.benchmark cannot be timed against the "
             "default in one process (cuDNN's plan cache ignores the flag); the re-time compared "
