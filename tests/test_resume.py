@@ -54,6 +54,9 @@ def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -
     out = tmp_path / "tuned.json"
     cmd = _cli("advise", *LAYER, "--device", "cpu", "--space", GRID8, "--storage", url,
                "--study-name", "killed", "--out", str(out), "--quiet")  # fmt: skip
+    # The storage's schema and this process's SQLAlchemy imports first: under two busy loops the
+    # first poll's opening took so long that all 8 trials finished before it (CI, 2026-11-27).
+    storage = open_storage(url)
     proc = subprocess.Popen(cmd, env=run_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     before: dict[int, dict] = {}
@@ -63,8 +66,11 @@ def test_kill_9_mid_study_then_resume_measures_each_point_once(tmp_path: Path) -
         while time.monotonic() < deadline and proc.poll() is None:
             # The storage is opened once: a poll that opened it anew took so long on a busy
             # 2-core machine that all 8 trials finished between two polls.
-            if study is None and (tmp_path / "studies.db").exists():
-                study = _study(url, "killed")
+            names = [] if study is not None else [
+                n for n in optuna.get_all_study_names(storage) if n.startswith("killed@")
+            ]  # fmt: skip
+            if names:
+                study = optuna.load_study(study_name=names[0], storage=storage)
             done = [t for t in study.get_trials() if "result" in t.user_attrs] if study else []
             if len(done) >= 2:
                 before = {t.number: t.user_attrs["result"] for t in done}

@@ -100,6 +100,8 @@ def test_under_other_load_a_change_is_recommended_only_if_the_final_check_confir
         assert check is not None and check.held and check.where == "fresh process"
         assert check.one_thread is not None and check.one_thread[1] > 1.0  # busy: one thread too
         assert "held in the final check in a fresh process" in result.why
+    elif check is not None and check.challenger is not None:  # the default kept, challenged
+        assert not check.held and "did not beat the default in the final check" in result.why
     elif check is not None:  # channels_last was picked, then did not hold
         assert not check.held and "did not hold in the final check" in result.why
     else:  # nothing to check: the machine moved under the search, or nothing beat the default
