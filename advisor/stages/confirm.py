@@ -140,10 +140,11 @@ def check_pick(
         except CheckFailed as e:
             log.warning("final check failed: %s", e)
             return None, str(e)
-        if challenging:
-            check = check.model_copy(update={"challenger": chosen.settings})
         if record is not None:
             record.put(key, check)
+    # What was checked is this run's reading: a run sharing the study may have checked the same
+    # three as its pick (no challenger), or as a challenger of its kept default.
+    check = check.model_copy(update={"challenger": chosen.settings if challenging else None})
     if options.progress is not None:
         options.progress(Progress(1, 1, None, chosen, 0.0, stage="final check"))
     return check, None
@@ -182,8 +183,9 @@ def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -
     it: the challenger where it held there, or the runner-up beside it where that beat it or
     held where it did not (as `after_final_check` decides between a pick and its runner-up);
     else the default, with what the check found."""
+    assert final.challenger is not None
     found = next((r for r in results if r.settings == final.challenger), None)
-    label = final.challenger.label() if final.challenger is not None else "the alternative"
+    label = final.challenger.label()
     seen = f"in the final check {final.place}"
     runner = runner_held(final, results)
     versus = ""  # the runner-up over the default, for a sentence
