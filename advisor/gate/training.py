@@ -25,6 +25,7 @@ from advisor.device.ops import placement
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode, flatten_tensors, perturbed
 from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.updates import Adam
 from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheckSettings
 from advisor.workload.build import Workload
 
@@ -195,8 +196,11 @@ def train(
     tuned = apply_settings(settings, model, device, training=True, warn=False)
     try:
         params = [p for p in tuned.model.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=cfg.lr)
         scaler = tuned.scaler
+        # Without a GradScaler, Adam as torch.optim computes it, without its import
+        # (`advisor.measure.updates`): a check in an eager run is then not its first use.
+        opt: Any = (Adam(params, cfg.lr) if scaler is None and Adam.handles(params)
+                    else torch.optim.Adam(params, lr=cfg.lr))  # fmt: skip
         if scaler is not None:
             settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
         losses = []

@@ -27,6 +27,7 @@ from advisor.device.ops import cuda_ops, placement
 from advisor.impls import conv_modules
 from advisor.knobs import Settings, memory_format_for
 from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.updates import ZeroLrSgd
 from advisor.workload.build import Workload
 
 Mode = Literal["infer", "train"]
@@ -173,7 +174,7 @@ class Candidate:
         self.inputs = tuple(prepared[: len(args)])
         self.kwargs: dict[str, Any] = dict(zip(kwargs, prepared[len(args) :], strict=True))
         self._grad_outputs: list[torch.Tensor] | None = None
-        self._opt: torch.optim.Optimizer | None = None
+        self._opt: torch.optim.Optimizer | ZeroLrSgd | None = None
         self._params = [p for p in self.tuned.module.parameters() if p.requires_grad]
         # A layer on a GPU is timed with its calls queued ahead: its step must not sync.
         self._sync_free = workload.is_layer and device.type == "cuda"
@@ -183,7 +184,12 @@ class Candidate:
         self._direct_grads: list[torch.Tensor] | None = None
         if mode == "train" and self._params and optimizer:
             # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was.
-            self._opt = torch.optim.SGD(self._params, lr=0.0)
+            # A GradScaler steps through a torch.optim optimizer; otherwise the same update
+            # without torch.optim's import of torch._dynamo (`advisor.measure.updates`).
+            if self.tuned.scaler is None:
+                self._opt = ZeroLrSgd(self._params)
+            else:
+                self._opt = torch.optim.SGD(self._params, lr=0.0)
 
     # ---- the step ----------------------------------------------------------------------------
 

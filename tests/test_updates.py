@@ -1,0 +1,93 @@
+"""The optimizer updates written without torch.optim compute what torch.optim computes, and an
+eager candidate's step and training check no longer import torch._dynamo."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+
+import torch
+from torch import nn
+
+from advisor.measure.updates import Adam, ZeroLrSgd
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+
+
+def test_adam_matches_torch_optim_bit_for_bit() -> None:
+    ours = _net().to(memory_format=torch.channels_last)
+    theirs = copy.deepcopy(ours)
+    a = Adam(list(ours.parameters()), lr=1e-2)
+    b = torch.optim.Adam(theirs.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(12):
+        x = torch.randn(4, 3, 16, 16, generator=gen)
+        for model, opt in ((ours, a), (theirs, b)):
+            opt.zero_grad(set_to_none=True)
+            model(x).square().mean().backward()
+            opt.step()
+    moved = [not torch.equal(p, q) for p, q in zip(ours.parameters(), _net().parameters())]
+    assert all(moved)  # the steps did update every parameter
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(p, q)
+        assert p.is_contiguous(memory_format=torch.channels_last) == q.is_contiguous(
+            memory_format=torch.channels_last
+        )
+
+
+def test_adam_skips_a_parameter_without_gradient_and_zero_grad_can_keep_tensors() -> None:
+    w, frozen = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    opt = Adam([w, frozen], lr=0.1)
+    (w * torch.tensor([1.0, -2.0, 3.0])).sum().backward()
+    opt.step()
+    assert torch.allclose(w, torch.tensor([0.9, 1.1, 0.9]))  # Adam's first step: lr x sign
+    assert torch.equal(frozen, torch.ones(3))
+    opt.zero_grad(set_to_none=False)
+    assert w.grad is not None and torch.equal(w.grad, torch.zeros(3))
+    assert not Adam.handles([torch.zeros(2, dtype=torch.complex64)])
+
+
+def test_zero_lr_sgd_runs_the_update_and_changes_nothing() -> None:
+    model = _net()
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(2, 3, 8, 8)).sum().backward()
+    ZeroLrSgd(list(model.parameters())).step()
+    for p, q in zip(model.parameters(), before, strict=True):
+        assert p.grad is not None and torch.equal(p, q)
+    ZeroLrSgd([torch.zeros(2, requires_grad=True)]).step()  # no gradient yet: nothing to do
+
+
+def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
+    # torch.optim's first use imports torch._dynamo (over a second of CPU per process).
+    code = textwrap.dedent(
+        """
+        import sys, torch
+        import advisor.examples.small_cnn as example
+        from advisor.examples.small_cnn import build_model
+        from advisor.gate.training import train
+        from advisor.knobs import Settings
+        from advisor.measure.candidate import Candidate
+        from advisor.measure.verdict import PrecisionCheckSettings
+        from advisor.workload.build import model_workload
+
+        w = model_workload(example.__file__)
+        cand = Candidate(w, Settings(amp="bf16"), torch.device("cpu"), "train")
+        for _ in range(2):
+            cand.step()
+        cand.close()
+        args, kwargs = w.make_call(torch.device("cpu"), 0, 0)
+        out = build_model()(*args)
+        losses = train(w, Settings(), torch.device("cpu"), [(args, kwargs)],
+                       [[torch.randn(out.shape)]], PrecisionCheckSettings(steps=2))
+        assert len(losses) == 3 and all(l == l for l in losses), losses
+        print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "no dynamo"
