@@ -77,6 +77,11 @@ class Tuned:
     def restore(self) -> None:
         self._flags.restore()
 
+    def reapply(self) -> None:
+        """Set this model's flags again after `restore()` (a candidate kept between two timings:
+        `advisor.execute.park`); the next `restore()` puts back the flags found now."""
+        self._flags.apply(self.settings, self.device)
+
     def __enter__(self) -> Tuned:
         return self
 

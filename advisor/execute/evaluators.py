@@ -10,6 +10,7 @@ import torch
 
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.execute.isolate import classify
+from advisor.execute.park import Park
 from advisor.execute.retime import retime, retime_policy
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
@@ -53,6 +54,7 @@ class InProcessEvaluator:
         self._home: Workload = workload  # the first workload: its references are kept
         self._home_gate: Gate | None = None
         self._known: list[PrecisionCheck] = []
+        self._park = Park(device)  # screened candidates kept for their full timing
 
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
@@ -72,6 +74,7 @@ class InProcessEvaluator:
                 self._gate,
                 race=race,
                 time_left_s=time_left_s,
+                park=self._park,
             )
         finally:
             restore_global_state(saved)
@@ -81,7 +84,7 @@ class InProcessEvaluator:
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in this process (advisor.execute.retime)."""
-
+        self._park.clear()  # the screen's survivors were timed
         saved = global_state()
         try:
             policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
@@ -93,6 +96,7 @@ class InProcessEvaluator:
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on (its references are computed on first use;
         the first workload's are kept, for a stage that switches to layers and back)."""
+        self._park.clear()
         if self.workload is self._home:
             self._home_gate = self._gate
         self.workload = workload
@@ -105,6 +109,7 @@ class InProcessEvaluator:
                 gate.know(checks)
 
     def close(self) -> None:
+        self._park.clear()
         self._gate = self._home_gate = None
 
 

@@ -23,6 +23,7 @@ from advisor.compiled import (
 from advisor.device.allocator import settle_cpu_allocator
 from advisor.device.global_state import global_state
 from advisor.errors import first_line
+from advisor.execute.park import Park, Parked
 from advisor.execute.payback import cannot_pay
 from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
@@ -111,6 +112,7 @@ def evaluate(
     clock: Callable[[], float] | None = None,
     race: Race | None = None,
     time_left_s: float | None = None,
+    park: Park | None = None,
 ) -> TrialResult:
     """Measure and gate one candidate on every shape of the workload.
 
@@ -129,11 +131,19 @@ def evaluate(
     runs conv modules alone: it cannot see inside a compiled graph, and the eager modules are
     its eager twin's, checked there); a recompile on every call fails it. `wall_s` is the whole
     call's.
+
+    With a `park`, a screened candidate (`race.screen`) is kept built and warm there, and its
+    full timing resumes it (`advisor.execute.park`): the result then carries its screen.
     """
     started = time.perf_counter()
+    # One shape: a shape set is not raced, so not screened either.
+    parked = park.take(settings) if park is not None and len(gate.cases) == 1 else None
     result = _evaluate_any(workload, settings, device, mode, space, gate, policy, clock, race,
-                           time_left_s)  # fmt: skip
-    return result.model_copy(update={"wall_s": time.perf_counter() - started})
+                           time_left_s, park, parked)  # fmt: skip
+    update: dict[str, object] = {"wall_s": time.perf_counter() - started}
+    if parked is not None:
+        update["screen"] = parked.screen
+    return result.model_copy(update=update)
 
 
 def _evaluate_any(
@@ -147,6 +157,8 @@ def _evaluate_any(
     clock: Callable[[], float] | None,
     race: Race | None,
     time_left_s: float | None,
+    park: Park | None = None,
+    parked: Parked | None = None,
 ) -> TrialResult:
     if settings.compiled:
         try:
@@ -161,7 +173,7 @@ def _evaluate_any(
         keep_artifacts(cold)
         return result.model_copy(update={"compile_start_s": start_s or None})
     return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
-                     time_left_s)  # fmt: skip
+                     time_left_s, park, parked)  # fmt: skip
 
 
 def _evaluate(
@@ -175,7 +187,10 @@ def _evaluate(
     clock: Callable[[], float] | None,
     race: Race | None,
     time_left_s: float | None,
+    park: Park | None = None,
+    parked: Parked | None = None,
 ) -> TrialResult:
+    """`evaluate`'s body for one candidate; `parked`: its screen's built candidate, resumed."""
     now = clock or time.perf_counter
     deadline = None if time_left_s is None else now() + time_left_s
     # the precision check's training runs stop on the wall clock, whatever clock times samples
@@ -195,11 +210,17 @@ def _evaluate(
     judge_below = race.judge_below_ms if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
+        park = None
+    screen = parked.screen if parked is not None else None
     for case, ref in enumerate(gate.cases):
         cand: Candidate | None = None
         failure = lost = None
         try:
-            cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
+            if parked is not None:
+                cand = parked.cand
+                peak, memory.first_call_mb = parked.peak_mb, parked.first_call_peak_mb
+            else:
+                cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
             m = measure(
                 cand.step,
                 device,
@@ -210,6 +231,7 @@ def _evaluate(
                 race=race,
                 deadline=deadline,
                 after_first=memory.after_first,
+                resume=screen,
             )
             if not m.samples_ms:  # its first call used up the budget: nothing to compare
                 return TrialResult(
@@ -230,6 +252,10 @@ def _evaluate(
                 # earlier window: MobileNetV3-Small train, stopped at 27.1 ms against the eager
                 # leader's 22.7 ms, which the re-time then measured at 29.5 ms).
                 lost = m.stopped
+                if park is not None and m.stopped.startswith(SCREENED):
+                    kept = Parked(cand, m, max(peak, memory.growth_mb()), memory.first_call_mb)
+                    if park.keep(settings, kept):
+                        cand = None  # its full timing resumes it
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())

@@ -106,6 +106,7 @@ def worker_main(
     before it became a worker (the probe's child); by default, the state found here at start.
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     become_child()
+    from advisor.execute.park import Park
     from advisor.execute.retime import RetimeSession, retime, retime_policy
     from advisor.execute.runner import Gate, evaluate
     from advisor.workload.rebuild import workload_from_info
@@ -130,6 +131,7 @@ def worker_main(
     # and back, and coming back must not rebuild the model and its references.
     home = (info_json, workload, gate)
     session: Any = None  # a re-time served one sample at a time
+    park = Park(dev)  # screened candidates kept for their full timing (advisor.execute.park)
     conn.send(("ready", None))
     while True:
         try:
@@ -138,6 +140,8 @@ def worker_main(
             return
         if msg is None:
             leave()
+        if not (isinstance(msg, tuple) and msg[0] == "evaluate"):
+            park.clear()  # a re-time or another workload: the screen's survivors were timed
         if isinstance(msg, tuple) and msg[0] == "workload":
             # Another workload in the same process (the per-layer stage's layer groups): no new
             # interpreter, no new imports, only its references.
@@ -184,7 +188,7 @@ def worker_main(
             gate.know(PrecisionCheck.model_validate_json(j) for j in known)
             try:
                 result = evaluate(workload, settings, dev, mode, space, gate, race=race,
-                                  time_left_s=time_left_s)  # fmt: skip
+                                  time_left_s=time_left_s, park=park)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = TrialResult(settings=settings, status="failed", reason=first_line(e))
             reply = ("result", result.model_dump_json())

@@ -51,6 +51,9 @@ class TrialResult(BaseModel):
     # with empty caches after the timed steps (a model without dropout is captured as timed)
     compile_check_s: float | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
+    # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
+    # built (advisor.execute.park): the screen's samples, kept apart from the measurement's
+    screen: Measurement | None = None
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 
     @property

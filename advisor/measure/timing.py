@@ -268,16 +268,38 @@ def measure(
     race: Race | None = None,
     deadline: float | None = None,
     after_first: Callable[[], None] | None = None,
+    resume: Measurement | None = None,
 ) -> Measurement:
     """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
     `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
     cannot win; `deadline` (on `clock`) stops sampling when the run's time budget is spent, and
     a raced candidate whose first call ran past it gets no samples at all; `after_first` runs
     once the first call (its one-off costs: compilation, autotuning, cuDNN's benchmark search)
-    is done."""
+    is done. `resume` is this step's screen (`Race.screen`), taken on the same built candidate:
+    its first call and warm-up are not run again, one call re-warms it (other candidates ran
+    since), and the samples start afresh (a screen's early samples can sit above the steady
+    state: they stay the screen's)."""
     with device_guard(device):
         sampler = Sampler(device, clock, flush, queue_ahead)
+        if resume is not None:
+            return _sample(fn, device, policy, sampler, race, deadline, *_rewarm(fn, device,
+                                                                                sampler, resume))
         return _measure(fn, device, policy, sampler, race, deadline, after_first)
+
+
+def _rewarm(
+    fn: Callable[[], object], device: torch.device, sampler: Sampler, screen: Measurement
+) -> tuple[float | None, int, list[float], int]:
+    """One warm-up call of a screened step resumed for its full timing: (its first call's
+    time, its warm-up runs, this run's time on a CPU, its calls per sample)."""
+    synchronize(device)
+    t = sampler.clock()
+    fn()
+    run_ms = (sampler.clock() - t) * 1e3
+    synchronize(device)
+    sampler.launch_ms = run_ms
+    warm_ms = [run_ms] if device.type != "cuda" else []
+    return screen.first_call_ms, screen.warmup_runs + 1, warm_ms, screen.reps
 
 
 def _measure(
@@ -329,7 +351,23 @@ def _measure(
         reps = reps_for((clock() - warm_start) * 1e3 / warm, policy)
     else:
         reps = reps_for(first_ms, policy)
+    return _sample(fn, device, policy, sampler, race, deadline, first_ms, warm, warm_ms, reps)
 
+
+def _sample(
+    fn: Callable[[], object],
+    device: torch.device,
+    policy: TimingPolicy,
+    sampler: Sampler,
+    race: Race | None,
+    deadline: float | None,
+    first_ms: float | None,
+    warm: int,
+    warm_ms: list[float],
+    reps: int,
+) -> Measurement:
+    """Samples of a warm step until the policy's rule, the race or the deadline stops them."""
+    clock = sampler.clock
     samples: list[float] = []
     start = clock()
     stopped = None
