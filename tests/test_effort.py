@@ -210,6 +210,9 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     # 4x the default: stopped as soon as their screens' medians were known to be above 1.5x
     assert all(1 <= len(r.measurement.samples_ms) < SCREEN_SAMPLES for r in stopped)
     assert outcome.screen_note is not None and "left 2 candidate(s)" in outcome.screen_note
+    # each dropped candidate's label whole, the labels apart (a label holds commas)
+    shown = outcome.screen_note.split("the fastest: ", 1)[1].split("; ")
+    assert sorted(shown) == sorted(set(labels) - {"default", labels[2]})
     # the guard: a survivor that full timing puts far from its screen sends every candidate
     # on to full timing, and the advice says why
     full_ms = dict(screen_ms, **{labels[2]: 500.0})  # screened fastest, 5x slower in full

@@ -87,7 +87,8 @@ def screen_note(plan: Plan) -> str | None:
                if t.user_attrs.get("screened")]  # fmt: skip
     if not dropped:
         return None
-    shown = ", ".join(dropped[:4]) + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "")
+    # a label holds commas ("memory_format=channels_last, amp=bf16"): the list is in semicolons
+    shown = "; ".join(dropped[:4]) + (f"; and {len(dropped) - 4} more" if len(dropped) > 4 else "")
     return (f"screening (a few samples of every candidate first) left {len(dropped)} candidate(s) "
             f"untimed in full and ungated, above {SCREEN_DROP:g}x the fastest: {shown}")
 
