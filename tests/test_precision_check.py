@@ -47,7 +47,10 @@ def test_a_healthy_model_trains_like_fp32(amp: str) -> None:
     for c in checks:
         ref = c.losses["fp32"]
         assert c.judged and ref[-1] <= 0.75 * c.start  # learnt: the check has something to compare
-        assert c.band <= CFG.max_band
+        if math.isnan(c.band):  # within what the check resolves: the band's runs were not made
+            assert "fp32 other batches 1" not in c.losses and "not run" in c.summary
+        else:
+            assert c.band <= CFG.max_band
 
 
 def test_a_signal_below_bf16s_resolution_is_rejected() -> None:
@@ -90,14 +93,18 @@ def test_a_second_precision_reuses_the_fp32_runs(monkeypatch: pytest.MonkeyPatch
     first = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", CFG,
                             fp32_cache=cache)  # fmt: skip
     fp32_side = [s for s in trained if s == training.REFERENCE]
-    assert len(fp32_side) >= 2 and len(cache) == 1  # reference, other batches
+    banded = "fp32 other batches 1" in first.losses  # the band's run, where its verdict needed it
+    assert len(fp32_side) == 1 + banded and len(cache) == 1
     trained.clear()
     second = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", CFG,
                              fp32_cache=cache)  # fmt: skip
-    assert trained == [Settings(amp="fp16")]  # one training run: the precision's own
+    # the precision's own run, and the band's only where the first did not need it and this does
+    assert trained[0] == Settings(amp="fp16") and trained[1:] in ([], [training.REFERENCE])
+    assert not (banded and trained[1:])
     alone = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", CFG)
     assert second.accepted == alone.accepted and first.accepted
-    assert second.band == pytest.approx(alone.band, rel=1e-3)
+    if "fp32 other batches 1" in alone.losses:
+        assert second.band == pytest.approx(alone.band, rel=1e-3)
     assert second.losses["fp32"] == pytest.approx(alone.losses["fp32"], rel=1e-4)
     assert second.gap == pytest.approx(alone.gap, rel=1e-2, abs=1e-4)
 
@@ -129,7 +136,8 @@ def test_an_unsteady_learning_rate_is_given_up_early_and_all_runs_share_the_one_
     assert check.judged and "at lr 0.01," in check.summary, check.summary
     assert check.lr == pytest.approx(0.01)
     assert 0 < steps[1.0] < 12 and 0 < steps[0.1] < 12  # given up before the end
-    assert steps[0.01] == 3 * 12  # reference, other batches, bf16: all at lr 0.01
+    # reference, bf16 (and the other batches' run where bf16's gap needed the band): all at 0.01
+    assert steps[0.01] == (2 + ("fp32 other batches 1" in check.losses)) * 12
     assert all(len(run) == 13 for run in check.losses.values())
 
 
@@ -137,9 +145,10 @@ def test_the_band_runs_are_the_ones_asked_for() -> None:
     """By default the band is fp32 on other batches (the mini-batch noise); `jitter_runs` and
     `batch_runs` add draws, each a run of its own in the check's record."""
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
-    plain = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", CFG)
+    cfg = CFG.model_copy(update={"resolution": 0.0})  # no gap accepted without the band
+    plain = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
     assert list(plain.losses) == ["fp32", "fp32 other batches 1", "bf16"]
-    more = CFG.model_copy(update={"jitter_runs": 1, "batch_runs": 2})
+    more = cfg.model_copy(update={"jitter_runs": 1, "batch_runs": 2})
     check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", more)
     assert list(check.losses) == ["fp32", "fp32 jittered 1", "fp32 other batches 1",
                                   "fp32 other batches 2", "bf16"]  # fmt: skip
@@ -149,15 +158,17 @@ def test_the_band_runs_are_the_ones_asked_for() -> None:
 def _scripted(
     monkeypatch: pytest.MonkeyPatch, ref: list[float], precision: list[float], band_delta: float
 ) -> list[Settings]:
-    """Training runs in the check's order (fp32, other batches, the precision), their losses
-    given, every task starting at 1.0: the rule judged exactly, without training noise. Returns
-    the settings of each run trained, as they come."""
-    runs = [ref, [x + band_delta for x in ref], precision]
+    """Training runs with their losses given (fp32's reference, then its band's run on other
+    batches; the precision), every task starting at 1.0: the rule judged exactly, without
+    training noise. Returns the settings of each run trained, as they come."""
     trained: list[Settings] = []
 
     def train(workload, settings, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         trained.append(settings)
-        return runs[len(trained) - 1]
+        if settings != training.REFERENCE:
+            return precision
+        first = trained.count(training.REFERENCE) == 1
+        return ref if first else [x + band_delta for x in ref]
 
     monkeypatch.setattr(training, "train", train)
     monkeypatch.setattr(training, "start_loss", lambda *args: 1.0)
@@ -165,18 +176,24 @@ def _scripted(
 
 
 def _by_rate(
-    monkeypatch: pytest.MonkeyPatch, fp32: dict[float, list[float]], others: dict[float, float]
+    monkeypatch: pytest.MonkeyPatch,
+    fp32: dict[float, list[float]],
+    others: dict[float, float],
+    apart: float = 0.01,
 ) -> list[tuple[Settings, float]]:
     """fp32's losses per learning rate (the same for the reference and the other batches' run,
-    but moved by `others[lr]`); the precision's losses are fp32's. Every task starts at 1.0.
-    Returns (settings, lr) of each run trained."""
+    but moved by `others[lr]`); the precision's are fp32's moved by `apart` (0.01 of the start:
+    over what these checks resolve, 0.01 x what fp32 learnt, so the band decides). Every task
+    starts at 1.0. Returns (settings, lr) of each run trained."""
     trained: list[tuple[Settings, float]] = []
 
     def train(workload, settings, device, batches, targets, cfg, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         first = not any(s == settings and lr == cfg.lr for s, lr in trained)
         trained.append((settings, cfg.lr))
         run = fp32[cfg.lr]
-        if first or settings != training.REFERENCE:
+        if settings != training.REFERENCE:
+            return [x + apart for x in run]
+        if first:
             return run
         return [x + others[cfg.lr] for x in run]
 
@@ -205,12 +222,15 @@ def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band
     cfg = PrecisionCheckSettings(steps=6, batches=2, resolution=resolution, min_learnt=0.0)
     check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
     assert check.accepted is accepted, check.summary
-    assert check.band < 1e-4 and check.gap == pytest.approx(0.001)  # the pass's mean moved
+    assert check.gap == pytest.approx(0.001)  # the pass's mean moved
     if accepted:
         assert "within 0.01 x what fp32 learnt" in check.summary
         assert check.floor == pytest.approx(0.01 * 0.8)
+        # accepted whatever the band: its run on other batches was not made
+        assert math.isnan(check.band) and "fp32 other batches 1" not in check.losses
     else:
         assert "does not train like fp32" in check.summary
+        assert check.band < 1e-4  # the band's run decided, and it is narrow
 
 
 # fp32's loss per learning rate in the scripted tests below: 4 passes of 2 batches, then the
@@ -278,7 +298,8 @@ def test_a_band_over_five_percent_of_the_start_is_not_judged(
     assert check.band == pytest.approx(0.06) and check.lr == pytest.approx(1e-4)
     assert "fp32's own band is too wide" in check.summary and "6.0% of the start" in check.summary
     assert "over the 5%" in check.summary
-    assert all(s == training.REFERENCE for s, _ in trained)  # the precision is not run
+    # the precision ran once, at the first rate fp32 learnt at: its gap needed the band
+    assert [x for x in trained if x[0] != training.REFERENCE] == [(Settings(amp="bf16"), 1e-3)]
 
 
 def test_a_band_narrower_at_a_lower_rate_is_judged_there(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,6 +309,8 @@ def test_a_band_narrower_at_a_lower_rate_is_judged_there(monkeypatch: pytest.Mon
     assert check.judged and check.accepted, check.summary
     assert check.lr == pytest.approx(1e-4) and check.band == pytest.approx(0.01)
     assert trained[-1] == (Settings(amp="bf16"), pytest.approx(1e-4))
+    # each rate's reference trained once: the band's search took on the one already run
+    assert trained.count((training.REFERENCE, 1e-3)) == 2  # the reference and its band's run
     assert "8 steps at lr 0.0001" in check.summary
 
 
@@ -389,3 +412,30 @@ def test_advise_judges_each_precision_once_and_says_how(
     assert all("does not train like fp32" in r for r in rows["reason"])
     assert all(a.startswith("precision_check.band_factor=") for a in rows["accepted_with"])
     assert "amp" not in bad.settings.changes()
+
+
+def test_a_gap_within_what_the_check_resolves_needs_no_band_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The band's run (a third of a check) is made only where the verdict needs it: a precision
+    within 0.01 x what fp32 learnt (here 0.7: 0.7% of the start) is accepted without it, however
+    wide fp32's band would have been."""
+    trained = _by_rate(monkeypatch, {1e-3: LEARNS}, {1e-3: 0.08}, apart=0.005)
+    check = _check()
+    assert check.accepted and check.judged and check.lr == pytest.approx(1e-3), check.summary
+    assert trained == [(training.REFERENCE, 1e-3), (Settings(amp="bf16"), 1e-3)]
+    assert math.isnan(check.band) and list(check.losses) == ["fp32", "bf16"]
+    assert "not run" in check.summary and "0.50% of the start" in check.summary
+
+
+def test_a_gap_over_that_runs_the_band_beside_the_reference_already_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.01 of the start away: the band decides (1% at lr 1e-3: within 1.5 x), and the reference
+    is not trained again for it."""
+    trained = _by_rate(monkeypatch, {1e-3: LEARNS}, {1e-3: 0.01})
+    check = _check()
+    assert check.accepted and check.band == pytest.approx(0.01), check.summary
+    assert trained == [(training.REFERENCE, 1e-3), (Settings(amp="bf16"), 1e-3),
+                       (training.REFERENCE, 1e-3)]  # fmt: skip
+    assert list(check.losses) == ["fp32", "fp32 other batches 1", "bf16"]
