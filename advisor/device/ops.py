@@ -40,7 +40,7 @@ class CudaOps:
     """The real CUDA calls. A stand-in subclasses this and keeps each method's contract."""
 
     name = "cuda"
-    warm_up_s = 1.0  # busy work before the first measurement in a process (`timing.warm_device`)
+    warm_up_s = 1.0  # busy work before the first measurement in a process (`gpu_clock.warm_device`)
 
     def is_available(self) -> bool:
         return torch.cuda.is_available()

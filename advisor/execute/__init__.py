@@ -1,6 +1,7 @@
 """Running candidates: in this process or in isolated workers that survive the user's code.
 
 - `runner`: `evaluate()`, timing and gating one candidate on every shape.
+- `park`: screened candidates kept built and warm for their full timing.
 - `evaluators`: the `Evaluator` protocol, in-process evaluation, `Lent`; `make_evaluator` chooses.
 - `isolate`, `worker_process`, `probe`: worker subprocesses (time limits, crashes, hangs), the
   loop they run, and the first run of a model file's code in one.

@@ -26,6 +26,7 @@ from advisor.device.global_state import global_state, restore_global_state
 from advisor.device.ops import device_guard
 from advisor.knobs import GlobalFlags
 from advisor.measure.candidate import Candidate, Mode
+from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import STRICT_Z, Measurement, combine, paired_speedup
 from advisor.measure.timing import (
@@ -33,9 +34,7 @@ from advisor.measure.timing import (
     Sampler,
     TimingPolicy,
     interleave,
-    l2_flusher,
     synchronize,
-    warm_device,
     warm_up,
 )
 from advisor.workload.build import Workload

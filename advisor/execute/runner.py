@@ -29,16 +29,11 @@ from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
+from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.memory import PeakMemory
 from advisor.measure.results import Status, TrialResult
 from advisor.measure.stats import Measurement, Race, combine
-from advisor.measure.timing import (
-    SCREENED,
-    TimingPolicy,
-    l2_flusher,
-    measure,
-    warm_device,
-)
+from advisor.measure.timing import SCREENED, TimingPolicy, measure
 from advisor.measure.verdict import CANNOT_WIN
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload

@@ -1,6 +1,9 @@
 """Measuring one candidate honestly, and what a measurement is.
 
 - `timing`: `measure()`, the `Sampler` (the one clock) and the one interleaving sampler.
+- `gpu_clock`: the GPU's side of it (an L2 flush, clocks brought up, a spin kernel).
+- `updates`: the optimizer updates of the timed step and the training check, without
+  `torch.optim` (whose first use imports `torch._dynamo`).
 - `stats`: `Measurement` (raw samples, median, CI), "faster beyond noise", speedups, the race rule.
 - `candidate`: one candidate ready to run (its model, inputs and training step), with captures.
 - `canonical_dropout`: the same dropout units in every candidate's capture.

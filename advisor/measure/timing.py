@@ -19,7 +19,8 @@ from functools import partial
 
 import torch
 
-from advisor.device.ops import cuda_ops, device_guard, placement
+from advisor.device.ops import cuda_ops, device_guard
+from advisor.measure.gpu_clock import hold_gpu
 from advisor.measure.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
@@ -43,24 +44,6 @@ class TimingPolicy:
     max_time_s: float = 1.5
     min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
     max_reps: int = 100
-
-
-class _L2Flusher:
-    """Writes a buffer larger than L2 so a per-layer sample does not start from a warm cache."""
-
-    def __init__(self, device: torch.device) -> None:
-        ops = cuda_ops()
-        l2 = getattr(ops.properties(ops.index_of(device)), "L2_cache_size", 50 * 2**20)
-        self._buf = torch.zeros(  # written once: its memory is in use before a trial starts
-            max(2 * l2, 64 * 2**20), dtype=torch.uint8, device=placement(device)
-        )
-
-    def __call__(self) -> None:
-        self._buf.zero_()
-
-
-def l2_flusher(device: torch.device) -> Callable[[], None] | None:
-    return _L2Flusher(device) if device.type == "cuda" else None
 
 
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:
@@ -103,7 +86,7 @@ class Sampler:
         if self.use_events:
             ev0, ev1 = cuda_ops().event(), cuda_ops().event()
             if self.queue_ahead:
-                _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+                hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
             else:
                 # A whole step in steady state, as in a training loop: one untimed call first, so
                 # the timed ones start where it ends instead of on an idle GPU that waits for the
@@ -130,7 +113,7 @@ class Sampler:
         assert self.flush is not None
         ops = cuda_ops()
         spans = [(ops.event(), ops.event()) for _ in range(reps)]
-        _hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
+        hold_gpu(self.device, 1.5 * reps * self.launch_ms + 0.02)
         for start, end in spans:
             self.flush()
             start.record()
@@ -140,23 +123,6 @@ class Sampler:
         return sum(start.elapsed_time(end) for start, end in spans) / reps
 
 
-def warm_device(device: torch.device) -> None:
-    """Bring a GPU to its working clocks once per process before the first measurement: an idle
-    GPU can sit at a few hundred MHz, and the first candidate (PyTorch's default) would be timed
-    while the clocks ramp up."""
-    global _WARMED
-    if device.type != "cuda" or _WARMED:
-        return
-    _WARMED = True
-    seconds = cuda_ops().warm_up_s
-    a = torch.randn(2048, 2048, device=placement(device))
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ a  # noqa: B018 - the work is the point
-        synchronize(device)
-
-
-_WARMED = False
 
 
 def sample_interleaved(
@@ -247,14 +213,6 @@ def interleave(
         if rounds >= min_rounds and decided is not None and decided(samples):
             break
     return samples
-
-
-def _hold_gpu(device: torch.device, ms: float) -> None:
-    """Keep the current stream busy for about `ms` (capped at 20 ms) with a spin kernel."""
-    ops = cuda_ops()
-    props = ops.properties(ops.index_of(device))
-    khz = getattr(props, "clock_rate", 0) or 1_500_000  # cycles per ms
-    ops.sleep(int(min(ms, 20.0) * khz))
 
 
 def measure(

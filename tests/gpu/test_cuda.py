@@ -8,7 +8,8 @@ import torch
 import advisor
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import GlobalFlags, Settings
-from advisor.measure.timing import TimingPolicy, l2_flusher, measure
+from advisor.measure.gpu_clock import l2_flusher
+from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec

@@ -19,7 +19,8 @@ from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.canonical_dropout import canonical_dropout
-from advisor.measure.timing import TimingPolicy, l2_flusher, measure
+from advisor.measure.gpu_clock import l2_flusher
+from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
 from tests.conftest import DATA, run_env
