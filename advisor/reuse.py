@@ -267,7 +267,9 @@ class AdviceReuse:
         entry = _entry_of(advice, self.key, self.model_file)
         text = entry.model_dump_json()
         try:
-            if StoredAdvice.model_validate_json(text) != entry:  # e.g. a NaN JSON cannot hold
+            # Compared as text: a NaN (a gap not measured, a band not run) reads back as NaN,
+            # which is never equal to itself.
+            if StoredAdvice.model_validate_json(text).model_dump_json() != text:
                 log.debug("advice not stored for reuse: it does not read back as written")
                 return
             atomic_write(entry_path(self.key), text)
