@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from advisor.execute.evaluators import InProcessEvaluator
-from advisor.execute.park import Park, Parked
+from advisor.execute.park import CPU_BYTES, Park, Parked, cpu_budget
 from advisor.knobs import GlobalFlags, Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.stats import Measurement, Race
@@ -78,6 +78,7 @@ def test_what_is_not_parked_and_the_flags_a_parked_candidate_runs_with() -> None
     assert not _keeps(Park(torch.device("cuda")), CL)  # GPU memory is the timed ones'
     assert not _keeps(Park(CPU), Settings(compile="default"))
     assert not _keeps(Park(CPU, budget_bytes=1000), CL)  # over its budget
+    assert 0 < Park(CPU).budget <= CPU_BYTES and 0 < cpu_budget() <= CPU_BYTES  # what is free
     park = Park(CPU)
     fp32_bf16 = Settings(cpu_fp32="bf16")
     kept = _parked(fp32_bf16)

@@ -6,7 +6,8 @@ on small_cnn train at quick effort (a 2-core Zen 4 EPYC) PyTorch's default and t
 that twice, about 0.3 s each, more than their screens' samples. Kept here between the two, a
 survivor's full timing starts from one re-warming call (`timing.measure(resume=...)`).
 
-Only on a CPU, and within `CPU_BYTES` of parameters, gradients, buffers and inputs: on a GPU a
+Only on a CPU, and within `CPU_BYTES` (at most an eighth of the memory free when the park is
+made) of parameters, gradients, buffers and inputs: on a GPU a
 parked model's memory would be taken from the candidates timed meanwhile (their allocator and
 cuDNN's workspaces), and a GPU step long enough to be screened (20 ms and more) is rare. The park
 is emptied where its candidates' workload stops being the one timed (a re-time, another
@@ -16,6 +17,7 @@ workload), and a candidate is taken from it once.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +26,18 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.stats import Measurement
 
-__all__ = ["CPU_BYTES", "Park", "Parked"]
+__all__ = ["CPU_BYTES", "Park", "Parked", "cpu_budget"]
 
 CPU_BYTES = 1 << 30
+
+
+def cpu_budget() -> int:
+    """`CPU_BYTES`, or an eighth of the memory free now where that is less."""
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX, or not this name here
+        return CPU_BYTES
+    return min(CPU_BYTES, free // 8)
 
 
 @dataclass
@@ -50,9 +61,12 @@ def _held_bytes(cand: Candidate) -> int:
 class Park:
     """Screened candidates by settings, for the run's current workload."""
 
-    def __init__(self, device: torch.device, budget_bytes: int = CPU_BYTES) -> None:
+    def __init__(self, device: torch.device, budget_bytes: int | None = None) -> None:
         self.device = device
-        self.budget = budget_bytes if device.type == "cpu" else 0
+        if device.type != "cpu":
+            self.budget = 0
+        else:
+            self.budget = cpu_budget() if budget_bytes is None else budget_bytes
         self._kept: dict[str, tuple[Parked, int]] = {}
 
     @property
