@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from advisor.execute.retime import retimed_results
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
@@ -91,6 +93,21 @@ def test_the_timed_samples_and_the_harness_share() -> None:
     assert breakdown_line(out).endswith("4.0 s of it in timed samples (harness 50%)")
     # results reused from an earlier run never make the share negative
     assert harness_share(breakdown({}, results, total_s=1.0)) == 0.0
+
+
+def test_a_retime_keeps_the_samples_it_replaced_in_the_count() -> None:
+    # The finalists' re-time replaces their measurements: the trial's samples (and a screen's)
+    # were still taken, and an earlier re-time's too. Two re-times of one finalist, 2 shapes.
+    shapes = [Measurement(samples_ms=[100.0] * 5), Measurement(samples_ms=[300.0] * 5)]
+    trial = TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=shapes[0],
+                        per_shape=shapes, screen=Measurement(samples_ms=[200.0] * 3))  # fmt: skip
+    wl = SimpleNamespace(shape_cases=[SimpleNamespace(weight=1.0), SimpleNamespace(weight=1.0)])
+    once = retimed_results(wl, [trial], [[[10.0] * 4], [[30.0] * 4]])[0]  # type: ignore[arg-type]
+    twice = retimed_results(wl, [once], [[[20.0] * 2], [[40.0] * 2]])[0]  # type: ignore[arg-type]
+    assert once.replaced == shapes and twice.replaced == [*shapes, *once.per_shape]
+    assert twice.retimed and [m.samples_ms for m in twice.per_shape] == [[20.0] * 2, [40.0] * 2]
+    # 2.0 s trial + 0.6 s screen + 0.16 s first re-time + 0.12 s second
+    assert timed_s([twice]) == pytest.approx(2.0 + 0.6 + 0.16 + 0.12)
 
 
 def test_a_part_never_exceeds_its_stage() -> None:

@@ -251,9 +251,11 @@ def retimed_results(
         m = combine(ms, weights)
         first = r.measurement.first_call_ms if r.measurement else None
         m = m.model_copy(update={"first_call_ms": first})
+        taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
         out.append(
             r.model_copy(
-                update={"measurement": m, "per_shape": ms if len(ms) > 1 else None, "retimed": True}
+                update={"measurement": m, "per_shape": ms if len(ms) > 1 else None, "retimed": True,
+                        "replaced": [*r.replaced, *taken]}  # fmt: skip
             )
         )
     return out

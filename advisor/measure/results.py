@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.knobs import Settings
 from advisor.measure.stats import Measurement
@@ -54,6 +54,10 @@ class TrialResult(BaseModel):
     # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
     # built (advisor.execute.park): the screen's samples, kept apart from the measurement's
     screen: Measurement | None = None
+    # What a re-time replaced (the trial's own measurement, an earlier re-time's; per shape where
+    # the workload has a shape set): samples the run took, kept for its accounting
+    # (`advisor.stages.walltime.timed_s`), never compared
+    replaced: list[Measurement] = Field(default_factory=list)
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 
     @property
