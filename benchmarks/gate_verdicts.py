@@ -17,6 +17,7 @@ remove. Timing is minimal: only the verdicts matter here.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import sys
 import time
@@ -74,6 +75,8 @@ def _check(r) -> str:  # noqa: ANN001 - a TrialResult
         why = "fp32 did not learn" if "did not learn" in c.summary else "band too wide"
         return f"**not judged** ({why}): {learnt}, band {c.band:.2%}, {c.seconds:.0f} s"
     verdict = "accepted" if c.accepted else "**rejected**"
+    if math.isnan(c.band):  # within the floor: the band's run was not needed, nor made
+        return f"{verdict}: {learnt}, gap {c.gap:.2%} vs floor {c.floor:.2%} (band not run), {c.seconds:.0f} s"
     floor = f", floor {c.floor:.2%}" if c.floor > 1.5 * c.band else ""
     return f"{verdict}: {learnt}, gap {c.gap:.2%} vs band {c.band:.2%}{floor}, {c.seconds:.0f} s"
 
