@@ -222,12 +222,17 @@ def _band(
     return runs, max(gaps, default=0.0), starts
 
 
-def _within_floor(run: list[float], fp32: Fp32Runs) -> bool:
-    """Whether a precision's run is within `resolution` x what fp32 learnt of fp32's reference:
-    accepted whatever the band."""
+def _gap_and_floor(run: list[float], fp32: Fp32Runs) -> tuple[float, float]:
+    """A precision's run against fp32's reference: its gap, and the floor (`resolution` x what
+    fp32 learnt) within which it is accepted whatever the band."""
     ref, cfg = fp32.runs["fp32"], fp32.cfg
     gap = _gap(run, ref, cfg.batches, fp32.start, fp32.start)
-    return math.isfinite(gap) and gap <= cfg.resolution * _learnt(ref, fp32.start)
+    return gap, cfg.resolution * _learnt(ref, fp32.start)
+
+
+def _within_floor(run: list[float], fp32: Fp32Runs) -> bool:
+    gap, floor = _gap_and_floor(run, fp32)
+    return math.isfinite(gap) and gap <= floor
 
 
 def _not_learnt(
@@ -303,8 +308,7 @@ def check_precision(
                               summary=f"{precision}: not judged on this model: {fp32.refused}",
                               seconds=time.perf_counter() - begun)  # fmt: skip
     runs[precision] = run
-    gap = _gap(run, ref, cfg.batches, start, start)
-    floor = cfg.resolution * _learnt(ref, start)
+    gap, floor = _gap_and_floor(run, fp32)
     in_band = fp32.banded and gap <= cfg.band_factor * band
     accepted = math.isfinite(gap) and (in_band or gap <= floor)
     trained = f"{start:.3g} -> {ref[-1]:.3g} in fp32"
