@@ -131,6 +131,10 @@ def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_
     todo, dropped = got([_r(base, 33.8), _r(cl, 27.6), _r(bf16, 40.0)])
     assert todo == [Settings(memory_format="channels_last", compile="default")]
     assert dropped == ["compile on PyTorch's default settings"]
+    # the default the pick, the fastest and the baseline at once (Wav2Vec2 train): one row, once
+    todo, dropped = got([_r(base, 21.9), _r(cl, 23.5)])
+    assert todo == [Settings(memory_format="channels_last", compile="default")]
+    assert dropped == ["compile on PyTorch's default settings"]
     # a contiguous pick (amp=bf16) compiles as channels_last + bf16, and the default as cl
     todo, _ = got([_r(base, 43.0), _r(cl, 45.0), _r(bf16, 35.0), _r(cl_bf16, 50.0)])
     assert todo == [cl_bf16.model_copy(update={"compile": "default"}),

@@ -25,6 +25,7 @@ from advisor.device.ops import placement
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode, flatten_tensors, perturbed
 from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.seeded import seeded
 from advisor.measure.updates import Adam
 from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheckSettings
 from advisor.workload.build import Workload
@@ -99,7 +100,7 @@ def call_model(
         if grad and torch.is_tensor(x) and x.is_floating_point():
             x.requires_grad_(True)
     pos, kw = prepared[: len(args)], dict(zip(kwargs, prepared[len(args) :], strict=True))
-    with canonical_dropout(seed), tuned.autocast():
+    with seeded(seed), canonical_dropout(seed), tuned.autocast():
         return flatten_tensors(tuned.model(*pos, **kw))
 
 

@@ -27,6 +27,7 @@ from advisor.device.ops import cuda_ops, placement
 from advisor.impls import conv_modules
 from advisor.knobs import Settings, memory_format_for
 from advisor.measure.canonical_dropout import canonical_dropout
+from advisor.measure.seeded import seeded
 from advisor.measure.updates import ZeroLrSgd
 from advisor.workload.build import Workload
 
@@ -298,19 +299,22 @@ class Candidate:
         hooks = self._record_convs(convs) if record_convs else []
         try:
             if self.mode == "infer":
-                torch.manual_seed(self.seed)
                 self._restore_buffers()
-                with torch.no_grad(), self._dropout_mode(canonical) as mode:
+                with (
+                    torch.no_grad(),
+                    seeded(self.seed, keep_torch=True),
+                    self._dropout_mode(canonical) as mode,
+                ):
                     outs = self._forward()
                 return Captured([o.detach().to(acc_dtype(o)).clone() for o in outs], {}, convs,
                                 _calls(mode))  # fmt: skip
             for _ in range(MAX_BACKOFFS):
                 convs.clear()
-                torch.manual_seed(self.seed)
                 self._restore_buffers()
                 self._zero_grad()
-                # the same units dropped in every candidate
-                with self._dropout_mode(canonical) as mode:
+                # the same units dropped, and the same draws of torch, random and NumPy, in every
+                # candidate (torch's left as drawn: the step is the gate's own)
+                with seeded(self.seed, keep_torch=True), self._dropout_mode(canonical) as mode:
                     outs = self._forward()
                 loss = self._loss(outs)
                 scaler = self.tuned.scaler

@@ -73,7 +73,8 @@ def compile_candidates(
         why = "a whole-model setting: a single conv layer compiles to the same ATen call"
         dropped += [Dropped(f"compile={m}", why) for m in modes]
         modes = []
-    outcome.dropped += [d for d in dropped if d not in outcome.dropped]
+    for d in dropped:
+        _note(outcome, d)
     if not modes:
         return []
     eager = pick_final(outcome.results, outcome.baseline, space.min_gain)
@@ -84,12 +85,12 @@ def compile_candidates(
         out_of_reach = _out_of_reach(r, (eager.chosen, eager.fastest), space.compile_max_gain)
         if out_of_reach is not None:
             if base not in bases:
-                outcome.dropped.append(Dropped(f"compile on {on}", out_of_reach))
+                _note(outcome, Dropped(f"compile on {on}", out_of_reach))
             continue
         twin = channels_last_twin(base, outcome.results, space, device)
         if twin is not None:
             if base == Settings():  # what compile alone gives: the report says what stood in
-                outcome.dropped.append(Dropped(f"compile on {on}", _twin_why(twin)))
+                _note(outcome, Dropped(f"compile on {on}", _twin_why(twin)))
             base = twin
         if base not in bases:
             bases.append(base)
@@ -100,6 +101,13 @@ def compile_candidates(
         for base in bases
         for dyn in dynamics
     ]
+
+
+def _note(outcome: SearchOutcome, dropped: Dropped) -> None:
+    """`dropped` in the outcome's list once (the pick, the fastest and the baseline are often
+    the same settings: the report listed one reason three times)."""
+    if dropped not in outcome.dropped:
+        outcome.dropped.append(dropped)
 
 
 def inductor_convs_channels_last(device: torch.device) -> bool:
