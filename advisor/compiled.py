@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import shutil
 import sys
@@ -77,13 +78,36 @@ def recompile_limit(cases: int) -> int:
     return BASE_RECOMPILES + 2 * cases
 
 
-def recompile_guard(cases: int = 1) -> contextlib.AbstractContextManager[Any]:
+@contextlib.contextmanager
+def recompile_guard(cases: int = 1) -> Iterator[None]:
     """Within it, a compiled model that recompiles more than `recompile_limit(cases)` times
     raises (`fail_on_recompile_limit_hit`) instead of running on in eager mode: a failed
-    candidate (`recompile_reason` says why), never a silent eager one."""
-    return torch._dynamo.config.patch(
-        recompile_limit=recompile_limit(cases), fail_on_recompile_limit_hit=True
-    )
+    candidate (`recompile_reason` says why), never a silent eager one. Dynamo names the function
+    and its last guard failure only in a log warning: kept for the reason."""
+    _LIMIT_HIT.clear()
+    log = logging.getLogger("torch._dynamo.convert_frame")
+    handler = _LimitHitHandler()
+    log.addHandler(handler)
+    try:
+        with torch._dynamo.config.patch(
+            recompile_limit=recompile_limit(cases), fail_on_recompile_limit_hit=True
+        ):
+            yield
+    finally:
+        log.removeHandler(handler)
+
+
+_LIMIT_HIT: list[tuple[str, str]] = []  # (function, Dynamo's last recompile reason)
+
+
+class _LimitHitHandler(logging.Handler):
+    """Keeps what Dynamo's 'hit config.recompile_limit' warning names (torch 2.4-2.13: its
+    arguments are the limit's name, its value, the function, the last reason)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if str(record.msg).startswith("torch._dynamo hit config.") and len(args) >= 4:
+            _LIMIT_HIT.append((str(args[2]), str(args[3])))
 
 
 def recompile_reason(error: BaseException, cases: int = 1) -> str | None:
@@ -91,13 +115,25 @@ def recompile_reason(error: BaseException, cases: int = 1) -> str | None:
     e: BaseException | None = error
     while e is not None:
         if type(e).__name__ == "FailOnRecompileLimitHit":
+            what, why = "the model", ""
+            if _LIMIT_HIT:
+                func, last = _LIMIT_HIT[-1]
+                what, why = f"{func.split(' (')[0]} ({_short_place(func)})", f"; its last: {last}"
             return (
-                f"torch.compile recompiled more than {recompile_limit(cases)} times (the "
-                "measurement's recompile limit): a guard fails on every call, e.g. a Python "
-                "value that changes per step"
+                f"torch.compile recompiled {what} more than {recompile_limit(cases)} times (the "
+                f"measurement's recompile limit{why}): Dynamo compiles a function again for each "
+                "variant its guards tell apart, e.g. a Python value that changes per step, or one "
+                "forward broken by a graph break and called by many layers; past its own limit "
+                "PyTorch runs the rest eagerly, which is not what was measured"
             )
         e = e.__cause__ or e.__context__
     return None
+
+
+def _short_place(func: str) -> str:
+    """'file.py:162' from Dynamo's "'name' (/long/path/file.py:162)"."""
+    inside = func[func.rfind("(") + 1 : func.rfind(")")] if "(" in func else func
+    return Path(inside.rsplit(":", 1)[0]).name + ":" + inside.rsplit(":", 1)[-1]
 
 
 def _clear_in_memory() -> Any:

@@ -5,6 +5,7 @@ end to end (a real torch.compile of small models: tens of seconds on a 2-core CP
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 
 import advisor
 import advisor.compiled
-from advisor.compiled import recompile_reason
+from advisor.compiled import recompile_guard, recompile_reason
 from advisor.device.environment import current_environment
 from advisor.execute import runner
 from advisor.execute.runner import Gate, evaluate
@@ -260,8 +261,22 @@ def test_hitting_the_recompile_limit_is_named() -> None:
             raise FailOnRecompileLimitHit("Hard failure") from inner
     except FailOnRecompileLimitHit as e:
         reason = recompile_reason(e, cases=2)
-    assert reason is not None and "recompiled more than 12 times" in reason
+    assert reason is not None and "recompiled the model more than 12 times" in reason
     assert recompile_reason(RuntimeError("other")) is None
+    # within the guard, the function and the last guard failure Dynamo logs are named (EnCodec:
+    # one conv forward, broken by a graph break, compiled per layer)
+    log = logging.getLogger("torch._dynamo.convert_frame")
+    with recompile_guard(cases=1):
+        log.warning("torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\n%s",
+                    "recompile_limit", 10, "'resume_in_forward' (/site/x/modeling_encodec.py:162)",
+                    "tensor '___stack0' requires_grad mismatch", "url")  # fmt: skip
+        try:
+            raise FailOnRecompileLimitHit("Hard failure")
+        except FailOnRecompileLimitHit as e:
+            reason = recompile_reason(e)
+    assert reason is not None
+    assert "recompiled 'resume_in_forward' (modeling_encodec.py:162) more than 10 times" in reason
+    assert "its last: tensor '___stack0' requires_grad mismatch" in reason
 
 
 def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
@@ -321,7 +336,9 @@ def test_a_model_that_recompiles_on_every_call_fails_with_the_reason(
     gate = Gate(workload, CPU, "infer", space)
     result = evaluate(workload, Settings(compile="default"), CPU, "infer", space, gate)
     assert result.status == "failed"
-    assert "recompiled more than 2 times" in (result.reason or "")
+    reason = result.reason or ""
+    assert "recompiled 'forward' (recompiles.py:15) more than 2 times" in reason, reason
+    assert "its last: " in reason and "self.calls" in reason  # Dynamo's guard on the int
 
 
 @pytest.mark.slow
