@@ -51,6 +51,11 @@ class CudaOps:
     def current_device(self) -> int:
         return torch.cuda.current_device()
 
+    def started(self) -> list[int]:
+        """The current device's index where CUDA is up in this process, else none (reading its
+        generator's state, say, would start it)."""
+        return [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+
     def index_of(self, device: torch.device) -> int:
         """The device's index; an index-less `cuda` means the current device (as PyTorch's
         own `torch.device("cuda")` tensors do)."""

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import torch
 
+from advisor.device.ops import cuda_ops
+
 __all__ = ["seeded"]
 
 
@@ -29,7 +31,7 @@ def seeded(seed: int, keep_torch: bool = False) -> Iterator[None]:
     py_state = random.getstate()
     np_state = np.random.get_state() if np is not None else None
     # CUDA's generators are forked only where CUDA is already up (forking starts it otherwise)
-    cuda = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+    cuda = cuda_ops().started()
     fork = contextlib.nullcontext() if keep_torch else torch.random.fork_rng(devices=cuda)
     try:
         with fork:
