@@ -120,12 +120,13 @@ def row(p: Published, run: dict[str, Any], convs: str) -> str:
 
 
 def machine_line(device: str) -> str:
+    import os
+
     import torch
 
-    model = next((line.split(":", 1)[1].strip() for line in
-                  subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                  if line.startswith("Model name")), platform.processor() or "?")  # fmt: skip
-    import os
+    from advisor.device.environment import cpu_description
+
+    model = cpu_description()
 
     return (f"Machine: {model}, {os.cpu_count()} cores; torch {torch.__version__}; "
             f"Python {platform.python_version()}; device {device}; "

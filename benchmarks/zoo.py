@@ -135,13 +135,9 @@ def environment(device: str) -> dict[str, Any]:
 
 
 def _cpu_model() -> str:
-    import platform
+    from advisor.device.environment import cpu_description
 
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return cpu_description()
 
 
 def missing(model: ZooModel) -> str | None:

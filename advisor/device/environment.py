@@ -131,6 +131,15 @@ def _cpu_name() -> str:
     return _cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
+def cpu_description() -> str:
+    """The CPU's name with its x86 family and model where /proc/cpuinfo has them: a virtual
+    machine names Zen 4 and Zen 5 EPYCs alike ("AMD EPYC"), family 25 and 26, and their
+    timings differ (for benchmark tables, not for keys)."""
+    family, model = _cpuinfo_field("cpu family"), _cpuinfo_field("model\t")
+    generation = f" (family {family} model {model})" if family and model else ""
+    return _cpu_name() + generation
+
+
 # CPU features that decide whether bf16/fp16 autocast and oneDNN's low-precision kernels are fast:
 # a virtual machine often names every AMD or Intel CPU alike ("AMD EPYC"), while one has bf16 dot
 # products (bf16 autocast won 2.2x on a model there) and another emulates them (bf16 3-20x slower).
