@@ -251,6 +251,8 @@ def _evaluate(
                     kept = Parked(cand, m, max(peak, memory.growth_mb()), memory.first_call_mb)
                     if park.keep(settings, kept):
                         cand = None  # its full timing resumes it
+            elif (slow := _cannot_win_ungated(gate, settings, m, judge_below)) is not None:
+                lost = slow  # measured in full and slower than the leader: never picked
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
@@ -342,10 +344,42 @@ def _cannot_win_unjudged(
     m = combine(per_shape, [c.weight for c in workload.shape_cases])
     if m.ci_low_ms <= judge_below_ms:
         return None
+    return _unjudged_why(gate, settings, m, judge_below_ms)
+
+
+def _unjudged_why(gate: Gate, settings: Settings, m: Measurement, judge_below_ms: float) -> str:
+    return (
+        f"{_slower(m, judge_below_ms)}; {gate.precision(settings)} not judged on this model (its "
+        "training check is paid only for a candidate that could be picked)"
+    )
+
+
+def _cannot_win_ungated(
+    gate: Gate, settings: Settings, m: Measurement, judge_below_ms: float | None
+) -> str | None:
+    """Why an eager candidate measured in full is stopped before the gate's capture and layer
+    checks, or None. Above the leader's bar (`Race.judge_below_ms`) it cannot win the pick, as
+    `_cannot_win_unjudged` says, and the re-time's finalists drop it by the same rule: its
+    verdict would never be read (on small_cnn at quick, the layer checks were a second of the
+    global knobs' 5). A compiled candidate is gated still: its bar came from an earlier window
+    (a re-time decides); so is a shape set's case, whose weighted whole is what counts, and
+    PyTorch's default, the baseline every advice reports against."""
+    if settings.compiled or settings == Settings() or len(gate.cases) > 1:
+        return None
+    if judge_below_ms is None or m.ci_low_ms <= judge_below_ms:
+        return None
+    if not gate.judged(settings):  # the advice says which precision went unjudged, and why
+        return _unjudged_why(gate, settings, m, judge_below_ms)
+    return (
+        f"{_slower(m, judge_below_ms)}; not gated (the gate's checks are paid only for a "
+        "candidate that could be picked)"
+    )
+
+
+def _slower(m: Measurement, judge_below_ms: float) -> str:
     return (
         f"{CANNOT_WIN}: {m.ci_low_ms:.3f} ms at best, slower than the best accepted candidate's "
-        f"{judge_below_ms:.3f} ms; {gate.precision(settings)} not judged on this model (its "
-        "training check is paid only for a candidate that could be picked)"
+        f"{judge_below_ms:.3f} ms"
     )
 
 
