@@ -44,6 +44,7 @@ __all__ = [
     "CACHE_ENV",
     "cold_cache",
     "compile_model",
+    "graph_breaks",
     "inductor_caches",
     "keep_artifacts",
     "leave_for_training",
@@ -128,6 +129,28 @@ def recompile_reason(error: BaseException, cases: int = 1) -> str | None:
             )
         e = e.__cause__ or e.__context__
     return None
+
+
+def graph_breaks(limit: int = 20) -> list[str]:
+    """Where Dynamo broke the model's graph since its last reset, each place once, in order:
+    'file.py:123: its reason's first line'. Why a compile saves little is often here (EnCodec:
+    a break in its padding helper, then one graph per conv layer). Empty where Dynamo keeps no
+    record (another torch version)."""
+    try:
+        from torch._dynamo.utils import graph_break_reasons
+    except ImportError:  # pragma: no cover - another torch version
+        return []
+    places: list[str] = []
+    for r in list(graph_break_reasons):
+        frame = r.user_stack[-1] if getattr(r, "user_stack", None) else None
+        where = f"{Path(frame.filename).name}:{frame.lineno}" if frame is not None else "?"
+        why = next((line.strip() for line in str(r.reason).splitlines() if line.strip()), "?")
+        place = f"{where}: {why[:200]}"
+        if place not in places:
+            places.append(place)
+        if len(places) >= limit:
+            break
+    return places
 
 
 def _short_place(func: str) -> str:

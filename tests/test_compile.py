@@ -279,6 +279,33 @@ def test_hitting_the_recompile_limit_is_named() -> None:
     assert "its last: tensor '___stack0' requires_grad mismatch" in reason
 
 
+def test_graph_breaks_are_named_by_place_once_each() -> None:
+    """Dynamo's own record of where it broke the graph (eager backend: no Inductor here), each
+    place once however often it is compiled again, and the compile note names them."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y + 1
+
+    torch.compiler.reset()
+    compiled = torch.compile(f, backend="eager")
+    for n in (2, 3, 4):  # other shapes compile again, at the same place
+        compiled(torch.ones(n))
+    breaks = advisor.compiled.graph_breaks()
+    torch.compiler.reset()
+    assert len(breaks) == 1, breaks
+    assert breaks[0].startswith("test_compile.py:") and "graph_break" in breaks[0], breaks
+    assert advisor.compiled.graph_breaks() == []  # Dynamo's reset clears the record
+    slow = _r(Settings(compile="default"), 12.0).model_copy(
+        update={"status": "failed", "measurement": None, "reason": "boom",
+                "graph_breaks": breaks + ["other.py:9: Unsupported"]})  # fmt: skip
+    note = compile_note([_r(Settings(), 10.0), slow], _r(Settings(), 10.0), _r(Settings(), 10.0),
+                        steps=None)  # fmt: skip
+    assert note is not None and note.startswith("torch.compile (compile=default) was not accepted")
+    assert f"(Dynamo broke its graph at 2 places; the first: {breaks[0]})" in note
+
+
 def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
     """Where the gate's dropout mode breaks a compiled model the timed steps ran (a graph break in
     the model, then an in-place activation before an in-place dropout), the reason says whose
@@ -319,6 +346,7 @@ def test_a_compiled_candidate_is_measured_gated_and_billed_end_to_end(tmp_path: 
     assert m.first_call_ms is not None and max(m.samples_ms) < m.first_call_ms / 10
     assert compiled.rel_error is not None and compiled.rel_error < 1e-4  # fp32 class
     assert compiled.layer_error is None  # model level only: no conv runs alone in a graph
+    assert compiled.graph_breaks == []  # a plain conv net compiles to one graph
     result = advice.config.result
     assert result is not None and result.compile_note and "torch.compile" in result.compile_note
     assert "compile" in advice.trials.columns

@@ -14,6 +14,7 @@ import torch
 
 from advisor.compiled import (
     cold_cache,
+    graph_breaks,
     inductor_caches,
     keep_artifacts,
     recompile_guard,
@@ -165,8 +166,10 @@ def _evaluate_any(
         with recompile_guard(len(gate.cases)), inductor_caches(cold):
             result = _evaluate(workload, settings, device, mode, space, gate, policy, clock,
                                race, time_left_s)  # fmt: skip
+            breaks = graph_breaks()  # Dynamo's record, reset as the caches were entered
         keep_artifacts(cold)
-        return result.model_copy(update={"compile_start_s": start_s or None})
+        return result.model_copy(update={"compile_start_s": start_s or None,
+                                          "graph_breaks": breaks})  # fmt: skip
     return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
                      time_left_s, park, parked)  # fmt: skip
 

@@ -50,6 +50,9 @@ class TrialResult(BaseModel):
     # The gate's capture of a compiled candidate under its dropout masks: another graph, compiled
     # with empty caches after the timed steps (a model without dropout is captured as timed)
     compile_check_s: float | None = None
+    # Where Dynamo broke a compiled candidate's graph ('file.py:123: reason'), each place once
+    # (`advisor.compiled.graph_breaks`); None for an eager candidate
+    graph_breaks: list[str] | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
     # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
     # built (advisor.execute.park): the screen's samples, kept apart from the measurement's

@@ -139,7 +139,7 @@ def compile_note(
     unpaid = [r for r in slower if CANNOT_PAY in (r.reason or "")]
     if not ok and unpaid:  # timed beside its rival, it could not pay (execute.payback)
         best = min(unpaid, key=lambda r: r.median_ms)
-        return f"torch.compile ({best.settings.label()}) is not recommended: {best.reason}"
+        return f"torch.compile ({best.settings.label()}) is not recommended: {best.reason}{_breaks(best)}"
     if not ok and slower:  # raced out after its samples (execute.runner): never gated
         best = min(slower, key=lambda r: r.median_ms)
         alt = alternative(best, results, eager)
@@ -147,11 +147,11 @@ def compile_note(
             f"torch.compile ({best.settings.label()}) was slower per step than "
             f"{alt.settings.label()} ({best.median_ms:.3f} vs {alt.median_ms:.3f} ms; its cold "
             f"compile took {best.compile_cold_s or 0.0:.1f} s): it never pays, and was not "
-            "checked further"
+            f"checked further{_breaks(best)}"
         )
     if not ok:
         r = compiled[0]
-        return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}"
+        return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}{_breaks(r)}"
     best = chosen if chosen.settings.compiled else min(ok, key=lambda r: r.median_ms)
     eager = alternative(best, results, eager)
     b = bill(best, eager)
@@ -161,7 +161,7 @@ def compile_note(
         return (
             f"torch.compile ({best.settings.label()}) was no faster per step than "
             f"{eager.settings.label()} ({best.median_ms:.3f} vs {eager.median_ms:.3f} ms), and "
-            f"{cost}"
+            f"{cost}{_breaks(best)}"
         )
     line = (
         f"torch.compile ({best.settings.label()}) saves {b.saving_ms:.3f} ms per step over "
@@ -171,4 +171,14 @@ def compile_note(
         line += f", more than {horizon_text(steps)}: not recommended"
     elif best is not chosen:
         line += "; not recommended (see why)"
-    return line
+    return line + _breaks(best)
+
+
+def _breaks(r: TrialResult) -> str:
+    """Where Dynamo broke the compiled model's graph, where it did: often why a compile saves
+    little (each break a trip back to Python, each piece compiled and guarded on its own)."""
+    if not r.graph_breaks:
+        return ""
+    n = len(r.graph_breaks)
+    places = f"{n} place{'s' if n > 1 else ''}" if n < 20 else "20 places or more"
+    return f" (Dynamo broke its graph at {places}; the first: {r.graph_breaks[0]})"
