@@ -130,14 +130,10 @@ def environment(device: str) -> dict[str, Any]:
     if r.returncode != 0:
         raise SystemExit(f"cannot read the environment: {_last_line(r.stderr)}")
     env: dict[str, Any] = json.loads(r.stdout)
-    env["cpu_model"] = _cpu_model()
-    return env
-
-
-def _cpu_model() -> str:
     from advisor.device.environment import cpu_description
 
-    return cpu_description()
+    env["cpu_model"] = cpu_description()
+    return env
 
 
 def missing(model: ZooModel) -> str | None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -140,6 +141,17 @@ def cpu_config(picked: Settings, mode: str = "train") -> Config:
         workload={"kind": "model", "description": "test"},
         space="cpu",
     )
+
+
+def capture_on_cpu(workload: Any, settings: Settings, seed: int = 0) -> Any:
+    """One training step of `settings` on `workload` as the gate captures it, on the CPU."""
+    from advisor.measure.candidate import Candidate
+
+    cand = Candidate(workload, settings, torch.device("cpu"), "train", seed=seed)
+    try:
+        return cand.capture()
+    finally:
+        cand.close()
 
 
 class FakeClock:

@@ -10,10 +10,10 @@ from torch import nn
 
 from advisor.gate.numeric import REFERENCE, Gate, compare
 from advisor.knobs import Settings
-from advisor.measure.candidate import Candidate
 from advisor.measure.canonical_dropout import canonical_dropout
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
+from tests.conftest import capture_on_cpu
 
 
 def _net() -> nn.Module:
@@ -32,14 +32,9 @@ def _net() -> nn.Module:
 
 def test_channels_last_and_bf16_drop_the_same_units_as_the_reference() -> None:
     workload = make_workload(model=_net(), inputs=(torch.randn(4, 3, 8, 8),))
-    cpu = torch.device("cpu")
 
     def capture(settings: Settings):  # noqa: ANN202
-        cand = Candidate(workload, settings, cpu, "train", seed=0)
-        try:
-            return cand.capture()
-        finally:
-            cand.close()
+        return capture_on_cpu(workload, settings)
 
     ref = capture(REFERENCE)
     cl = compare(capture(Settings(memory_format="channels_last")), ref, "train")

@@ -14,9 +14,9 @@ from advisor.apply import apply_settings
 from advisor.gate.numeric import REFERENCE, compare
 from advisor.gate.training import call_model
 from advisor.knobs import Settings
-from advisor.measure.candidate import Candidate
 from advisor.measure.seeded import seeded
 from advisor.workload.args import make_workload
+from tests.conftest import capture_on_cpu
 
 
 class HostDrawn(nn.Module):
@@ -42,14 +42,10 @@ def _workload():  # noqa: ANN202
 
 
 def test_the_same_candidate_captured_twice_is_the_same_step() -> None:
-    workload, cpu = _workload(), torch.device("cpu")
+    workload = _workload()
 
     def capture(settings: Settings):  # noqa: ANN202
-        cand = Candidate(workload, settings, cpu, "train", seed=3)
-        try:
-            return cand.capture()
-        finally:
-            cand.close()
+        return capture_on_cpu(workload, settings, seed=3)
 
     ref = capture(REFERENCE)
     again = compare(capture(REFERENCE), ref, "train")

@@ -139,7 +139,8 @@ def compile_note(
     unpaid = [r for r in slower if CANNOT_PAY in (r.reason or "")]
     if not ok and unpaid:  # timed beside its rival, it could not pay (execute.payback)
         best = min(unpaid, key=lambda r: r.median_ms)
-        return f"torch.compile ({best.settings.label()}) is not recommended: {best.reason}{_breaks(best)}"
+        why = f"{best.reason}{_breaks(best)}"
+        return f"torch.compile ({best.settings.label()}) is not recommended: {why}"
     if not ok and slower:  # raced out after its samples (execute.runner): never gated
         best = min(slower, key=lambda r: r.median_ms)
         alt = alternative(best, results, eager)
