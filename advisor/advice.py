@@ -184,6 +184,7 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         peak_memory_mb=r.peak_memory_mb,
         stage=trial_stage(r, number),
         wall_s=r.wall_s if r.wall_s is not None else math.nan,
+        gate_s=r.gate_s if r.gate_s is not None else math.nan,
     )
     return row
 

@@ -18,6 +18,7 @@ from advisor.stages.walltime import (
     StageClock,
     breakdown,
     breakdown_line,
+    gate_s,
     harness_share,
     timed_s,
 )
@@ -75,7 +76,8 @@ def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:
     line = breakdown_line(out)
     assert line.startswith("start-up and load 3.0 s, global knobs 12.0 s (precision checks 4.0 s)")
     assert "compile 9.0 s (Inductor start 2.0 s, cold compiles 6.5 s)" in line
-    assert line.endswith("; total 27.5 s, 0.0 s of it in timed samples (harness 100%)")
+    assert line.endswith("; total 27.5 s, 0.0 s of it in timed samples (harness 100%; 100% "
+                         "with the gate's checks counted apart)")  # fmt: skip
 
 
 def test_the_timed_samples_and_the_harness_share() -> None:
@@ -93,6 +95,31 @@ def test_the_timed_samples_and_the_harness_share() -> None:
     assert breakdown_line(out).endswith("4.0 s of it in timed samples (harness 50%)")
     # results reused from an earlier run never make the share negative
     assert harness_share(breakdown({}, results, total_s=1.0)) == 0.0
+
+
+def test_the_gates_checks_are_a_part_of_their_stage_and_can_be_counted_apart() -> None:
+    # Captures and layer checks (gate_s) belong to the stage of their candidate: an eager one
+    # without layer swaps to the global knobs, one with swaps to the per-layer stage; a compiled
+    # one's are not split out (its capture may compile, which the compile stage's parts count).
+    m = Measurement(samples_ms=[250.0] * 4, reps=2)  # 2 s timed per candidate
+    results = [
+        TrialResult(settings=Settings(), status="ok", measurement=m, gate_s=0.5),
+        TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=m, gate_s=0.25,
+                    precision_check=_check("bf16", 1.5)),
+        TrialResult(settings=Settings(layers={"0": "unfold_gemm"}), status="ok", gate_s=0.75),
+        TrialResult(settings=Settings(compile="default"), status="ok", gate_s=9.0),
+    ]  # fmt: skip
+    out = breakdown({"global knobs": 7.0, "per-layer": 2.0, "compile": 10.0}, results, 20.0)
+    assert out["global knobs: output and layer checks"] == 0.75
+    assert out["global knobs: precision checks"] == 1.5
+    assert out["per-layer: output and layer checks"] == 0.75
+    assert gate_s(out) == pytest.approx(3.0)
+    # 4 s timed of 20 s: 80% outside; the gate's 3 s apart, 4 of 17 s: 76%
+    assert harness_share(out) == pytest.approx(0.8)
+    assert harness_share(out, gate_apart=True) == pytest.approx(1 - 4 / 17)
+    line = breakdown_line(out)
+    assert "global knobs 7.0 s (precision checks 1.5 s, output and layer checks 0.8 s)" in line
+    assert line.endswith("(harness 80%; 76% with the gate's checks counted apart)")
 
 
 def test_a_retime_keeps_the_samples_it_replaced_in_the_count() -> None:

@@ -201,6 +201,7 @@ def _evaluate(
     memory = PeakMemory(device)
     peak = 0.0
     check_s = 0.0  # the gate's capture of a compiled model under dropout masks: a compile
+    gate_s = 0.0  # the gate's capture, comparison and layer checks (the training check apart)
     per_shape: list[Measurement] = []
     err, grad_err = 0.0, 0.0 if mode == "train" else None
     layer = None
@@ -272,6 +273,7 @@ def _evaluate(
                 worst = gate.check_layers(cand, got.convs)
                 if worst is not None and (layer is None or worst.error > layer.error):
                     layer = worst
+                gate_s += time.perf_counter() - t0
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
@@ -330,6 +332,7 @@ def _evaluate(
         first_call_peak_mb=memory.first_call_mb,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
         compile_check_s=check_s or None,
+        gate_s=gate_s or None,
     )
 
 

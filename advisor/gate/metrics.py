@@ -12,15 +12,21 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in float64; inf for NaN/Inf or a shape mismatch."""
     if out.shape != ref.shape:
         return math.inf
-    a = out.detach().to(torch.float64)
-    b = ref.detach().to(torch.float64)
-    if not torch.isfinite(a).all():
+    num, denom = _norms(out, ref)
+    if not math.isfinite(num):  # NaN or Inf in `out` (the norm of a finite difference is finite)
         return math.inf
-    denom = torch.linalg.vector_norm(b).item()
-    num = torch.linalg.vector_norm(a - b).item()
     if denom == 0.0:
         return 0.0 if num == 0.0 else math.inf
     return num / denom
+
+
+def _norms(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """‖out − ref‖ and ‖ref‖, in float64: the difference is taken in float64 (type promotion,
+    without a float64 copy of `out` first), so an fp32 error of 1e-7 is not rounded away."""
+    b = ref.detach()
+    b = b if b.dtype == torch.float64 else b.to(torch.float64)
+    num = torch.linalg.vector_norm(torch.sub(out.detach(), b)).item()
+    return num, torch.linalg.vector_norm(b).item()
 
 
 def max_rel_error(
@@ -52,12 +58,13 @@ def global_rel_error(outs: Mapping[str, torch.Tensor], refs: Mapping[str, torch.
         return 0.0
     num = den = 0.0
     for k, r in refs.items():
-        o = outs[k].detach().to(torch.float64)
-        if o.shape != r.shape or not torch.isfinite(o).all():
+        if outs[k].shape != r.shape:
             return math.inf
-        r64 = r.detach().to(torch.float64)
-        num += torch.linalg.vector_norm(o - r64).item() ** 2
-        den += torch.linalg.vector_norm(r64).item() ** 2
+        n, d = _norms(outs[k], r)
+        if not math.isfinite(n):
+            return math.inf
+        num += n**2
+        den += d**2
     if den == 0.0:
         return 0.0 if num == 0.0 else math.inf
     return math.sqrt(num / den)
