@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from advisor.stages.walltime import harness_share
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -87,6 +89,10 @@ def _advise(
 # time outside the candidates' timed samples over the run's (advisor.stages.walltime).
 COLD, TIMED = "compile: cold compiles", "timed samples"
 WITHOUT_COLD, HARNESS = "total less cold compiles", "harness %"
+# The same share with the numeric gate's checks counted apart, as cold compiles are
+# (advisor.stages.walltime.harness_share(..., gate_apart=True)); revisions before 3b36bad did
+# not time the output and layer checks, so their figure counts the precision checks only.
+HARNESS_APART = "harness % less the gate"
 
 # PyTorch's defaults as a config writes them: left out of a pick's label
 DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
@@ -117,11 +123,12 @@ def _shorten(label: str) -> str:
 
 
 def _environment_line(device: str) -> str:
-    from advisor.device.environment import current_environment
+    from advisor.device.environment import cpu_description, current_environment
 
     env = current_environment(device)
+    name = cpu_description() if env.device_type == "cpu" else env.device_name
     return (
-        f"Machine: {env.device_name} ({env.device_type}, {env.capability}), {env.cpu_threads} "
+        f"Machine: {name} ({env.device_type}, {env.capability}), {env.cpu_threads} "
         f"threads; torch {env.torch}; Python {env.python}; {time.strftime('%Y-%m-%d %H:%M')}."
     )
 
@@ -191,9 +198,13 @@ def _breakdown(rows: dict[str, Any], sha: str) -> list[str]:
         table[name][WITHOUT_COLD] = total - cold
         if total and TIMED in table[name]:  # the share of the run outside the timed samples
             table[name][HARNESS] = 100.0 * (1.0 - table[name][TIMED] / total)
+            apart = harness_share(table[name], gate_apart=True)
+            if apart is not None:
+                table[name][HARNESS_APART] = 100.0 * apart
     if not table:
         return []
-    stages += [k for k in (WITHOUT_COLD, HARNESS) if any(k in row for row in table.values())]
+    stages += [k for k in (WITHOUT_COLD, HARNESS, HARNESS_APART)
+               if any(k in row for row in table.values())]  # fmt: skip
     lines = ["", f"Where the time went at {sha}, seconds by stage (the config's `result.stage_s`; "
              "a 'stage: part' column is part of that stage; 'advise' wall above also counts "
              "Python's start-up and imports):", ""]  # fmt: skip
