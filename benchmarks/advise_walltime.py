@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from advisor.stages.walltime import harness_share
+from advisor.stages.walltime import harness_share, stage_harness_share
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,6 +93,9 @@ WITHOUT_COLD, HARNESS = "total less cold compiles", "harness %"
 # (advisor.stages.walltime.harness_share(..., gate_apart=True)); revisions before 3b36bad did
 # not time the output and layer checks, so their figure counts the precision checks only.
 HARNESS_APART = "harness % less the gate"
+# The global knobs' stage alone (issue 40 asks its share at quick), both ways; revisions before
+# the stage's own samples were recorded ("global knobs: timed samples") have no figure.
+KNOBS, KNOBS_APART = "global knobs harness %", "global knobs harness % less the gate"
 
 # PyTorch's defaults as a config writes them: left out of a pick's label
 DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
@@ -196,14 +199,22 @@ def _breakdown(rows: dict[str, Any], sha: str) -> list[str]:
         table[name] = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in stages}
         total, cold = table[name].get("total", 0.0), table[name].get(COLD, 0.0)
         table[name][WITHOUT_COLD] = total - cold
-        if total and TIMED in table[name]:  # the share of the run outside the timed samples
-            table[name][HARNESS] = 100.0 * (1.0 - table[name][TIMED] / total)
-            apart = harness_share(table[name], gate_apart=True)
-            if apart is not None:
-                table[name][HARNESS_APART] = 100.0 * apart
+        # the shares: each run's, then their median
+        shares = {
+            HARNESS: lambda r: harness_share(r),
+            HARNESS_APART: lambda r: harness_share(r, gate_apart=True),
+            KNOBS: lambda r: stage_harness_share(r, "global knobs")
+            if f"global knobs: {TIMED}" in r else None,
+            KNOBS_APART: lambda r: stage_harness_share(r, "global knobs", gate_apart=True)
+            if f"global knobs: {TIMED}" in r else None,
+        }  # fmt: skip
+        for key, share_of in shares.items():
+            got = [x for r in runs if (x := share_of(r)) is not None]
+            if got:
+                table[name][key] = 100.0 * statistics.median(got)
     if not table:
         return []
-    stages += [k for k in (WITHOUT_COLD, HARNESS, HARNESS_APART)
+    stages += [k for k in (WITHOUT_COLD, HARNESS, HARNESS_APART, KNOBS, KNOBS_APART)
                if any(k in row for row in table.values())]  # fmt: skip
     lines = ["", f"Where the time went at {sha}, seconds by stage (the config's `result.stage_s`; "
              "a 'stage: part' column is part of that stage; 'advise' wall above also counts "

@@ -80,3 +80,25 @@ def test_a_wrong_kernel_at_a_reduced_precision_still_fails() -> None:
     tol = gate.space.layer_tolerances.bf16
     assert errors["output"] > 2 * tol and errors["weight gradient"] < tol
     assert all(err < tol for err in right.values())
+
+
+def test_the_references_own_arithmetic_is_not_checked_against_float64_and_a_change_is() -> None:
+    # PyTorch's default on a CPU computes as the fp32 reference does: checking its layers would
+    # judge PyTorch's own fp32 kernels and pay the float64 references for nothing. A change from
+    # it (channels_last, an implementation) is checked, and pays them then.
+    from advisor.execute.runner import evaluate
+    from advisor.measure.timing import TimingPolicy
+
+    quick = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=3)
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space("cpu", CPU)
+    gate = Gate(workload, CPU, "train", space)
+    assert gate.is_reference(Settings()) and gate.is_reference(Settings(cudnn_benchmark=True))
+    default = evaluate(workload, Settings(), CPU, "train", space, gate, policy=quick)
+    assert default.status == "ok" and default.rel_error == 0.0 and default.layer_error is None
+    assert gate.layers._layer_refs == {}
+    for change in (Settings(memory_format="channels_last"), Settings(conv_impl="unfold_gemm")):
+        assert not gate.is_reference(change)
+        r = evaluate(workload, change, CPU, "train", space, gate, policy=quick)
+        assert r.status == "ok" and r.layer_error is not None and 0 < r.layer_error < 1e-5, r
+    assert len(gate.layers._layer_refs) == 3  # one float64 reference per layer, shared

@@ -20,6 +20,8 @@ from advisor.stages.walltime import (
     breakdown_line,
     gate_s,
     harness_share,
+    stage_harness_share,
+    timed_by_stage,
     timed_s,
 )
 
@@ -118,8 +120,34 @@ def test_the_gates_checks_are_a_part_of_their_stage_and_can_be_counted_apart() -
     assert harness_share(out) == pytest.approx(0.8)
     assert harness_share(out, gate_apart=True) == pytest.approx(1 - 4 / 17)
     line = breakdown_line(out)
-    assert "global knobs 7.0 s (precision checks 1.5 s, output and layer checks 0.8 s)" in line
+    assert "global knobs 7.0 s (precision checks 1.5 s, output and layer checks 0.8 s, timed " \
+        "samples 4.0 s)" in line  # fmt: skip
     assert line.endswith("(harness 80%; 76% with the gate's checks counted apart)")
+    # the global knobs alone: 4 s of samples in 7 s, or in 4.75 s with its gate's 2.25 s apart
+    assert stage_harness_share(out, "global knobs") == pytest.approx(3 / 7)
+    assert stage_harness_share(out, "global knobs", gate_apart=True) == pytest.approx(0.75 / 4.75)
+    assert stage_harness_share(out, "final check") is None
+
+
+def test_the_timed_samples_are_split_by_the_stage_that_took_them() -> None:
+    # A global-knobs trial (screen 0.3 s, samples 1 s) re-timed twice (0.2 s, 0.1 s), a
+    # per-layer one (0.5 s) and a compiled one (0.4 s), never re-timed.
+    trial = TrialResult(settings=Settings(amp="bf16"), status="ok",
+                        measurement=Measurement(samples_ms=[100.0] * 10),
+                        screen=Measurement(samples_ms=[100.0] * 3))  # fmt: skip
+    wl = SimpleNamespace(shape_cases=[SimpleNamespace(weight=1.0)])
+    once = retimed_results(wl, [trial], [[[50.0] * 4]])[0]  # type: ignore[arg-type]
+    twice = retimed_results(wl, [once], [[[25.0] * 4]])[0]  # type: ignore[arg-type]
+    layers = TrialResult(settings=Settings(layers={"0": "unfold_gemm"}), status="ok",
+                         measurement=Measurement(samples_ms=[250.0, 250.0]))  # fmt: skip
+    compiled = TrialResult(settings=Settings(compile="default"), status="ok",
+                           measurement=Measurement(samples_ms=[100.0] * 2, reps=2))  # fmt: skip
+    by_stage = timed_by_stage([twice, layers, compiled])
+    assert by_stage == pytest.approx({"global knobs": 1.3, "re-time": 0.3, "per-layer": 0.5,
+                                      "compile": 0.4})  # fmt: skip
+    assert sum(by_stage.values()) == pytest.approx(timed_s([twice, layers, compiled]))
+    out = breakdown({"global knobs": 3.0, "re-time": 0.5}, [twice], total_s=3.5)
+    assert out["global knobs: timed samples"] == 1.3 and out["re-time: timed samples"] == 0.3
 
 
 def test_a_retime_keeps_the_samples_it_replaced_in_the_count() -> None:

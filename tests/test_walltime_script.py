@@ -74,8 +74,9 @@ def test_the_breakdown_table_says_where_the_time_went() -> None:
 def test_the_breakdown_shows_the_harness_share_and_the_time_less_cold_compiles() -> None:
     script = _script()
     args = argparse.Namespace(device="cpu", mode="train", repeats=1, effort="quick")
-    stage_s = {"start-up and load": 3.0, "global knobs": 5.0,
+    stage_s = {"start-up and load": 3.0, "global knobs": 8.0,
                "global knobs: precision checks": 1.5, "global knobs: output and layer checks": 1.0,
+               "global knobs: timed samples": 4.0,
                "compile": 12.0, "compile: cold compiles": 10.0, "compile: gate's compiles": 2.0,
                "other": 0.0, "total": 20.0, "timed samples": 5.0}  # fmt: skip
     rows = {"net": {"aaa": [{"wall_s": 21.0, "pick": "default", "stage_s": stage_s}]}}
@@ -88,3 +89,6 @@ def test_the_breakdown_shows_the_harness_share_and_the_time_less_cold_compiles()
     assert cells["total less cold compiles"] == "10.0" and cells["harness %"] == "75.0"
     # the gate's 4.5 s apart: 5 s timed of 15.5 s
     assert cells["harness % less the gate"] == f"{100 * (1 - 5 / 15.5):.1f}"
+    # the global knobs alone: 4 s of samples in 8 s; in 5.5 s with its gate's 2.5 s apart
+    assert cells["global knobs harness %"] == "50.0"
+    assert cells["global knobs harness % less the gate"] == f"{100 * (1 - 4 / 5.5):.1f}"

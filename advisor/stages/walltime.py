@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from advisor.measure.results import TrialResult
 
 __all__ = ["GATE", "LOAD", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
-           "harness_share", "timed_s"]
+           "harness_share", "stage_harness_share", "stage_of", "timed_by_stage", "timed_s"]
 
 LOAD = "start-up and load"
 TIMED = "timed samples"  # not a stage: the seconds inside the candidates' samples
@@ -76,10 +76,9 @@ def breakdown(
             checks[r.precision_check.own_path.model_dump_json()] = r.precision_check.seconds
     compiled = [r for r in results if r.settings.compiled]
     gated = {  # the gate's checks by the stage a candidate belongs to (compiled: not split)
-        stage: sum(r.gate_s or 0.0 for r in results if not r.settings.compiled
-                   and bool(r.settings.layers) == (stage == "per-layer"))
+        stage: sum(r.gate_s or 0.0 for r in results if stage_of(r) == stage)
         for stage in ("global knobs", "per-layer")
-    }  # fmt: skip
+    }
     parts = {
         "precision checks": sum(checks.values()),
         "Inductor start": sum(r.compile_start_s or 0.0 for r in compiled),
@@ -88,6 +87,7 @@ def breakdown(
         # graph with empty caches: cold too, but the check's cost, not the user's
         "gate's compiles": sum(r.compile_check_s or 0.0 for r in compiled),
     }
+    timed = timed_by_stage(results)
     out: dict[str, float] = {}
     for name in STAGES:
         if name not in spans:
@@ -99,9 +99,34 @@ def breakdown(
             if parts[part] > 0:
                 out[f"{name}: {part}"] = round(min(parts[part], left), 3)
                 left -= out[f"{name}: {part}"]
+        if name in timed and name != LOAD:  # the samples inside it, also a part of it
+            out[f"{name}: {TIMED}"] = round(min(timed[name], left), 3)
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
     out[TIMED] = round(min(timed_s(results), total_s), 3)
+    return out
+
+
+def stage_of(r: TrialResult) -> str:
+    """The stage that measured a candidate: compile, per-layer (layer swaps) or global knobs."""
+    if r.settings.compiled:
+        return "compile"
+    return "per-layer" if r.settings.layers else "global knobs"
+
+
+def timed_by_stage(results: Sequence[TrialResult]) -> dict[str, float]:
+    """`timed_s` split by the stage that took the samples: a candidate's trial (its screen
+    included) in its own stage (`stage_of`), its re-times' in the re-time."""
+    out: dict[str, float] = {}
+    for r in results:
+        taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
+        history = [*r.replaced, *taken]
+        # a re-timed candidate's `replaced` starts with its trial's measurements (one per shape)
+        n = len(taken) if r.retimed else len(history)
+        trial = [*history[:n], *([r.screen] if r.screen is not None else [])]
+        for stage, ms in ((stage_of(r), trial), ("re-time", history[n:])):
+            if ms:
+                out[stage] = out.get(stage, 0.0) + sum(sum(m.samples_ms) * m.reps for m in ms) / 1e3
     return out
 
 
@@ -138,6 +163,21 @@ def harness_share(stage_s: dict[str, float], gate_apart: bool = False) -> float 
         if total <= 0:
             return None
     return min(1.0, max(0.0, 1.0 - stage_s[TIMED] / total))
+
+
+def stage_harness_share(
+    stage_s: dict[str, float], stage: str, gate_apart: bool = False
+) -> float | None:
+    """A stage's share of its own wall time outside its timed samples (`"global knobs: timed
+    samples"`); `gate_apart`: the stage's gate checks counted apart, as in `harness_share`."""
+    span = stage_s.get(stage)
+    if not span:
+        return None
+    if gate_apart:
+        span -= sum(stage_s.get(f"{stage}: {part}", 0.0) for part in GATE_PARTS)
+        if span <= 0:
+            return None
+    return min(1.0, max(0.0, 1.0 - stage_s.get(f"{stage}: {TIMED}", 0.0) / span))
 
 
 def breakdown_line(stage_s: dict[str, float]) -> str:
