@@ -95,9 +95,9 @@ def breakdown(
         out[name] = round(spans[name], 3)
         left = spans[name]
         for part in PARTS.get(name, ()):
-            parts[GATE] = gated.get(name, 0.0)
-            if parts[part] > 0:
-                out[f"{name}: {part}"] = round(min(parts[part], left), 3)
+            seconds = gated.get(name, 0.0) if part == GATE else parts[part]
+            if seconds > 0:
+                out[f"{name}: {part}"] = round(min(seconds, left), 3)
                 left -= out[f"{name}: {part}"]
         if name in timed and name != LOAD:  # the samples inside it, also a part of it
             out[f"{name}: {TIMED}"] = round(min(timed[name], left), 3)
