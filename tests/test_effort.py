@@ -224,6 +224,23 @@ def test_a_search_times_only_the_survivors_in_full(tmp_path: Path) -> None:
     assert outcome.screen_note is not None and "did not hold" in outcome.screen_note
 
 
+@pytest.mark.parametrize("screening", [False, True])
+def test_past_the_budget_only_the_default_is_measured(tmp_path: Path, screening: bool) -> None:
+    """A search whose budget is spent before it starts still measures PyTorch's default (the
+    baseline), and starts nothing after it: the rest are listed as left out by the budget."""
+    wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "grid8_cpu.yaml"), CPU).model_copy(update={"race": True})
+    labels = [s.label() for s in _plan(tmp_path)[0].cands]
+    ms = {label: 100.0 for label in labels}
+    ev = ScriptedEvaluator(ms, ms)
+    options = SearchOptions(mode="infer", storage="memory", screen=screening,
+                            deadline=time.perf_counter())  # fmt: skip
+    outcome = search(wl, CPU, space, options, evaluator=ev)
+    assert [c for c, screened in ev.calls if not screened] == ["default"]
+    assert [r.settings.label() for r in outcome.results] == ["default"]
+    assert sorted(outcome.not_measured) == sorted(set(labels) - {"default"})
+
+
 def test_a_space_that_races_nothing_screens_nothing(tmp_path: Path) -> None:
     # `race: false` promises every candidate measured and gated in full: a screen would drop some
     wl = make_workload(model_file=str(DATA / "tiny_cnn.py"))
