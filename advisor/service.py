@@ -116,15 +116,22 @@ def run_advise(
             # limit; the child that ran it goes on as the run's worker.
             probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True,
                                  compiles=compiles)  # fmt: skip
-        saved = global_state()
-        try:
-            workload = make_workload(**workload_args)
-        except BaseException:
-            if probed is not None:
-                probed.close()
-            raise
-        finally:
-            restore_global_state(saved)  # what the user's code set at import is not the caller's
+        # A model file the probe loaded is loaded here only when a stage needs it (the
+        # per-layer stage; none at quick effort): its imports would be paid twice.
+        deferred = probed.deferred(clock.deferred_load) if probed is not None else None
+        workload: Workload
+        if deferred is not None:
+            workload = deferred
+        else:
+            saved = global_state()
+            try:
+                workload = make_workload(**workload_args)
+            except BaseException:
+                if probed is not None:
+                    probed.close()
+                raise
+            finally:
+                restore_global_state(saved)  # what the user's code set at import is not the caller's
         per_layer = not workload.is_layer and sp.per_layer
         options = SearchOptions(
             mode=mode,  # type: ignore[arg-type]
@@ -195,7 +202,7 @@ def run_advise(
                                   final_error=check_error, other_load=share, effort=level.name,
                                   answer=answer,
                                   stage_s=breakdown(clock.spans, outcome.results,
-                                                    outcome.elapsed_s))  # fmt: skip
+                                                    outcome.elapsed_s, clock.loads))  # fmt: skip
             warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
             if warnings and advice.config.result is not None:
                 result = advice.config.result.model_copy(update={"warnings": warnings})

@@ -17,9 +17,12 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+import torch
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.execute.children import start_child
@@ -30,6 +33,7 @@ from advisor.execute.worker_process import (
     leave,
     worker_main,
 )
+from advisor.workload.deferred import DeferredWorkload
 
 __all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 
@@ -37,10 +41,23 @@ __all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 @dataclass
 class ProbeChild:
     """A probe's child that passed and waits: ("serve", info JSON, space JSON) makes it a worker
-    (`IsolatedEvaluator.adopt`); `close()` ends it."""
+    (`IsolatedEvaluator.adopt`); `close()` ends it. `info` and `param_dtype`: the workload as the
+    child loaded it (its description's JSON and its parameters' dtype), so the advise process
+    can defer its own load (`advisor.workload.deferred`)."""
 
     proc: Any
     conn: Connection
+    info: dict[str, Any] | None = None
+    param_dtype: str | None = None
+
+    def deferred(self, on_load: Callable[[float], None] | None = None) -> DeferredWorkload | None:
+        """The workload the child loaded, to be loaded here only when a stage needs it: for a
+        model file whose description came back (None otherwise: a layer loads quickly)."""
+        if self.info is None or self.param_dtype is None or self.info.get("kind") != "model":
+            return None
+        if "build" not in self.info:  # a live model's description: nothing to load it from
+            return None
+        return DeferredWorkload(self.info, getattr(torch, self.param_dtype), on_load)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, BrokenPipeError):
@@ -95,8 +112,8 @@ def probe_model(
         msg = receive(parent, proc, startup_timeout_s)
         if msg == ("started",):
             msg = receive(parent, proc, timeout_s)
-        if msg == ("ok",):
-            kept, proc = ProbeChild(proc, parent), None
+        if isinstance(msg, tuple) and msg and msg[0] == "ok":
+            kept, proc = ProbeChild(proc, parent, *msg[1:]), None
             if not keep:
                 kept.close()  # it leaves by its exit handlers, as a closed worker does
                 return None
@@ -166,8 +183,10 @@ def _child(
             outputs = cand.capture().outputs
         finally:
             cand.close()
+        info = workload.info.model_dump(mode="json")
+        dtype = str(workload.param_dtype).removeprefix("torch.")
         del workload, cand
-        reply: tuple[str, ...] = ("ok",)
+        reply: tuple[Any, ...] = ("ok", info, dtype)
         if not outputs:
             reply = ("error", "it returned no tensor: there is nothing to time or check")
         del outputs
@@ -176,7 +195,7 @@ def _child(
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
         reply = ("error", user_failure(e))
     conn.send(reply)
-    if reply != ("ok",):
+    if reply[0] != "ok":
         return
     if early:
         # The advise process now loads the model itself, as long as it took here: a worker

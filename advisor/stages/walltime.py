@@ -30,6 +30,9 @@ STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check"
 GATE = "output and layer checks"
 PARTS = {"global knobs": ("precision checks", GATE), "per-layer": (GATE,),
          "compile": ("Inductor start", "cold compiles", "gate's compiles")}
+# A model file the probe loaded is loaded in the advise process only when a stage needs it
+# (advisor.workload.deferred): that stage's part, since it is start-up work paid late.
+DEFERRED_LOAD = "the model's load in this process"
 
 
 @dataclass
@@ -40,7 +43,8 @@ class StageClock:
     start: float
     report: Callable[[str, float], None] | None = None
     spans: dict[str, float] = field(default_factory=dict)
-    _last: float | None = None
+    loads: dict[str, float] = field(default_factory=dict)  # deferred loads, by stage
+    _current: str | None = None
 
     def _add(self, name: str, seconds: float, ended: bool = True) -> None:
         self.spans[name] = self.spans.get(name, 0.0) + seconds
@@ -55,21 +59,33 @@ class StageClock:
     def stage(self, name: str) -> Iterator[None]:
         began = time.perf_counter()
         ended = False
+        outer, self._current = self._current, name
         try:
             yield
             ended = True
         finally:
+            self._current = outer
             # A stage that raised is not shown as done: its error is the run's one line.
             self._add(name, time.perf_counter() - began, ended)
 
+    def deferred_load(self, seconds: float) -> None:
+        """The model was loaded in this process during the current stage (outside any stage:
+        counted with the start-up), taking `seconds`."""
+        stage = self._current or LOAD
+        self.loads[stage] = self.loads.get(stage, 0.0) + seconds
+
 
 def breakdown(
-    spans: dict[str, float], results: Sequence[TrialResult], total_s: float
+    spans: dict[str, float],
+    results: Sequence[TrialResult],
+    total_s: float,
+    loads: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
-    `"compile: Inductor start"`, `"compile: cold compiles"`), the rest of the run (`"other"`:
-    writing, tables) and `"total"`. A part is never shown as more than its stage: a result
-    reused from an earlier run carries that run's figures."""
+    `"compile: Inductor start"`, `"compile: cold compiles"`, a deferred load of the model by
+    the stage it fell in: `loads`, `StageClock.loads`), the rest of the run (`"other"`: writing,
+    tables) and `"total"`. A part is never shown as more than its stage: a result reused from
+    an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
     for r in results:
         if r.precision_check is not None:
@@ -94,8 +110,11 @@ def breakdown(
             continue
         out[name] = round(spans[name], 3)
         left = spans[name]
-        for part in PARTS.get(name, ()):
-            seconds = gated.get(name, 0.0) if part == GATE else parts[part]
+        for part in (*PARTS.get(name, ()), DEFERRED_LOAD):
+            if part == DEFERRED_LOAD:
+                seconds = (loads or {}).get(name, 0.0)
+            else:
+                seconds = gated.get(name, 0.0) if part == GATE else parts[part]
             if seconds > 0:
                 out[f"{name}: {part}"] = round(min(seconds, left), 3)
                 left -= out[f"{name}: {part}"]

@@ -7,7 +7,8 @@ a step.
 - `model_file`: importing a model file or module and calling its factories, seeded.
 - `build`: `Workload` (model factory, fresh inputs) made from each kind of source;
   `shape_sets` spreads one over several shapes or batch sizes; `rebuild` makes one again from
-  its description.
+  its description; `deferred` is a model file's workload from its description, loaded from
+  the file only when first used.
 - `info`: `WorkloadInfo`, the typed, JSON-stable description a worker rebuilds a workload from.
 - `args`: the workload options of the API and CLI, turned into a workload.
 - `copying`: a deep copy of a model or layer, also of one holding a hook-computed weight.
