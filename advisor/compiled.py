@@ -53,7 +53,6 @@ __all__ = [
     "recompile_limit",
     "recompile_reason",
     "shared_measurement_cache",
-    "start_beside_load",
     "start_folder",
     "start_inductor",
     "training_cache",
@@ -199,27 +198,6 @@ def start_inductor() -> float:
         torch.compile(lambda x: x + 1)(torch.ones(2))
     torch.compiler.reset()
     return time.perf_counter() - t0
-
-
-# A model whose load took this long in the probe's child takes about as long to load again in
-# the advise process, and the child, kept as the run's worker, waits meanwhile: Inductor's start
-# (warm: 4 s on 2 cores, its import half of it) fits in that wait instead of the compile stage.
-START_BESIDE_LOAD_S = 1.0
-
-
-def start_beside_load(load_s: float) -> float | None:
-    """`start_inductor()` in a process that waits while the advise process loads a model that
-    took `load_s` seconds to load here; its seconds, or None when the load is too short to hide
-    it (the compiled trial starts it then, as before) or the start failed (the compiled trial
-    tries again and says why its candidate fails)."""
-    global _STARTED
-    if load_s < START_BESIDE_LOAD_S:
-        return None
-    try:
-        return start_inductor()
-    except Exception:  # noqa: BLE001 - reported by the compiled trial's own start
-        _STARTED = False
-        return None
 
 
 @contextlib.contextmanager

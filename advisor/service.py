@@ -114,8 +114,7 @@ def run_advise(
                 )
             # The user's code runs here only after it ran once, isolated, under the trial
             # limit; the child that ran it goes on as the run's worker.
-            probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True,
-                                 compiles=compiles)  # fmt: skip
+            probed = probe_model(workload_args, mode, str(dev), trial_timeout_s, keep=True)
         # A model file the probe loaded is loaded here only when a stage needs it (the
         # per-layer stage; none at quick effort): its imports would be paid twice.
         deferred = probed.deferred(clock.deferred_load) if probed is not None else None

@@ -97,16 +97,13 @@ def probe_model(
     timeout_s: float,
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
     keep: bool = False,
-    compiles: bool = False,
 ) -> ProbeChild | None:
     """Load the model and run one step in a child process; raise a one-line error if that
     fails, exits, crashes or takes longer than `timeout_s`. With `keep`, the child that passed
-    is returned, waiting to become a worker (the caller adopts or closes it); with `compiles`
-    too (the run will compile in it), it starts Inductor while it waits, where the model's load
-    is long enough to hide that (`advisor.compiled.start_beside_load`)."""
-    early = keep and compiles
+    is returned, waiting to become a worker (the caller adopts or closes it), with the
+    workload's description (`ProbeChild.deferred`)."""
     proc: Any
-    proc, parent = start_child(_child, workload_args, mode, device, early)
+    proc, parent = start_child(_child, workload_args, mode, device)
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
         msg = receive(parent, proc, startup_timeout_s)
@@ -160,9 +157,7 @@ def user_failure(e: BaseException) -> str:
     return f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else first_line(e)
 
 
-def _child(
-    conn: Connection, workload_args: dict[str, Any], mode: str, device: str, early: bool = False
-) -> None:
+def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: str) -> None:
     become_child()
     import torch
 
@@ -173,11 +168,8 @@ def _child(
 
     pristine = global_state()  # before any user code: what a worker's trials start from
     conn.send(("started",))
-    load_s = 0.0
     try:
-        t0 = time.perf_counter()
         workload = make_workload(**workload_args)
-        load_s = time.perf_counter() - t0
         cand = Candidate(workload, Settings(), torch.device(device), mode)  # type: ignore[arg-type]
         try:
             outputs = cand.capture().outputs
@@ -197,12 +189,6 @@ def _child(
     conn.send(reply)
     if reply[0] != "ok":
         return
-    if early:
-        # The advise process now loads the model itself, as long as it took here: a worker
-        # that will compile starts Inductor meanwhile instead of waiting.
-        from advisor.compiled import start_beside_load
-
-        start_beside_load(load_s)
     try:
         msg = conn.recv()
     except (EOFError, OSError):

@@ -4,8 +4,7 @@ The spans are wall time in the run's own process, so a stage's figure includes e
 for it elsewhere (an isolated worker's trials, a fresh process's check). Three figures are parts
 of a stage rather than stages: the precision checks (training runs, inside the global knobs'
 trials), Inductor's start (its imports and the C++ compiler's checks, once per process, paid by
-the compile stage's first trial, unless the worker paid it at start-up while the advise process
-loaded a slow-loading model: then it is in no stage's part) and the cold compiles (first calls
+the compile stage's first trial) and the cold compiles (first calls
 with empty caches, inside the compile stage's trials); they are read from the trials' own
 records.
 """
@@ -207,7 +206,7 @@ def breakdown_line(stage_s: dict[str, float]) -> str:
         if ": " in name or name in ("total", TIMED):
             continue
         parts = [f"{k.split(': ', 1)[1]} {v:.1f} s" for k, v in stage_s.items()
-                 if k.startswith(f"{name}: ") and v]  # fmt: skip
+                 if k.startswith(f"{name}: ") and v >= 0.05]  # 0.0 s says nothing  # fmt: skip
         items.append(f"{name} {seconds:.1f} s" + (f" ({', '.join(parts)})" if parts else ""))
     line = ", ".join(items) + f"; total {stage_s.get('total', 0.0):.1f} s"
     share = harness_share(stage_s)
