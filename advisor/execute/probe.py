@@ -34,6 +34,7 @@ from advisor.execute.worker_process import (
     worker_main,
 )
 from advisor.workload.deferred import DeferredWorkload
+from advisor.workload.info import ModelFileInfo, parse_info
 
 __all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
 
@@ -53,11 +54,12 @@ class ProbeChild:
     def deferred(self, on_load: Callable[[float], None] | None = None) -> DeferredWorkload | None:
         """The workload the child loaded, to be loaded here only when a stage needs it: for a
         model file whose description came back (None otherwise: a layer loads quickly)."""
-        if self.info is None or self.param_dtype is None or self.info.get("kind") != "model":
+        if self.info is None or self.param_dtype is None:
             return None
-        if "build" not in self.info:  # a live model's description: nothing to load it from
+        info = parse_info(self.info)
+        if not isinstance(info, ModelFileInfo):
             return None
-        return DeferredWorkload(self.info, getattr(torch, self.param_dtype), on_load)
+        return DeferredWorkload(info, getattr(torch, self.param_dtype), on_load)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, BrokenPipeError):

@@ -109,11 +109,9 @@ def breakdown(
             continue
         out[name] = round(spans[name], 3)
         left = spans[name]
+        here = {**parts, GATE: gated.get(name, 0.0), DEFERRED_LOAD: (loads or {}).get(name, 0.0)}
         for part in (*PARTS.get(name, ()), DEFERRED_LOAD):
-            if part == DEFERRED_LOAD:
-                seconds = (loads or {}).get(name, 0.0)
-            else:
-                seconds = gated.get(name, 0.0) if part == GATE else parts[part]
+            seconds = here[part]
             if seconds > 0:
                 out[f"{name}: {part}"] = round(min(seconds, left), 3)
                 left -= out[f"{name}: {part}"]

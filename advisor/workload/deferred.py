@@ -32,6 +32,8 @@ class DeferredWorkload(Workload):
     the file on first use (`load_s` says how long that took; `on_load` is told). What the file
     sets globally at import (TF32, cudnn flags) is undone after the load, as at start-up."""
 
+    info: ModelFileInfo
+
     def __init__(
         self,
         info: ModelFileInfo | Mapping[str, Any],
@@ -43,7 +45,6 @@ class DeferredWorkload(Workload):
         if not isinstance(parsed, ModelFileInfo):
             raise TypeError(f"only a model file's load is deferred, not a {type(parsed).__name__}")
         self.name, self.info = parsed.description, parsed
-        self.model_info = parsed  # typed: `info` is any kind on a Workload
         self.__dict__["param_dtype"] = param_dtype  # Workload.param_dtype's cache, filled
         self.on_load = on_load
         self.load_s: float | None = None  # None: not loaded here (yet)
@@ -70,7 +71,7 @@ class DeferredWorkload(Workload):
 
     @property
     def input_shapes(self) -> list[list[int]]:
-        return [list(shape) for shape in self.model_info.input_shapes]  # as the probe's child saw them
+        return [list(shape) for shape in self.info.input_shapes]  # as the probe's child saw them
 
     # Workload's model fields, read from the loaded workload.
     @property
