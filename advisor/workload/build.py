@@ -28,7 +28,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from advisor.device.ops import placement
 from advisor.errors import ModelFileError, SpecError, first_line
-from advisor.workload.copying import copy_module
+from advisor.workload.copying import copy_module, copying_factory
 from advisor.workload.info import (
     LayerInfo,
     LayerSource,
@@ -227,11 +227,12 @@ def model_workload(
     state = {k: v.detach().clone() for k, v in loaded.model.state_dict().items()}
     build_fn = loaded.build_fn  # not `loaded`: the closure must not keep the first model alive
 
-    def make_model() -> nn.Module:
+    def fresh_model() -> nn.Module:
         m: nn.Module = build_fn()
         m.load_state_dict(state)
         return m
 
+    make_model = copying_factory(fresh_model)
     info = ModelFileInfo(
         target=loaded.target,
         build=loaded.build,
