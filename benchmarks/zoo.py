@@ -403,6 +403,9 @@ def render(data: dict[str, Any]) -> str:
             )
         r = ratios(row)
         comp = t.get("compile", {})
+        slower = _compile_break_even(row, r["pick_vs_compile"])
+        if slower:
+            notes.append(f"- {row['model']} {row['mode']}: {slower}")
         compile_s = f"{comp['compile_s']:.1f}" if "compile_s" in comp else "-"
         if "compile" not in t:
             compile_s = "-"
@@ -428,6 +431,26 @@ def render(data: dict[str, Any]) -> str:
     if notes:
         lines += ["", "Notes:", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _compile_break_even(row: dict[str, Any], pick_vs_compile: Any) -> str | None:
+    """Where torch.compile on the untouched model ran faster than the pick beyond noise: after
+    how many steps its cold compile pays that back, and what the advisor said of compile (it
+    bills a cold compile over the run's steps, 10,000 by default); None otherwise."""
+    t = row.get("retime", {})
+    comp, pick = t.get("compile", {}), t.get("pick", {})
+    if pick_vs_compile is None or "median_ms" not in comp or "median_ms" not in pick:
+        return None
+    if pick_vs_compile[2] >= 1.0:  # the interval reaches 1: as fast, within noise
+        return None
+    saved_ms = pick["median_ms"] - comp["median_ms"]
+    line = (f"torch.compile ran faster than the pick ({comp['median_ms']:.3g} against "
+            f"{pick['median_ms']:.3g} ms a step)")  # fmt: skip
+    if saved_ms > 0 and comp.get("compile_s"):
+        line += (f"; its cold compile ({comp['compile_s']:.1f} s) pays that back after "
+                 f"{comp['compile_s'] * 1e3 / saved_ms:,.0f} steps")  # fmt: skip
+    said = row.get("advise", {}).get("compile_note")
+    return line + (f". The advisor: {said}" if said else "")
 
 
 def _settings(variant: str, env: dict[str, Any]) -> dict[str, Any]:

@@ -172,3 +172,25 @@ def test_a_merge_replaces_skipped_and_failed_rows_with_measured_ones() -> None:
     assert merged[0] is measured  # the later measurement replaced the skipped row
     assert merged[1]["advise"]["label"] == "amp=bf16"  # and the failed one
     assert merged[2]["advise"]["wall_s"] == 2.0  # a measured row is not replaced by a skipped one
+
+
+def test_a_pick_slower_than_compile_says_when_the_compile_pays_back() -> None:
+    zoo = _zoo()
+    samples = [10.0, 10.2, 9.8] * 5
+    row = {
+        "model": "m",
+        "mode": "train",
+        "advise": {"compile_note": "torch.compile is not recommended: it cannot pay back"},
+        "retime": {
+            "pick": {"median_ms": 10.0, "samples_ms": samples},
+            "compile": {"median_ms": 8.0, "samples_ms": [x * 0.8 for x in samples],
+                        "compile_s": 40.0},  # fmt: skip
+        },
+    }
+    note = zoo._compile_break_even(row, zoo.ratios(row)["pick_vs_compile"])
+    assert note is not None
+    assert "(8 against 10 ms a step)" in note and "(40.0 s) pays that back after 20,000 steps" in note
+    assert note.endswith("The advisor: torch.compile is not recommended: it cannot pay back")
+    row["retime"]["compile"]["samples_ms"] = samples  # as fast, within noise: nothing to say
+    row["retime"]["compile"]["median_ms"] = 10.0
+    assert zoo._compile_break_even(row, zoo.ratios(row)["pick_vs_compile"]) is None
