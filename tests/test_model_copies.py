@@ -110,3 +110,45 @@ def test_a_model_file_is_built_once_per_workload(tmp_path) -> None:
         again = [p.detach() for p in w.make_model().parameters()]
         assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
     assert len(Path(path + ".builds").read_text()) == loaded + 1  # four models, one build
+
+
+def test_the_weights_are_held_once_and_stay_the_built_ones(tmp_path) -> None:
+    path = _file(tmp_path, """
+        def build_model():
+            _count_build()
+            return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    """)
+    w = model_workload(path)
+    a = w.make_model()
+    before = [p.detach().clone() for p in a.parameters()]
+    with torch.no_grad():  # a candidate changes its weights and statistics in place
+        for p in a.parameters():
+            p.add_(1.0)
+    a.train()(torch.randn(2, 3, 8, 8))
+    b = w.make_model()
+    assert all(torch.equal(x, y) for x, y in zip(before, b.parameters(), strict=True))
+    assert torch.equal(b[1].running_mean, torch.zeros(4))
+
+
+def test_a_model_file_deepcopy_refuses_keeps_its_weights(tmp_path) -> None:
+    path = _file(tmp_path, """
+        import threading
+
+        class Locked(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3)
+                self.lock = threading.Lock()  # deepcopy cannot copy a lock
+
+            def forward(self, x):
+                return self.conv(x)
+
+        def build_model():
+            return Locked()
+    """)
+    w = model_workload(path)
+    a = w.make_model()
+    before = a.conv.weight.detach().clone()
+    with torch.no_grad():
+        a.conv.weight.add_(1.0)
+    assert torch.equal(w.make_model().conv.weight, before)

@@ -232,7 +232,12 @@ def model_workload(
         m.load_state_dict(state)
         return m
 
-    make_model = copying_factory(fresh_model)
+    def share(kept: nn.Module) -> None:
+        # The model copied from is never changed: its tensors can stand for `state`, so a
+        # process holds the weights once, not twice.
+        state.update(kept.state_dict())
+
+    make_model = copying_factory(fresh_model, share)
     info = ModelFileInfo(
         target=loaded.target,
         build=loaded.build,
