@@ -23,6 +23,10 @@ class WinsWhenWorn(nn.Module):
         global BUILT
         BUILT += 1
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        # A closure it keeps: the advisor never copies such a model but builds it each time
+        # (advisor.workload.copying), so every model made in a process counts here.
+        built = BUILT
+        self.built = lambda: built
 
     def forward(self, x):  # noqa: ANN001, ANN201
         channels_last = x.is_contiguous(memory_format=torch.channels_last)
