@@ -35,6 +35,7 @@ from advisor.stages.confirm import challenger, check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import after_compile, machine_moved, retime_finalists, settled
+from advisor.stages.gate_winner import gate_the_pick
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
@@ -322,9 +323,15 @@ def _compile_stage(
     if not new:
         return 0, None
     with clock.stage("re-time"):
-        return retime_finalists(workload, outcome, dev, sp, options, only_with=new,
-                                deadline=plan.retime, evaluator=evaluator,
-                                among=after_compile(eager, new))  # fmt: skip
+        retimed, why = retime_finalists(workload, outcome, dev, sp, options, only_with=new,
+                                        deadline=plan.retime, evaluator=evaluator,
+                                        among=after_compile(eager, new))  # fmt: skip
+    # A compiled pick measured without its gate's capture under dropout masks is gated now
+    # (after a failed re-time too: whatever is picked from here on is gated). That capture is a
+    # compile: it counts with the stage's.
+    with clock.stage("compile"):
+        gate_the_pick(outcome, evaluator, sp.min_gain, steps, options.storage)
+    return retimed, why
 
 
 def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | None:

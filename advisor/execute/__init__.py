@@ -1,6 +1,7 @@
 """Running candidates: in this process or in isolated workers that survive the user's code.
 
 - `runner`: `evaluate()`, timing and gating one candidate on every shape.
+- `gating`: the gate's capture and verdict of a candidate; `gate_only()`, its checks alone.
 - `park`: screened candidates kept built and warm for their full timing.
 - `evaluators`: the `Evaluator` protocol, in-process evaluation, `Lent`; `make_evaluator` chooses.
 - `isolate`, `worker_process`, `probe`: worker subprocesses (time limits, crashes, hangs), the

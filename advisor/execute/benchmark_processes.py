@@ -108,6 +108,9 @@ class _Unmeasurable:
     def retime(self, results: list[TrialResult], **_: Any) -> list[TrialResult]:
         raise RetimeFailed("cudnn.benchmark=True cannot be measured for a live model")
 
+    def gate(self, settings: Settings, **_: Any) -> TrialResult:
+        return self(settings)
+
     def use(self, workload: Workload) -> None:
         pass
 
@@ -147,6 +150,9 @@ class BenchmarkSplit:
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
         return self._for(settings.cudnn_benchmark)(settings, race=race, time_left_s=time_left_s)
+
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        return self._for(settings.cudnn_benchmark).gate(settings, time_left_s=time_left_s)
 
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None

@@ -12,7 +12,7 @@ from advisor.device.global_state import global_state, restore_global_state
 from advisor.execute.isolate import classify
 from advisor.execute.park import Park
 from advisor.execute.retime import retime, retime_policy
-from advisor.execute.runner import Gate, evaluate
+from advisor.execute.runner import Gate, evaluate, gate_only
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult
@@ -34,6 +34,10 @@ class Evaluator(Protocol):
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]: ...
+
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        """The gate's verdict on a candidate measured without it (`runner.gate_only`)."""
+        ...
 
     def use(self, workload: Workload) -> None: ...
 
@@ -93,6 +97,19 @@ class InProcessEvaluator:
         finally:
             restore_global_state(saved)
 
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        """The gate's verdict on a candidate measured without it, in this process."""
+        saved = global_state()
+        try:
+            if self._gate is None:
+                self._gate = Gate(self.workload, self.device, self.mode, self.space)
+                self._gate.know(self._known)
+            result = gate_only(self.workload, settings, self.device, self.mode, self._gate,
+                               time_left_s)  # fmt: skip
+        finally:
+            restore_global_state(saved)
+        return classify(result)
+
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on (its references are computed on first use;
         the first workload's are kept, for a stage that switches to layers and back)."""
@@ -132,6 +149,9 @@ class Lent:
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:
         return self._evaluator.retime(results, time_left_s=time_left_s)
+
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        return self._evaluator.gate(settings, time_left_s=time_left_s)
 
     def use(self, workload: Workload) -> None:
         self._evaluator.use(workload)

@@ -239,11 +239,25 @@ class IsolatedEvaluator:
         why = self._live()
         if why is not None:
             return self._failed(settings, why)
-        assert self._conn is not None
         race_kw = dataclasses.asdict(race) if race is not None else None
-        known = list(self._known.values())
+        return self._task(("evaluate", settings.model_dump_json(), race_kw, time_left_s,
+                           list(self._known.values())), settings)  # fmt: skip
+
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        """The gate's verdict on a candidate measured without it (`runner.gate_only`), in the
+        worker, under the trial limit."""
+        why = self._live()
+        if why is not None:
+            return self._failed(settings, why)
+        return self._task(("gate", settings.model_dump_json(), time_left_s,
+                           list(self._known.values())), settings)  # fmt: skip
+
+    def _task(self, message: tuple[Any, ...], settings: Settings) -> TrialResult:
+        """Send the live worker one candidate's task and wait for its result, within the trial
+        limit (twice that where its precision is still to be judged)."""
+        assert self._conn is not None
         try:
-            self._conn.send(("evaluate", settings.model_dump_json(), race_kw, time_left_s, known))
+            self._conn.send(message)
         except (BrokenPipeError, OSError):
             return self._crashed(settings)
         # A precision not judged yet on this model is judged in this trial (a short training

@@ -11,8 +11,10 @@ the model a second time: 33 s of MobileNetV3-Small's 98 s compile trial), the co
 is timed beside its rival in the same process, interleaved (A B, B A, ...). Where even the most
 favourable ends of the two intervals (the rival's high, the compiled one's low) cannot pay the
 cold compile back within the horizon, the candidate is stopped: it cannot be recommended, so
-neither the capture nor a re-time is spent on it. Otherwise it goes on to the gate as before,
-and the pick's own bill is made later from the re-time, as for any compiled finalist.
+neither the capture nor a re-time is spent on it. Otherwise it goes on to the gate as before
+(in the compile stage, where that capture compiles again, only once it wins the pick:
+`advisor.stages.gate_winner`), and the pick's own bill is made later from the re-time, as for
+any compiled finalist.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ __all__ = ["GATE_COMPILE_SHARE", "cannot_pay", "payback_rounds", "payback_verdic
 # model again, cold: 42.7 s of MobileNetV3-Small's 122 s compile stage on a 2-core Zen 3, for a
 # compile the re-time then found could not pay back. Before that, the payback rounds may take up
 # to this share of the cold compile (not just a trial's time cap): the intervals narrow, and a
-# bill that cannot pay is settled before the second compile, not after it.
+# bill that cannot pay is settled before the second compile, not after it. (Where the gate is
+# deferred to the pick, `Race.defer_gate`, the trial compiles once and its rounds are a trial's.)
 GATE_COMPILE_SHARE = 0.05
 
 

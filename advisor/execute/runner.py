@@ -6,7 +6,6 @@ training loop does under `advisor.apply` (see `advisor.measure.candidate`); the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -24,22 +23,30 @@ from advisor.compiled import (
 from advisor.device.allocator import settle_cpu_allocator
 from advisor.device.global_state import global_state
 from advisor.errors import first_line
+from advisor.execute.gating import capture as _capture
+from advisor.execute.gating import close_candidate as _close
+from advisor.execute.gating import failed as _failed
+from advisor.execute.gating import gate_only
+from advisor.execute.gating import verdict as _verdict
 from advisor.execute.park import Park, Parked
 from advisor.execute.payback import cannot_pay
-from advisor.gate.numeric import Errors, Gate, compare, round_up
+from advisor.gate.numeric import Gate, compare
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.memory import PeakMemory
-from advisor.measure.results import Status, TrialResult
+from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.timing import SCREENED, TimingPolicy, measure
-from advisor.measure.verdict import CANNOT_WIN
+from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
+__all__ = [
+    "Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors",
+    "gate_only",
+]  # fmt: skip
 
 
 def _stopped(
@@ -60,40 +67,6 @@ def _stopped(
         precision=precision,
         compile_cold_s=_first_calls_s(per_shape) if settings.compiled and per_shape else None,
     )
-
-
-def _capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
-    """The candidate's step as the gate compares it. A compiled model: the step as timed, under
-    the canonical dropout masks only where the reference drew some; no per-layer record
-    (`evaluate`). Its capture under the masks compiles the model again with the gate's dropout
-    mode in it: a failure there, after the timed steps ran, is the gate's, and its reason says so
-    (`advisor.measure.canonical_dropout`: a graph break in the model, then an in-place
-    activation before an in-place dropout)."""
-    if not compiled:
-        return cand.capture(record_convs=True)
-    if not dropout:
-        return cand.capture(record_convs=False, canonical=False)
-    try:
-        return cand.capture(record_convs=False)
-    except torch.OutOfMemoryError:
-        raise
-    except Exception as e:  # noqa: BLE001 - re-raised with whose failure it is
-        raise RuntimeError(
-            f"the gate's capture under its dropout masks (the compiled steps ran): {first_line(e)}"
-        ) from e
-
-
-def _close(cand: Candidate) -> str | None:
-    """Close a candidate; why that failed, or None."""
-    try:
-        cand.close()
-    except Exception as e:  # noqa: BLE001 - reported as the trial's failure
-        return first_line(e)
-    return None
-
-
-def _failed(settings: Settings, reason: str, precision: str) -> TrialResult:
-    return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
 
 
 def evaluate(
@@ -125,8 +98,10 @@ def evaluate(
     first call in the final check's fresh process). Raced out, it stops before the gate's
     capture like any candidate. Its numerics are checked at model level only (the per-layer check
     runs conv modules alone: it cannot see inside a compiled graph, and the eager modules are
-    its eager twin's, checked there); a recompile on every call fails it. `wall_s` is the whole
-    call's.
+    its eager twin's, checked there); a recompile on every call fails it. Under dropout that
+    capture compiles the model again: in the compile stage's race (`Race.defer_gate`) it is left
+    out, the result says `gate_pending`, and `gate_only` runs it if the candidate wins the pick
+    (`advisor.stages.gate_winner`). `wall_s` is the whole call's.
 
     With a `park`, a screened candidate (`race.screen`) is kept built and warm there, and its
     full timing resumes it (`advisor.execute.park`): the result then carries its screen.
@@ -210,6 +185,9 @@ def _evaluate(
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
+    # A compiled candidate under dropout: its capture would compile again, for the pick only
+    defer = settings.compiled and gate.dropout and race is not None and race.defer_gate
+    pending = False
     screen = parked.screen if parked is not None else None
     for case, ref in enumerate(gate.cases):
         cand: Candidate | None = None
@@ -239,7 +217,7 @@ def _evaluate(
             per_shape.append(m)
             unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
                                 seed=gate.seed, case=case, policy=policy, pristine=pristine,
-                                clock=clock, gate_compiles=gate.dropout)  # fmt: skip
+                                clock=clock, gate_compiles=gate.dropout and not defer)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and m.stopped is not None and (
@@ -257,6 +235,9 @@ def _evaluate(
                         cand = None  # its full timing resumes it
             elif (slow := _cannot_win_ungated(gate, settings, m, judge_below)) is not None:
                 lost = slow  # measured in full and slower than the leader: never picked
+            elif defer:
+                peak = max(peak, memory.growth_mb())
+                pending = True  # gated only if it wins the pick (`gate_only`)
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
@@ -289,51 +270,23 @@ def _evaluate(
     unjudged = _cannot_win_unjudged(gate, settings, per_shape, workload, judge_below)
     if unjudged is not None:
         return _stopped(settings, precision, per_shape, workload, unjudged)
-    status: Status = "ok"
-    reason = rejected_by = None
+    weights = [c.weight for c in workload.shape_cases]
+    measured: dict[str, object] = {
+        "measurement": combine(per_shape, weights),
+        "per_shape": per_shape if len(per_shape) > 1 else None,
+        "peak_memory_mb": peak,
+        "first_call_peak_mb": memory.first_call_mb,
+        "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
+    }
+    if pending:
+        return TrialResult(settings=settings, status="ok", reason=GATE_PENDING,
+                           precision=precision, gate_pending=True, **measured)  # fmt: skip
     try:
-        tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
+        return _verdict(gate, settings, precision, err, grad_err, layer, check_deadline,
+                        compile_check_s=check_s or None, gate_s=gate_s or None,
+                        **measured)  # fmt: skip
     except CheckOutOfTime as e:  # not judged: it cannot be picked, and a later run checks it
         return _stopped(settings, precision, per_shape, workload, str(e))
-    finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
-    if not finite or (layer is not None and not math.isfinite(layer.error)):
-        status, reason = "rejected", "NaN or Inf in outputs or gradients"
-    elif layer is not None and not layer.ok:
-        status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
-        where = f"layer {layer.layer!r}" if layer.layer else "the layer"
-        reason = (
-            f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
-            f"{precision} layer tolerance {layer.tolerance:.1e}"
-        )
-    else:
-        verdict = tol.judge(Errors(err, grad_err))
-        if verdict is not None:
-            status = "rejected"
-            reason, rejected_by = verdict
-    weights = [c.weight for c in workload.shape_cases]
-    return TrialResult(
-        settings=settings,
-        status=status,
-        reason=reason,
-        measurement=combine(per_shape, weights),
-        per_shape=per_shape if len(per_shape) > 1 else None,
-        rel_error=err,
-        grad_error=grad_err,
-        grad_tolerance=tol.grad.value if tol.grad else None,
-        precision=precision,
-        tolerance=tol.out.value,
-        tolerance_basis=tol.basis,
-        layer_error=layer.error if layer is not None else None,
-        layer_tolerance=layer.tolerance if layer is not None else None,
-        layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
-        rejected_by=rejected_by,
-        precision_check=tol.out.check,
-        peak_memory_mb=peak,
-        first_call_peak_mb=memory.first_call_mb,
-        compile_cold_s=_first_calls_s(per_shape) if settings.compiled else None,
-        compile_check_s=check_s or None,
-        gate_s=gate_s or None,
-    )
 
 
 def _cannot_win_unjudged(

@@ -99,7 +99,9 @@ def worker_main(
     cudnn_benchmark: bool = False,
 ) -> None:
     """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
-    receive ("retime", [TrialResult JSON, ...]) and send back the finalists re-timed together;
+    receive ("gate", settings JSON, ...) and send back the gate's verdict on a candidate measured
+    without it; or receive ("retime", [TrialResult JSON, ...]) and send back the finalists
+    re-timed together;
     or serve one re-time's samples one at a time ("retime_open", "retime_sample", ...).
 
     `pristine`: the global state to start every trial from, when this process ran user code
@@ -108,7 +110,7 @@ def worker_main(
     become_child()
     from advisor.execute.park import Park
     from advisor.execute.retime import RetimeSession, retime, retime_policy
-    from advisor.execute.runner import Gate, evaluate
+    from advisor.execute.runner import Gate, evaluate, gate_only
     from advisor.workload.rebuild import workload_from_info
 
     pristine = pristine if pristine is not None else global_state()
@@ -181,6 +183,15 @@ def worker_main(
                     reply = ("closed", None)
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0] == "gate":
+            _, settings_json, time_left_s, known = msg
+            settings = Settings.model_validate_json(settings_json)
+            gate.know(PrecisionCheck.model_validate_json(j) for j in known)
+            try:
+                result = gate_only(workload, settings, dev, mode, gate, time_left_s)
+            except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
+                result = TrialResult(settings=settings, status="failed", reason=first_line(e))
+            reply = ("result", result.model_dump_json())
         else:
             _, settings_json, race_kw, time_left_s, known = msg
             race = Race(**race_kw) if race_kw is not None else None

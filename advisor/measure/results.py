@@ -58,6 +58,9 @@ class TrialResult(BaseModel):
     # (`advisor.compiled.graph_breaks`); None for an eager candidate
     graph_breaks: list[str] | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
+    # Measured, not gated yet: a compiled candidate under dropout, gated only if it wins the
+    # pick (`advisor.stages.gate_winner`); never recommended while True
+    gate_pending: bool = False
     # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
     # built (advisor.execute.park): the screen's samples, kept apart from the measurement's
     screen: Measurement | None = None

@@ -219,6 +219,10 @@ class Race:
     # that cannot pay back is stopped before the gate's capture.
     rival: str | None = None
     horizon_steps: int | None = None
+    # A compiled candidate on a model with dropout is measured without the gate's capture under
+    # the masks (a second cold compile): it is gated only if it wins the pick
+    # (`advisor.stages.gate_winner`); its result says `gate_pending`.
+    defer_gate: bool = False
     # Screening (`advisor.search.screen`): take this many samples after the warm-up and stop,
     # ungated, whatever they show; the search ranks every candidate by them before timing the
     # survivors in full.

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.knobs import Settings
 
 __all__ = [
+    "GATE_PENDING",
     "CANNOT_PAY",
     "CANNOT_WIN",
     "OUT_OF_TIME",
@@ -28,6 +29,12 @@ CANNOT_WIN = "cannot win"
 # how the reason of a compiled trial stopped before the gate begins: timed beside its eager
 # rival, its cold compile could not pay back within the horizon (`advisor.execute.payback`)
 CANNOT_PAY = "its cold compile cannot pay back"
+# A compiled candidate measured without the gate's capture under dropout masks: gated only if
+# it wins the pick (advisor.stages.gate_winner)
+GATE_PENDING = (
+    "not gated: its gate's capture under the dropout masks compiles the model again, paid only "
+    "if it wins the pick"
+)
 
 
 def own_path(settings: Settings) -> Settings:

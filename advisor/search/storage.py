@@ -233,9 +233,10 @@ class LayerStore:
             self._add(self.shared, result, {**attrs, "context": self.context})
 
     def model_result(self, settings: Settings) -> TrialResult | None:
-        """The whole-model measurement of a per-layer combination, if a previous run stored it."""
+        """The whole-model measurement of a per-layer combination or a compiled candidate, if a
+        previous run stored it: the latest (a compiled pick's gate verdict follows its trial)."""
         key = settings.model_dump_json()
-        for t in self.study.get_trials(deepcopy=False):
+        for t in reversed(self.study.get_trials(deepcopy=False)):
             if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
                 return TrialResult.model_validate(t.user_attrs["result"])
         return None

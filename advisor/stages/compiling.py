@@ -201,9 +201,8 @@ def compile_race(
     if leader is None or leader.measurement is None:
         return None
     race = space.race_against(leader.measurement.ci_high_ms)
-    return dataclasses.replace(
-        race, rival=leader.settings.model_dump_json(), horizon_steps=horizon(steps)
-    )
+    return dataclasses.replace(race, rival=leader.settings.model_dump_json(),
+                               horizon_steps=horizon(steps), defer_gate=True)  # fmt: skip
 
 
 def _reusable(result: TrialResult | None, race: Race | None) -> TrialResult | None:

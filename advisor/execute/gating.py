@@ -1,0 +1,193 @@
+"""The gate's side of one candidate: its capture as the gate compares it, the verdict from its
+errors and its precision's check, and the gate's checks alone for a candidate measured without
+them (`gate_only`: a compiled pick under dropout, `advisor.stages.gate_winner`)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from advisor.compiled import (
+    cold_cache,
+    inductor_caches,
+    keep_artifacts,
+    recompile_guard,
+    recompile_reason,
+    start_inductor,
+)
+from advisor.device.allocator import settle_cpu_allocator
+from advisor.errors import first_line
+from advisor.gate.layer import LayerVerdict
+from advisor.gate.numeric import Errors, Gate, compare, round_up
+from advisor.gate.precision import CheckOutOfTime
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate, Captured, Mode
+from advisor.measure.results import Status, TrialResult
+from advisor.workload.build import Workload
+
+__all__ = ["capture", "close_candidate", "failed", "gate_only", "verdict"]
+
+
+def capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
+    """The candidate's step as the gate compares it. A compiled model: the step as timed, under
+    the canonical dropout masks only where the reference drew some; no per-layer record
+    (`evaluate`). Its capture under the masks compiles the model again with the gate's dropout
+    mode in it: a failure there, after the timed steps ran, is the gate's, and its reason says so
+    (`advisor.measure.canonical_dropout`: a graph break in the model, then an in-place
+    activation before an in-place dropout)."""
+    if not compiled:
+        return cand.capture(record_convs=True)
+    if not dropout:
+        return cand.capture(record_convs=False, canonical=False)
+    try:
+        return cand.capture(record_convs=False)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with whose failure it is
+        raise RuntimeError(
+            f"the gate's capture under its dropout masks (the compiled steps ran): {first_line(e)}"
+        ) from e
+
+
+def close_candidate(cand: Candidate) -> str | None:
+    """Close a candidate; why that failed, or None."""
+    try:
+        cand.close()
+    except Exception as e:  # noqa: BLE001 - reported as the trial's failure
+        return first_line(e)
+    return None
+
+
+def failed(settings: Settings, reason: str, precision: str) -> TrialResult:
+    return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
+
+
+def verdict(
+    gate: Gate,
+    settings: Settings,
+    precision: str,
+    err: float,
+    grad_err: float | None,
+    layer: LayerVerdict | None,
+    check_deadline: float | None,
+    **fields: object,
+) -> TrialResult:
+    """The gate's verdict on a candidate from its errors (outputs and gradients against the
+    fp32 reference, its worst conv layer alone against float64) and its precision's check, as a
+    result with `fields` (its measurement, memory and times). Raises `CheckOutOfTime`."""
+    status: Status = "ok"
+    reason = rejected_by = None
+    tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
+    finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
+    if not finite or (layer is not None and not math.isfinite(layer.error)):
+        status, reason = "rejected", "NaN or Inf in outputs or gradients"
+    elif layer is not None and not layer.ok:
+        status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
+        where = f"layer {layer.layer!r}" if layer.layer else "the layer"
+        reason = (
+            f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
+            f"{precision} layer tolerance {layer.tolerance:.1e}"
+        )
+    else:
+        verdict = tol.judge(Errors(err, grad_err))
+        if verdict is not None:
+            status = "rejected"
+            reason, rejected_by = verdict
+    return TrialResult(
+        settings=settings,
+        status=status,
+        reason=reason,
+        rel_error=err,
+        grad_error=grad_err,
+        grad_tolerance=tol.grad.value if tol.grad else None,
+        precision=precision,
+        tolerance=tol.out.value,
+        tolerance_basis=tol.basis,
+        layer_error=layer.error if layer is not None else None,
+        layer_tolerance=layer.tolerance if layer is not None else None,
+        layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
+        rejected_by=rejected_by,
+        precision_check=tol.out.check,
+        **fields,
+    )
+
+
+def gate_only(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    gate: Gate,
+    time_left_s: float | None = None,
+) -> TrialResult:
+    """The gate's checks of a candidate measured without them (`Race.defer_gate`: a compiled
+    candidate under dropout that won the pick, `advisor.stages.gate_winner`): its capture against
+    the fp32 reference, and its precision's verdict, on every shape. No samples: the result's
+    verdict fields are what the pending result takes. A compiled candidate's capture compiles
+    with empty caches, as its trial did (`compile_check_s`)."""
+    started = time.perf_counter()
+    precision = gate.precision(settings)
+    if not settings.compiled:
+        result = _gate_only(workload, settings, device, mode, gate, time_left_s)
+    else:
+        try:
+            start_inductor()
+        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
+            return failed(settings, f"torch.compile cannot start: {first_line(e)}", precision)
+        cold = cold_cache()
+        with recompile_guard(len(gate.cases)), inductor_caches(cold):
+            result = _gate_only(workload, settings, device, mode, gate, time_left_s)
+        keep_artifacts(cold)
+    return result.model_copy(update={"wall_s": time.perf_counter() - started})
+
+
+def _gate_only(
+    workload: Workload,
+    settings: Settings,
+    device: torch.device,
+    mode: Mode,
+    gate: Gate,
+    time_left_s: float | None,
+) -> TrialResult:
+    check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
+    precision = gate.precision(settings)
+    settle_cpu_allocator()
+    err, grad_err = 0.0, 0.0 if mode == "train" else None
+    layer = None
+    check_s = 0.0
+    t_gate = time.perf_counter()
+    for case, ref in enumerate(gate.cases):
+        cand: Candidate | None = None
+        failure = None
+        try:
+            cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
+            t0 = time.perf_counter()
+            got = capture(cand, settings.compiled, gate.dropout)
+            if settings.compiled and gate.dropout:
+                check_s += time.perf_counter() - t0
+            errors = compare(got, ref, mode)
+            err = max(err, errors.out)
+            if grad_err is not None:
+                grad_err = max(grad_err, errors.grad or 0.0)
+            if not got.outputs:
+                raise RuntimeError("the model returned no tensor: nothing to check")
+            worst = gate.check_layers(cand, got.convs)
+            if worst is not None and (layer is None or worst.error > layer.error):
+                layer = worst
+        except torch.OutOfMemoryError:
+            failure = "out of memory"
+        except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
+            failure = recompile_reason(e, len(gate.cases)) or first_line(e)
+        if cand is not None:
+            failure = failure or close_candidate(cand)
+        if failure is not None:
+            return failed(settings, failure, precision)
+    gate_s = time.perf_counter() - t_gate
+    try:
+        return verdict(gate, settings, precision, err, grad_err, layer, check_deadline,
+                        compile_check_s=check_s or None, gate_s=gate_s)  # fmt: skip
+    except CheckOutOfTime as e:  # not judged: it is not picked
+        return TrialResult(settings=settings, status="stopped", reason=str(e),
+                           precision=precision)  # fmt: skip
