@@ -18,7 +18,7 @@ import advisor
 import advisor.compiled
 from advisor.compiled import recompile_guard, recompile_reason
 from advisor.device.environment import current_environment
-from advisor.execute import runner
+from advisor.execute import gating
 from advisor.execute.runner import Gate, evaluate
 from advisor.gate.numeric import compare
 from advisor.knobs import Settings
@@ -320,10 +320,10 @@ def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
     cand: Any = Failing()
     with pytest.raises(RuntimeError, match=r"the gate's capture under its dropout masks \(the "
                        r"compiled steps ran\): RuntimeError: one of the variables"):  # fmt: skip
-        runner._capture(cand, compiled=True, dropout=True)
-    assert runner._capture(cand, compiled=True, dropout=False) == "as timed"  # no masks drawn
+        gating.capture(cand, compiled=True, dropout=True)
+    assert gating.capture(cand, compiled=True, dropout=False) == "as timed"  # no masks drawn
     with pytest.raises(RuntimeError, match="^one of the variables"):  # eager: as it is
-        runner._capture(cand, compiled=False, dropout=True)
+        gating.capture(cand, compiled=False, dropout=True)
 
 
 # ---- compiled for real -------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ def test_a_compiled_candidate_that_loses_the_race_stops_before_the_capture(
     def no_capture(*_a: object, **_k: object) -> None:
         raise AssertionError("captured a candidate that cannot win")
 
-    monkeypatch.setattr(runner, "_capture", no_capture)
+    monkeypatch.setattr(gating, "capture", no_capture)
     race = Race(limit_ms=1e-6, judge_below_ms=1e-6)  # every sample far above the bar
     result = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
                       race=race)  # fmt: skip

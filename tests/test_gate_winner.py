@@ -10,7 +10,8 @@ import torch
 
 import advisor
 from advisor.device.environment import current_environment
-from advisor.execute.runner import Gate, evaluate, gate_only
+from advisor.execute.gating import gate_only
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race

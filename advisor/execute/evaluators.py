@@ -9,10 +9,11 @@ from typing import Protocol
 import torch
 
 from advisor.device.global_state import global_state, restore_global_state
+from advisor.execute.gating import gate_only
 from advisor.execute.isolate import classify
 from advisor.execute.park import Park
 from advisor.execute.retime import retime, retime_policy
-from advisor.execute.runner import Gate, evaluate, gate_only
+from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -26,7 +27,7 @@ from advisor.measure.candidate import Candidate, Captured, Mode
 from advisor.measure.results import Status, TrialResult
 from advisor.workload.build import Workload
 
-__all__ = ["capture", "close_candidate", "failed", "gate_only", "verdict"]
+__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "verdict"]
 
 
 def capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
@@ -61,6 +62,37 @@ def close_candidate(cand: Candidate) -> str | None:
 
 def failed(settings: Settings, reason: str, precision: str) -> TrialResult:
     return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
+
+
+@dataclass
+class Checked:
+    """The gate's checks of one candidate over its shapes so far: its worst output and gradient
+    errors against the fp32 reference, its worst conv layer alone against float64, and its
+    capture's compile under dropout masks (a compiled candidate's: another graph)."""
+
+    grad_err: float | None  # None in infer mode: no gradients
+    err: float = 0.0
+    layer: LayerVerdict | None = None
+    check_s: float = 0.0
+
+    def add(
+        self, cand: Candidate, settings: Settings, gate: Gate, ref: Captured, mode: Mode
+    ) -> None:
+        """Capture `cand` as the gate compares it and check it against `ref` (one shape's
+        reference); raises where the capture fails or the model returns no tensor."""
+        t0 = time.perf_counter()
+        got = capture(cand, settings.compiled, gate.dropout)
+        if settings.compiled and gate.dropout:
+            self.check_s += time.perf_counter() - t0
+        errors = compare(got, ref, mode)
+        self.err = max(self.err, errors.out)
+        if self.grad_err is not None:
+            self.grad_err = max(self.grad_err, errors.grad or 0.0)
+        if not got.outputs:
+            raise RuntimeError("the model returned no tensor: nothing to check or time")
+        worst = gate.check_layers(cand, got.convs)
+        if worst is not None and (self.layer is None or worst.error > self.layer.error):
+            self.layer = worst
 
 
 def verdict(
@@ -155,28 +187,14 @@ def _gate_only(
     check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     settle_cpu_allocator()
-    err, grad_err = 0.0, 0.0 if mode == "train" else None
-    layer = None
-    check_s = 0.0
+    checked = Checked(0.0 if mode == "train" else None)
     t_gate = time.perf_counter()
     for case, ref in enumerate(gate.cases):
         cand: Candidate | None = None
         failure = None
         try:
             cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
-            t0 = time.perf_counter()
-            got = capture(cand, settings.compiled, gate.dropout)
-            if settings.compiled and gate.dropout:
-                check_s += time.perf_counter() - t0
-            errors = compare(got, ref, mode)
-            err = max(err, errors.out)
-            if grad_err is not None:
-                grad_err = max(grad_err, errors.grad or 0.0)
-            if not got.outputs:
-                raise RuntimeError("the model returned no tensor: nothing to check")
-            worst = gate.check_layers(cand, got.convs)
-            if worst is not None and (layer is None or worst.error > layer.error):
-                layer = worst
+            checked.add(cand, settings, gate, ref, mode)
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
@@ -187,8 +205,9 @@ def _gate_only(
             return failed(settings, failure, precision)
     gate_s = time.perf_counter() - t_gate
     try:
-        return verdict(gate, settings, precision, err, grad_err, layer, check_deadline,
-                        compile_check_s=check_s or None, gate_s=gate_s)  # fmt: skip
+        return verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
+                       check_deadline, compile_check_s=checked.check_s or None,
+                       gate_s=gate_s)  # fmt: skip
     except CheckOutOfTime as e:  # not judged: it is not picked
         return TrialResult(settings=settings, status="stopped", reason=str(e),
                            precision=precision)  # fmt: skip

@@ -23,14 +23,13 @@ from advisor.compiled import (
 from advisor.device.allocator import settle_cpu_allocator
 from advisor.device.global_state import global_state
 from advisor.errors import first_line
-from advisor.execute.gating import capture as _capture
+from advisor.execute.gating import Checked
 from advisor.execute.gating import close_candidate as _close
 from advisor.execute.gating import failed as _failed
-from advisor.execute.gating import gate_only
 from advisor.execute.gating import verdict as _verdict
 from advisor.execute.park import Park, Parked
 from advisor.execute.payback import cannot_pay
-from advisor.gate.numeric import Gate, compare
+from advisor.gate.numeric import Gate
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
@@ -43,10 +42,7 @@ from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = [
-    "Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors",
-    "gate_only",
-]  # fmt: skip
+__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
 
 
 def _stopped(
@@ -175,11 +171,9 @@ def _evaluate(
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
     memory = PeakMemory(device)
     peak = 0.0
-    check_s = 0.0  # the gate's capture of a compiled model under dropout masks: a compile
     gate_s = 0.0  # the gate's capture, comparison and layer checks (the training check apart)
     per_shape: list[Measurement] = []
-    err, grad_err = 0.0, 0.0 if mode == "train" else None
-    layer = None
+    checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
     judge_below = race.judge_below_ms if race is not None else None
     if len(gate.cases) > 1:
@@ -242,18 +236,7 @@ def _evaluate(
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
                 t0 = time.perf_counter()
-                got = _capture(cand, settings.compiled, gate.dropout)
-                if settings.compiled and gate.dropout:
-                    check_s += time.perf_counter() - t0
-                errors = compare(got, ref, mode)
-                err = max(err, errors.out)
-                if grad_err is not None:
-                    grad_err = max(grad_err, errors.grad or 0.0)
-                if not got.outputs:
-                    raise RuntimeError("the model returned no tensor: nothing to check or time")
-                worst = gate.check_layers(cand, got.convs)
-                if worst is not None and (layer is None or worst.error > layer.error):
-                    layer = worst
+                checked.add(cand, settings, gate, ref, mode)
                 gate_s += time.perf_counter() - t0
         except torch.OutOfMemoryError:
             failure = "out of memory"
@@ -282,8 +265,9 @@ def _evaluate(
         return TrialResult(settings=settings, status="ok", reason=GATE_PENDING,
                            precision=precision, gate_pending=True, **measured)  # fmt: skip
     try:
-        return _verdict(gate, settings, precision, err, grad_err, layer, check_deadline,
-                        compile_check_s=check_s or None, gate_s=gate_s or None,
+        return _verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
+                        check_deadline, compile_check_s=checked.check_s or None,
+                        gate_s=gate_s or None,
                         **measured)  # fmt: skip
     except CheckOutOfTime as e:  # not judged: it cannot be picked, and a later run checks it
         return _stopped(settings, precision, per_shape, workload, str(e))

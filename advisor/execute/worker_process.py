@@ -108,9 +108,10 @@ def worker_main(
     before it became a worker (the probe's child); by default, the state found here at start.
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     become_child()
+    from advisor.execute.gating import gate_only
     from advisor.execute.park import Park
     from advisor.execute.retime import RetimeSession, retime, retime_policy
-    from advisor.execute.runner import Gate, evaluate, gate_only
+    from advisor.execute.runner import Gate, evaluate
     from advisor.workload.rebuild import workload_from_info
 
     pristine = pristine if pristine is not None else global_state()
