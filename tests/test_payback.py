@@ -14,7 +14,7 @@ import torch
 
 from advisor.device.environment import current_environment
 from advisor.device.global_state import global_state
-from advisor.execute import runner
+from advisor.execute import gating
 from advisor.execute.payback import payback_verdict
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
@@ -120,7 +120,7 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
 
     before = global_state()
     with monkeypatch.context() as m:
-        m.setattr(runner, "_capture", no_capture)
+        m.setattr(gating, "capture", no_capture)
         race = Race(limit_ms=1e9, judge_below_ms=1e-6, rival=Settings().model_dump_json(),
                     horizon_steps=1)  # fmt: skip
         stopped = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
