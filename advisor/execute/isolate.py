@@ -244,7 +244,7 @@ class IsolatedEvaluator:
                            list(self._known.values())), settings)  # fmt: skip
 
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
-        """The gate's verdict on a candidate measured without it (`runner.gate_only`), in the
+        """The gate's verdict on a candidate measured without it (`gating.gate_only`), in the
         worker, under the trial limit."""
         why = self._live()
         if why is not None:

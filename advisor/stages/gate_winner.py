@@ -3,8 +3,8 @@
 The gate compares a candidate's outputs and gradients with the fp32 reference's under the same
 dropout masks (`advisor.measure.canonical_dropout`). For an eager candidate that is one more
 step. For a compiled one it is another graph: the masks put the gate's dropout mode in it, so
-its capture compiles the model again with empty caches, a second cold compile (MobileNetV3-Small
-train: 44-48 s on a 2-core CPU, as long as its first). Most compiled candidates are not picked:
+its capture compiles the model again (MobileNetV3-Small train: 18-19 s on a 2-core Zen 5 and
+44-48 s on a Zen 3, after a first compile of 40 s and 80-95 s). Most compiled candidates are not picked:
 they do not pay their compile back within the run's steps, or the re-time ranks an eager
 candidate first. So the compile stage measures them without that capture (`Race.defer_gate`:
 the result says `gate_pending`), the re-time and the pick treat them as any measured candidate,
@@ -15,17 +15,15 @@ candidate is never recommended ungated.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from advisor.execute.evaluators import Evaluator
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import GATE_PENDING
 from advisor.search import SearchOutcome
 from advisor.search.pick import pick_for_steps
 from advisor.search.storage import LayerStore, open_storage
 
-__all__ = ["GATE_PENDING", "gate_the_pick", "settle"]
+__all__ = ["gate_the_pick", "settle"]
 
 # What the verdict of a gate-only evaluation sets on the pending result (its measurement,
 # compile times and memory stay the trial's).
@@ -52,7 +50,6 @@ def gate_the_pick(
     min_gain: float,
     steps: int | None,
     storage: str | None,
-    deadline: float | None = None,
 ) -> list[TrialResult]:
     """Gate the pick while it is pending (see the module's docstring), each verdict put in the
     outcome and stored beside the compile stage's results; the results it gated, in order."""
@@ -61,8 +58,7 @@ def gate_the_pick(
         chosen = pick_for_steps(outcome.results, outcome.baseline, min_gain, steps)[0].chosen
         if not chosen.gate_pending:
             return gated
-        left = None if deadline is None else max(1.0, deadline - time.perf_counter())
-        settled = settle(chosen, evaluator.gate(chosen.settings, time_left_s=left))
+        settled = settle(chosen, evaluator.gate(chosen.settings))
         _replace(outcome, chosen, settled)
         LayerStore(open_storage(storage), outcome.study_name).add_model_result(settled)
         gated.append(settled)
