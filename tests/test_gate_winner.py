@@ -149,6 +149,8 @@ def test_a_compiled_pick_under_dropout_is_recommended_only_gated(tmp_path: Path)
     if advice.settings.compiled:
         assert not compiled.gate_pending and compiled.rel_error is not None
         assert compiled.compile_check_s is not None  # the gate's capture compiled, once it won
-    else:  # eager won the re-time here: the compiled candidate was never captured again
-        assert compiled.gate_pending or compiled.status != "ok"
-        assert compiled.compile_check_s is None
+    if compiled.gate_pending:  # it never won the pick: never captured again, never recommended
+        assert not advice.settings.compiled and compiled.compile_check_s is None
+    elif compiled.status == "ok":  # it won the pick and was gated (the final check in a fresh
+        # process may still have kept the default: a tiny model's compile is near the noise)
+        assert compiled.rel_error is not None and compiled.compile_check_s is not None
