@@ -154,20 +154,3 @@ def test_inductors_layout_setting_is_read_without_importing_it(value: str | None
     assert out[0] == out[1], out
     if value is not None:
         assert out[0] == str(value == "1")
-
-
-def test_the_payback_rounds_grow_with_the_compile_the_gate_would_repeat() -> None:
-    """Where the gate's capture would compile the model again (dropout), the payback rounds
-    may take up to GATE_COMPILE_SHARE of the cold compile, not just a trial's time cap: the
-    bill is then settled before the second compile. Elsewhere they are a trial's rounds."""
-    from advisor.execute.payback import GATE_COMPILE_SHARE, payback_rounds
-    from advisor.measure.timing import TimingPolicy
-
-    policy = TimingPolicy(min_samples=7, max_samples=200, max_time_s=1.0)
-    trial = {"min_rounds": 7, "max_rounds": 200, "budget_s": 1.0}
-    assert payback_rounds(policy, cold_s=73.0, gate_compiles=False) == trial
-    longer = payback_rounds(policy, cold_s=73.0, gate_compiles=True)
-    assert longer == {**trial, "budget_s": pytest.approx(GATE_COMPILE_SHARE * 73.0)}
-    assert longer["budget_s"] > 1.0
-    # a quick compile is never given less than a trial's rounds
-    assert payback_rounds(policy, cold_s=2.0, gate_compiles=True) == trial

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import torch
 
@@ -33,16 +32,7 @@ from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, war
 from advisor.measure.verdict import CANNOT_PAY
 from advisor.workload.build import Workload
 
-__all__ = ["GATE_COMPILE_SHARE", "cannot_pay", "payback_rounds", "payback_verdict",
-           "settled_cannot_pay"]
-
-# A compile that may pay goes on to the gate, whose capture on a model with dropout compiles the
-# model again, cold: 42.7 s of MobileNetV3-Small's 122 s compile stage on a 2-core Zen 3, for a
-# compile the re-time then found could not pay back. Before that, the payback rounds may take up
-# to this share of the cold compile (not just a trial's time cap): the intervals narrow, and a
-# bill that cannot pay is settled before the second compile, not after it. (Where the gate is
-# deferred to the pick, `Race.defer_gate`, the trial compiles once and its rounds are a trial's.)
-GATE_COMPILE_SHARE = 0.05
+__all__ = ["cannot_pay", "payback_verdict", "settled_cannot_pay"]
 
 
 def payback_verdict(
@@ -94,16 +84,6 @@ def settled_cannot_pay(
     return settled
 
 
-def payback_rounds(policy: TimingPolicy, cold_s: float, gate_compiles: bool) -> dict[str, Any]:
-    """`interleave`'s rounds for the payback check: a trial's (`rounds`), or, where the gate
-    would compile the model again (`gate_compiles`), up to `GATE_COMPILE_SHARE` of the cold
-    compile `cold_s` when that is more. A settled bill stops the rounds early either way."""
-    out = rounds(policy)
-    if gate_compiles:
-        out["budget_s"] = max(out["budget_s"], GATE_COMPILE_SHARE * cold_s)
-    return out
-
-
 def cannot_pay(
     compiled: Candidate,
     trial: Measurement,
@@ -117,14 +97,12 @@ def cannot_pay(
     policy: TimingPolicy,
     pristine: dict[str, object],
     clock: Clock | None = None,
-    gate_compiles: bool = False,
 ) -> str | None:
     """Why the live candidate `compiled` stops before the gate's capture (`payback_verdict`),
     or None: None too for an eager candidate, a race without a rival, or a trial the race or the
     budget already stopped (their own reason says why). Its cold compile is the trial's first
     call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
-    the trial's policy (`payback_rounds`: longer where the gate would compile again,
-    `gate_compiles`). `pristine` is PyTorch's state before either was built; the compiled
+    the trial's policy (a settled bill stops them early). `pristine` is PyTorch's state before either was built; the compiled
     candidate's flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
         return None
@@ -146,7 +124,7 @@ def cannot_pay(
         cold_s = (trial.first_call_ms or 0.0) / 1e3
         overhead_s = max(0.0, cold_s - first_ms[1] / 1e3)
         samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock,
-                             **payback_rounds(policy, cold_s, gate_compiles),
+                             **rounds(policy),
                              decided=settled_cannot_pay(overhead_s, race.horizon_steps))  # fmt: skip
     finally:
         other.close()

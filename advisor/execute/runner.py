@@ -211,7 +211,7 @@ def _evaluate(
             per_shape.append(m)
             unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
                                 seed=gate.seed, case=case, policy=policy, pristine=pristine,
-                                clock=clock, gate_compiles=gate.dropout and not defer)  # fmt: skip
+                                clock=clock)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and m.stopped is not None and (
