@@ -267,7 +267,8 @@ def precision_verdicts(results: list[TrialResult]) -> list[str]:
     for r in results:
         check = r.precision_check
         if check is not None:
-            seen.setdefault(check.own_path.label(), check.summary)
+            was = " (judged by an earlier run on this machine, not trained again)"
+            seen.setdefault(check.own_path.label(), check.summary + (was if check.reused else ""))
     for r in results:  # a precision whose every candidate stopped before it was judged
         own = own_path(r.settings)
         if r.status != "stopped" or r.precision in (None, "fp32") or own == Settings():

@@ -133,3 +133,6 @@ class PrecisionCheck(BaseModel):
     losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
     top1_agreement: float | None = None
     seconds: float = 0.0
+    # judged before this run (an earlier run of the study, or another study of the model):
+    # `seconds` were not this run's (advisor.search.shared_checks)
+    reused: bool = False

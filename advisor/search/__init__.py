@@ -3,7 +3,8 @@ code that imports optuna: `options` (what is asked and returned), `study` (the s
 grid), `run` (the trials), `outcome` (what a search found, read back from its study), `storage`
 (opening storages, the per-layer companion study, records shared between runs), `point_lock`
 (PostgreSQL: one process measures a point), `sqlite_claim` (SQLite: one process owns a popped
-trial), `screen` (a few samples of every candidate before the survivors are timed in full).
+trial), `screen` (a few samples of every candidate before the survivors are timed in full),
+`shared_checks` (precision verdicts known to every study of a model on this machine).
 `pick` (the pick rule, the Pareto set) and `compile_bill` (what a compile costs and saves) decide
 from the results.
 

@@ -28,6 +28,7 @@ from advisor.search.options import (
 from advisor.search.outcome import check_key, memory_checked, read_outcome, stored_checks
 from advisor.search.point_lock import PointLocks
 from advisor.search.screen import inversion, record_dropped, screen
+from advisor.search.shared_checks import reused
 from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
     Plan,
@@ -142,6 +143,8 @@ def _run(
             # candidate, process and run of it.
             study.set_user_attr(check_key(raw.precision_check),
                                 raw.precision_check.model_dump(mode="json"))  # fmt: skip
+            if plan.shared_checks is not None:  # and for this workload's other studies
+                plan.shared_checks.add(raw.precision_check)
             evaluator.know([raw.precision_check])
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
@@ -172,7 +175,11 @@ def _run(
             )
 
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
-    evaluator.know(stored_checks(study))
+    # Verdicts judged before this run: this study's, then other studies' of the workload
+    # (`--effort quick` before the default effort); `--fresh` judges again.
+    evaluator.know(reused(stored_checks(study)))
+    if plan.shared_checks is not None and not options.fresh:
+        evaluator.know(plan.shared_checks.read())
     try:
         # `race: false` promises every candidate measured and gated in full: no screen either
         screening = options.screen and space.race

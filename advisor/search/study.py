@@ -27,6 +27,7 @@ from advisor.knobs import KNOB_NAMES, Settings, precision_of
 from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.results import TrialResult
 from advisor.search.options import SearchOptions
+from advisor.search.shared_checks import SharedChecks
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
 from advisor.space import Dropped, SearchSpace, candidates
 from advisor.workload.build import Workload
@@ -143,6 +144,7 @@ class Plan:
     grid: bool
     budget: int
     multi: bool
+    shared_checks: SharedChecks | None = None  # precision verdicts of this workload's studies
 
     @property
     def points(self) -> list[Settings]:
@@ -203,12 +205,13 @@ def open_plan(
         study.set_user_attr("space", space.name)
         study.set_user_attr("min_gain", space.min_gain)  # the pick rule, for reports
         study.set_user_attr("environment", env.model_dump(mode="json"))
+        shared = SharedChecks(storage, name, workload, options.mode, device, space)
     except Exception as e:  # noqa: BLE001 - storage backends raise many kinds
         raise StorageError(
             f"cannot open study {name!r}: {first_line(e, with_type=False)}"
         ) from None
     return Plan(study, storage, name, env, cands, dropped, fixed, varying, len(cands) <= budget,
-                 budget, multi)  # fmt: skip
+                 budget, multi, shared)  # fmt: skip
 
 
 def died_result(plan: Plan, s: Settings, space: SearchSpace, device: torch.device) -> TrialResult:

@@ -86,8 +86,8 @@ def breakdown(
     tables) and `"total"`. A part is never shown as more than its stage: a result reused from
     an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
-    for r in results:
-        if r.precision_check is not None:
+    for r in results:  # a verdict judged before this run cost it nothing
+        if r.precision_check is not None and not r.precision_check.reused:
             checks[r.precision_check.own_path.model_dump_json()] = r.precision_check.seconds
     compiled = [r for r in results if r.settings.compiled]
     gated = {  # the gate's checks by the stage a candidate belongs to (compiled: not split)
