@@ -8,7 +8,10 @@ cold compiles (`stage_s` total minus `compile: cold compiles`); the harness shar
 outside the candidates' timed samples, over the run's: `advisor.stages.walltime`); the candidates
 measured and the median wall time each cost; the pick, its speedup over the default and its final
 check. `--reuse` adds two runs at default effort with the default storage in an empty cache
-folder: the second reuses the first, and its wall time is shown against it.
+folder: the second reuses the first, and its wall time is shown against it. `--after-quick` adds
+quick then default effort with the default storage in another empty cache folder, as a user
+who asks "which flags?" first: default knows quick's precision verdicts
+(`advisor.search.shared_checks`), and its global knobs' time is shown against the memory row's.
 
     python benchmarks/effort_levels.py --device cpu --out benchmarks/results/effort_levels_cpu.md
     python benchmarks/effort_levels.py --device cuda --budget full=180 \
@@ -116,7 +119,7 @@ def _cell(v: Any, fmt: str = "{:.1f}") -> str:
 
 
 def report(rows: list[dict[str, Any]], reuse: list[dict[str, Any]], machine: str,
-           args: argparse.Namespace) -> str:  # fmt: skip
+           args: argparse.Namespace, after: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
     lines = [f"# Effort levels: `advisor advise {args.model} --mode {args.mode} --device "
              f"{args.device}`", "", machine, "",
              f"Command: `python benchmarks/effort_levels.py {' '.join(sys.argv[1:])}`", "",
@@ -154,7 +157,31 @@ def report(rows: list[dict[str, Any]], reuse: list[dict[str, Any]], machine: str
                          f"`{r.get('pick', r.get('error'))}` |")  # fmt: skip
         if len(reuse) == 2 and "error" not in reuse[0] and "error" not in reuse[1]:
             lines += ["", f"Second / first: {reuse[1]['wall_s'] / reuse[0]['wall_s']:.0%}."]
+    if after:
+        lines += _after_quick(after, [r for r in rows if r["effort"] == "default"])
     return "\n".join(lines) + "\n"
+
+
+KNOBS, CHECKS = "global knobs", "global knobs: precision checks"
+
+
+def _after_quick(after: list[dict[str, Any]], alone: list[dict[str, Any]]) -> list[str]:
+    """The quick-then-default section: each run's wall, global knobs and their precision
+    checks, beside the default row of the table (`--storage memory`: judged afresh)."""
+    lines = ["", "Default after quick (the default storage in an empty cache folder; the first "
+             "row: default alone, from the table):", "",
+             "| run | wall s | global knobs s | precision checks s | pick |",
+             "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
+    named = [("default alone", r) for r in alone[:1]]
+    named += [(f"{r['effort']} (after quick)" if i else r["effort"], r) for i, r in enumerate(after)]
+    for name, r in named:
+        if "error" in r:
+            lines.append(f"| {name} | {r['wall_s']:.1f} | | | error: {r['error']} |")
+            continue
+        st = r.get("stage_s") or {}
+        lines.append(f"| {name} | {r['wall_s']:.1f} | {_cell(st.get(KNOBS))} | "
+                     f"{_cell(st.get(CHECKS, 0.0))} | `{r['pick']}` |")  # fmt: skip
+    return lines
 
 
 def main() -> int:
@@ -167,6 +194,8 @@ def main() -> int:
     ap.add_argument("--budget", action="append", metavar="EFFORT=TIME",
                     help="advise's --budget for one effort, e.g. full=180 (repeatable)")
     ap.add_argument("--reuse", action="store_true", help="also time a run that reuses another")
+    ap.add_argument("--after-quick", action="store_true",
+                    help="also time default effort after quick, in one cache folder")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=900.0, help="per run, seconds")
     ap.add_argument("--out", help="markdown file (the raw rows beside it, .json)")
     args = ap.parse_args()
@@ -178,12 +207,14 @@ def main() -> int:
     machine = _environment_line(args.device)
     rows: list[dict[str, Any]] = []
     reuse: list[dict[str, Any]] = []
+    after: list[dict[str, Any]] = []
 
     def write() -> str:
-        text = report(rows, reuse, machine, args)
+        text = report(rows, reuse, machine, args, after)
         if args.out:
             Path(args.out).write_text(text)
-            raw = {"machine": machine, "argv": sys.argv[1:], "rows": rows, "reuse": reuse}
+            raw = {"machine": machine, "argv": sys.argv[1:], "rows": rows, "reuse": reuse,
+                   "after_quick": after}  # fmt: skip
             Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
         return text
 
@@ -199,6 +230,14 @@ def main() -> int:
                 reuse.append(advise(model, args, "default", storage=None,
                                     env={"ADVISOR_CACHE_DIR": cache}))  # fmt: skip
                 print(f"  {reuse[-1]['wall_s']:.1f} s")
+                write()
+    if args.after_quick:
+        with tempfile.TemporaryDirectory() as cache:
+            for effort in ("quick", "default"):
+                print(f"{effort}, the default storage ...", flush=True)
+                after.append(advise(model, args, effort, storage=None,
+                                    env={"ADVISOR_CACHE_DIR": cache}))  # fmt: skip
+                print(f"  {after[-1]['wall_s']:.1f} s")
                 write()
     print(write())
     return 0

@@ -28,3 +28,23 @@ def test_the_table_shows_each_level_and_the_reuse_ratio() -> None:
     assert "| default | 30.0 | 12.0 | 20.0 | 90% | 8 | 0.70 | `amp=bf16` | 1.60x [1.50, 1.70] | held |" in text
     assert "error: advisor: error: boom" in text
     assert "Second / first: 10%." in text
+
+
+def test_default_after_quick_is_shown_beside_default_alone() -> None:
+    """The --after-quick section: default alone (the table's row), then quick and default in
+    one cache folder, each with its global knobs and their precision checks."""
+    script = load_script(SCRIPT, "effort_levels_after_quick")
+    args = argparse.Namespace(model="m.py", mode="train", device="cpu")
+    knobs = "global knobs: precision checks"
+    alone = {"effort": "default", "wall_s": 30.0, "pick": "amp=bf16",
+             "stage_s": {"global knobs": 7.0, knobs: 1.5, "total": 29.0}}
+    after = [{"effort": "quick", "wall_s": 9.0, "pick": "amp=bf16",
+              "stage_s": {"global knobs": 6.5, knobs: 1.6, "total": 8.0}},
+             {"effort": "default", "wall_s": 28.0, "pick": "amp=bf16",
+              "stage_s": {"global knobs": 5.4, "total": 27.0}}]  # fmt: skip
+    text = script.report([alone], [], "Machine: m", args, after)
+    assert "| default alone | 30.0 | 7.0 | 1.5 | `amp=bf16` |" in text
+    assert "| quick | 9.0 | 6.5 | 1.6 | `amp=bf16` |" in text
+    assert "| default (after quick) | 28.0 | 5.4 | 0.0 | `amp=bf16` |" in text
+    assert "Default after quick" not in script.report([alone], [], "Machine: m", args)
+
