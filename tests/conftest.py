@@ -85,6 +85,23 @@ def small_model_file() -> str:
     return str(DATA / "tiny_cnn.py")
 
 
+@pytest.fixture
+def precision_checks_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The precision of each training check the gate runs from now on (the real check, counted
+    as `advisor.gate.numeric` calls it)."""
+    from advisor.gate import numeric
+
+    calls: list[str] = []
+    real = numeric.check_precision
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(str(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numeric, "check_precision", counted)
+    return calls
+
+
 def load_script(path: Path, name: str) -> ModuleType:
     """A benchmark script imported as module `name`, for testing its functions (registered in
     sys.modules first: a dataclass in it looks its module up)."""

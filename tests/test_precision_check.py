@@ -17,7 +17,6 @@ import advisor
 from advisor.advice import precision_verdicts
 from advisor.apply import apply_settings
 from advisor.execute.runner import Gate, evaluate
-from advisor.gate import numeric as gate_module
 from advisor.gate import training
 from advisor.gate.precision import check_precision
 from advisor.knobs import Settings
@@ -378,16 +377,9 @@ def test_each_batch_keeps_its_dropout_masks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_advise_judges_each_precision_once_and_says_how(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, precision_checks_run: list[str]
 ) -> None:
-    calls: list[str] = []
-    real = gate_module.check_precision
-
-    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the real check, counted
-        calls.append(str(args[2]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(gate_module, "check_precision", counted)
+    calls = precision_checks_run
     space = tmp_path / "s.yaml"
     space.write_text(
         "name: s\ndevice: cpu\nknobs: {memory_format: [contiguous, channels_last], "

@@ -7,11 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-import pytest
 import torch
 
 import advisor
-from advisor.gate import numeric as gate_module
 from advisor.knobs import Settings
 from advisor.measure.verdict import PrecisionCheck
 from advisor.search.shared_checks import STUDY_PREFIX, SharedChecks
@@ -87,16 +85,9 @@ def test_a_reused_verdict_costs_the_run_nothing_in_its_breakdown() -> None:
 
 
 def test_a_second_study_of_the_model_reuses_the_verdict_and_fresh_judges_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, precision_checks_run: list[str]
 ) -> None:
-    calls: list[str] = []
-    real = gate_module.check_precision
-
-    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the real check, counted
-        calls.append(str(args[2]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(gate_module, "check_precision", counted)
+    calls = precision_checks_run
 
     def space(name: str, max_time_s: float) -> str:
         path = tmp_path / f"{name}.yaml"
