@@ -25,8 +25,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,6 +118,101 @@ def _stats(samples: list[float]) -> dict[str, Any]:
     }
 
 
+def loss(outs: list[torch.Tensor], gs: list[torch.Tensor]) -> torch.Tensor:
+    """What a training step backpropagates: the outputs weighted by fixed random seeds."""
+    return sum(  # type: ignore[return-value]
+        (o.float() * g).sum() for o, g in zip(outs, gs, strict=True) if o.requires_grad
+    )
+
+
+def grad_seeds(outs: list[torch.Tensor], dev: torch.device) -> list[torch.Tensor]:
+    """The loss's weights, one per floating output, drawn alike in every process."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randn(o.shape, generator=gen).to(dev) for o in outs]
+
+
+@dataclass
+class Variant:
+    """One variant set up as a user gets it: `advisor.apply` on its own copy of the model, or
+    the untouched model under `torch.compile` by hand (a rival); `step` is one training (or
+    inference) step of it. Shared by this file's one-process re-time and process_retime.py's
+    process per variant."""
+
+    label: str
+    tuned: Any  # advisor.apply's Tuned (its flags stay set until `tuned.restore()`)
+    net: Any  # what is called: `tuned.model`, or a rival's torch.compile of it
+    inputs: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    step: Callable[[], None]
+    compile_mode: str | None  # a rival's torch.compile mode; None otherwise
+
+
+def build_variant(
+    cfg: Any,
+    workload: Any,
+    x: tuple[Any, ...],
+    kw: dict[str, Any],
+    variant: dict[str, Any],
+    training: bool,
+    gs: list[torch.Tensor],
+    dev: torch.device,
+) -> Variant:
+    """Apply `variant` (a Settings dict, or `{"compile": MODE}` alone) to a fresh copy of
+    `workload`'s model. `gs` holds the loss's weights; empty, the first training step fills
+    it (`grad_seeds`), for a process that runs no untuned reference first."""
+    import torch
+
+    import advisor
+    from advisor.execute.runner import flatten_tensors
+
+    compile_mode = variant["compile"] if _rival(variant) else None
+    settings = advisor.Settings() if compile_mode else advisor.Settings.model_validate(variant)
+    c = cfg.model_copy(update={"settings": settings})
+    tuned = advisor.apply(c, workload.make_model().train(training), device=dev)
+    xt = tuned.inputs(*x)
+    kwt = dict(zip(kw, tuned.inputs(*kw.values()), strict=True))
+    net: Any = tuned.model
+    if compile_mode:
+        net = torch.compile(tuned.model, mode=compile_mode)
+
+    def step() -> None:
+        if not training:
+            with torch.no_grad(), tuned.autocast():
+                net(*xt, **kwt)
+            return
+        tuned.model.zero_grad(set_to_none=True)
+        with tuned.autocast():
+            outs = flatten_tensors(net(*xt, **kwt))
+        floats = [o for o in outs if o.is_floating_point()]
+        if not gs:
+            gs.extend(grad_seeds(floats, dev))
+        loss(floats, gs).backward()
+
+    label = f"torch.compile(mode={compile_mode!r})" if compile_mode else settings.label()
+    return Variant(label, tuned, net, xt, kwt, step, compile_mode)
+
+
+def compile_first_calls(v: Variant, dev: torch.device) -> dict[str, float]:
+    """A rival's first call (it compiles: forward and, in training, backward) and its first
+    three (with CUDA graphs, max-autotune on CUDA, the next two record them), in seconds: what
+    a user pays before the steady state, kept out of the samples."""
+    import time
+
+    from advisor.measure.timing import synchronize
+
+    synchronize(dev)
+    t0 = time.perf_counter()
+    v.step()
+    synchronize(dev)
+    compile_s = time.perf_counter() - t0
+    for _ in range(2):
+        v.step()
+    synchronize(dev)
+    return {"compile_s": compile_s, "first3_s": time.perf_counter() - t0}
+
+
 def _plain_child(argv: list[str]) -> dict[str, Any]:
     import torch
 
@@ -163,13 +263,12 @@ def _child(argv: list[str]) -> dict[str, Any]:
 
     import torch
 
-    import advisor
     from advisor.config import load_config
     from advisor.device.allocator import settle_cpu_allocator
     from advisor.errors import first_line
     from advisor.execute.runner import flatten_tensors
     from advisor.knobs import GlobalFlags, Settings
-    from advisor.measure.timing import Sampler, sample_interleaved, synchronize
+    from advisor.measure.timing import Sampler, sample_interleaved
     from advisor.workload.rebuild import workload_from_info
 
     warnings.simplefilter("ignore")
@@ -181,11 +280,6 @@ def _child(argv: list[str]) -> dict[str, Any]:
     x, kw = workload.make_call(dev, seed=7)
     training = mode == "train"
 
-    def loss(outs: list[torch.Tensor], gs: list[torch.Tensor]) -> torch.Tensor:
-        return sum(  # type: ignore[return-value]
-            (o.float() * g).sum() for o, g in zip(outs, gs, strict=True) if o.requires_grad
-        )
-
     def call(net: Any, xs: tuple[Any, ...], kws: dict[str, Any]) -> list[torch.Tensor]:
         torch.manual_seed(0)  # dropout: the same mask for every variant's error check
         return [o for o in flatten_tensors(net(*xs, **kws)) if o.is_floating_point()]
@@ -193,8 +287,7 @@ def _child(argv: list[str]) -> dict[str, Any]:
     base = workload.make_model().to(dev).train(training)
     with torch.enable_grad():
         ref = call(base, x, kw)
-    gen = torch.Generator().manual_seed(1)
-    gs = [torch.randn(o.shape, generator=gen).to(dev) for o in ref]
+    gs = grad_seeds(ref, dev)
     if training:
         loss(ref, gs).backward()
 
@@ -211,43 +304,12 @@ def _child(argv: list[str]) -> dict[str, Any]:
     # in this process compiled (a pick that compiles the same graph would leave it warm).
     order = sorted(json.loads(variants_json).items(), key=lambda kv: not _rival(kv[1]))
     for name, s in order:
-        compile_mode = s["compile"] if _rival(s) else None
-        settings = advisor.Settings() if compile_mode else advisor.Settings.model_validate(s)
-        c = cfg.model_copy(update={"settings": settings})
-        tuned = advisor.apply(c, workload.make_model().train(training), device=dev)
-        xt = tuned.inputs(*x)
-        kwt = dict(zip(kw, tuned.inputs(*kw.values()), strict=True))
-        net: Any = tuned.model
-        if compile_mode:
-            net = torch.compile(tuned.model, mode=compile_mode)
-
-        def step(
-            tuned: Any = tuned, net: Any = net, xt: tuple[Any, ...] = xt, kwt: Any = kwt
-        ) -> None:
-            if not training:
-                with torch.no_grad(), tuned.autocast():
-                    net(*xt, **kwt)
-                return
-            tuned.model.zero_grad(set_to_none=True)
-            with tuned.autocast():
-                outs = flatten_tensors(net(*xt, **kwt))
-            loss([o for o in outs if o.is_floating_point()], gs).backward()
-
-        entry: dict[str, Any] = {"label": settings.label()}
+        v = build_variant(cfg, workload, x, kw, s, training, gs, dev)
+        tuned, net, xt, kwt = v.tuned, v.net, v.inputs, v.kwargs
+        entry: dict[str, Any] = {"label": v.label}
         try:
-            if compile_mode:
-                # The first call compiles (forward and, in training, backward); with CUDA graphs
-                # (max-autotune on CUDA) the next two record them: all kept out of the samples.
-                entry["label"] = f"torch.compile(mode={compile_mode!r})"
-                synchronize(dev)
-                t0 = time.perf_counter()
-                step()
-                synchronize(dev)
-                entry["compile_s"] = time.perf_counter() - t0
-                for _ in range(2):
-                    step()
-                synchronize(dev)
-                entry["first3_s"] = time.perf_counter() - t0
+            if v.compile_mode:
+                entry.update(compile_first_calls(v, dev))
             tuned.model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()  # a pick that compiles: its compile, as `apply` gives it
             if training:
@@ -268,10 +330,10 @@ def _child(argv: list[str]) -> dict[str, Any]:
             grad_err=((flat_grads(tuned.model) - ref_g).norm() / ref_g.norm()).item()
             if ref_g is not None
             else None,
-            layers={k: v for k, v in tuned.layer_impls.items() if v != "native"},
+            layers={k: impl for k, impl in tuned.layer_impls.items() if impl != "native"},
         )
         out[name] = entry
-        runs[name] = (tuned.settings, step)
+        runs[name] = (tuned.settings, v.step)
         tuned.restore()
 
     names = list(runs)
