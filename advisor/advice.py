@@ -12,7 +12,7 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
 from advisor.search import SearchOutcome
-from advisor.search.compile_bill import compile_note
+from advisor.search.compile_bill import compile_note, first_call_s, searched_by
 from advisor.search.pick import Pick, pick_for_steps, speedup_over
 from advisor.stages.confirm import (
     after_challenge,
@@ -197,49 +197,61 @@ def trial_stage(r: TrialResult, number: int) -> str:
     return "compile" if r.settings.compiled else "per-layer"
 
 
-def payback(tuning_s: float, baseline: TrialResult, chosen: TrialResult) -> str:
-    """The tuning's own bill: how many steps of the pick pay back the wall time tuning took."""
+def payback(
+    tuning_s: float, baseline: TrialResult, chosen: TrialResult, search_s: float = 0.0
+) -> str:
+    """The tuning's own bill: how many steps of the pick pay back the wall time tuning took,
+    and cuDNN's search at the start of the training run where the pick has cudnn.benchmark
+    (`search_s`, `benchmark_search_s`)."""
     saving_ms = baseline.median_ms - chosen.median_ms
     if chosen.settings == baseline.settings or not saving_ms > 0:
         return f"tuning took {tuning_s:.0f} s and kept PyTorch's default: nothing to pay it back"
-    steps = math.ceil(tuning_s * 1e3 / saving_ms)
+    steps = math.ceil((tuning_s + search_s) * 1e3 / saving_ms)
+    search = f" and cuDNN's search {search_s:.1f} s at each training start" if search_s else ""
     return (
-        f"tuning took {tuning_s:.0f} s; the pick saves {saving_ms:.3g} ms a step: paid back "
-        f"after {steps:,} steps"
+        f"tuning took {tuning_s:.0f} s{search}; the pick saves {saving_ms:.3g} ms a step: paid "
+        f"back after {steps:,} steps"
     )
 
 
-def _first_calls(r: TrialResult) -> list[float]:
-    ms = r.per_shape or ([r.measurement] if r.measurement else [])
-    return [m.first_call_ms or 0.0 for m in ms]
+def benchmark_search_s(results: list[TrialResult], chosen: TrialResult) -> float:
+    """What cudnn.benchmark's search costs the pick at a training run's start: its first call
+    in a process where no candidate had run its convolutions with the flag on
+    (`compile_bill.searched_by`), less its twin's without the flag. 0 without the flag."""
+    if not chosen.settings.cudnn_benchmark or chosen.settings.compiled:
+        return 0.0
+    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
+    r_off = next((r for r in results if r.settings == off and r.measurement is not None), None)
+    paid = first_call_s(searched_by(chosen, results))
+    return max(0.0, paid - (first_call_s(r_off) if r_off is not None else 0.0))
 
 
 def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
-    """Whether cudnn.benchmark pays for this shape set: its per-step saving against the search it
-    runs once per new input shape (seen in the first call of each shape). Said only where both
-    twins were measured in the same time window (both re-timed, or neither): on an H200 a pick
-    with it re-timed at 2.51 ms was compared with its twin's 2.32 ms from the search, where the
-    pick had run 1.89 ms, and the advice recommended cudnn.benchmark while saying it did not pay."""
+    """Whether cudnn.benchmark pays for this pick: its per-step saving against the search a
+    training run pays at its start, in a fresh process (`benchmark_search_s`). Said only where
+    both twins were measured in the same time window (both re-timed, or neither): on an H200 a
+    pick with it re-timed at 2.51 ms was compared with its twin's 2.32 ms from the search, where
+    the pick had run 1.89 ms, and the advice recommended cudnn.benchmark while saying it did not
+    pay."""
     on = chosen.settings.model_copy(update={"cudnn_benchmark": True})
     off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
     r_on = next((r for r in results if r.settings == on and r.status == "ok"), None)
     r_off = next((r for r in results if r.settings == off and r.status == "ok"), None)
     if r_on is None or r_off is None or r_on.retimed != r_off.retimed:
         return None
-    shapes = len(_first_calls(r_on))
-    cost = sum(
-        max(0.0, a - b) for a, b in zip(_first_calls(r_on), _first_calls(r_off), strict=True)
-    )
+    shapes = len(r_on.per_shape or [r_on.measurement])
+    cost = benchmark_search_s(results, r_on)
     saving = r_off.median_ms - r_on.median_ms
+    search = f"its search costs {cost:.1f} s over {shapes} shape(s) in a fresh process"
     if saving <= 0:
         return (
             f"cudnn.benchmark does not pay here: no faster per step ({r_on.median_ms:.3f} vs "
-            f"{r_off.median_ms:.3f} ms) and its search costs {cost:.0f} ms over {shapes} shape(s)"
+            f"{r_off.median_ms:.3f} ms) and {search}"
         )
-    steps = math.ceil(cost / saving) if cost > 0 else 0
+    steps = math.ceil(cost * 1e3 / saving) if cost > 0 else 0
     return (
-        f"cudnn.benchmark saves {saving:.3f} ms per step and its search costs {cost:.0f} ms "
-        f"over {shapes} shape(s): it pays after about {steps} steps"
+        f"cudnn.benchmark saves {saving:.3f} ms per step and {search}: it pays after about "
+        f"{steps:,} steps"
     )
 
 
@@ -361,7 +373,8 @@ def build_advice(
         failed=sum(r.status == "failed" for r in outcome.results),
         stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
-        payback=payback(outcome.elapsed_s, base, chosen),
+        payback=payback(outcome.elapsed_s, base, chosen,
+                        benchmark_search_s(outcome.results, chosen)),
         notes=(notes or []) + kept_layers_notes(layer_choices or []),
         compile_note=first_step_note(
             compile_note(outcome.results, chosen, eager, steps), chosen, final

@@ -29,6 +29,7 @@ from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluato
 from advisor.search.pick import Pick, paired, pick_final, pick_for_steps, speedup_over
 from advisor.search.storage import open_storage
 from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
+from advisor.stages.benchmark_twins import run_benchmark_twins
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
 from advisor.stages.confirm import challenger, check_pick
@@ -212,6 +213,8 @@ def run_advise(
         try:
             with clock.stage("global knobs"):
                 outcome = search(workload, dev, sp, options, evaluator=evaluator)
+                run_benchmark_twins(outcome, sp, dev, level.benchmark_finalists, evaluator,
+                                    options.storage, plan.search, progress)  # fmt: skip
             trial_baseline = outcome.baseline
             compiling = plan.compile is not None and not workload.is_layer
             retimed, retime_error, choices, stats = _eager_stages(workload, outcome, dev, sp,

@@ -339,6 +339,10 @@ def candidates(
             values = kept or ["off"]
         if name == "compile":
             values = ["off"]  # compiled candidates come after the eager ones: `compile_modes`
+        if name == "cudnn_benchmark":
+            # Tried on the finalists, not across the grid (`benchmark_finalists`): each value
+            # of a candidate's dtype and layout pays cuDNN's search again (4.5-14 s on an H200).
+            values = [knob.default]
         if name == "conv_impl" and impls is not None:
             for v in values:
                 if v not in impls:
@@ -361,6 +365,14 @@ def candidates(
     if default in out:
         out.remove(default)
     return [default, *out], dropped
+
+
+def benchmark_finalists(space: SearchSpace, device: torch.device) -> bool:
+    """Whether `cudnn.benchmark=True` is tried, on the eager search's finalists
+    (`advisor.stages.benchmark_twins`): the space lists it and the device has cuDNN."""
+    return KNOBS["cudnn_benchmark"].why_not(device) is None and True in space.knobs.get(
+        "cudnn_benchmark", []
+    )
 
 
 def compile_modes(space: SearchSpace, device: torch.device) -> tuple[list[str], list[Dropped]]:

@@ -24,7 +24,8 @@ from advisor.measure.verdict import CANNOT_PAY
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note
 from advisor.space import SearchSpace, load_space
-from advisor.stages.compiling import _reusable, compile_race
+from advisor.stages.compiling import compile_race
+from advisor.stages.later import reusable as _reusable
 from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"

@@ -1,14 +1,18 @@
-"""What torch.compile costs and what it saves: break-even steps, and the `--steps` rule.
+"""What a one-off cost buys: break-even steps, and the `--steps` rule. Two settings cost once
+per process and save per step: torch.compile (its cold compile) and cudnn.benchmark (cuDNN's
+algorithm search, run again for every new shape, dtype and layout).
 
 A compiled candidate's one-off cost is its first call(s) with empty compile caches (cold; every
 shape of a shape set compiles), less the eager alternative's own first call; with the caches
-filled by an earlier run (warm) it is less. Its saving is per step, against the eager settings
-the user would run instead (`alternative`): the eager pick, or the candidate's own eager twin
+filled by an earlier run (warm) it is less. A cudnn.benchmark candidate's is its first call in a
+process where no other candidate ran its convolutions with the flag on (`searched_by`): what a
+training run pays at its start. Its saving is per step, against the settings the user would run
+instead (`alternative`): the eager pick, or the candidate's own twin without the one-off setting
 where that is faster (an eager pick can be PyTorch's default only because a noisy round left the
 twin's interval touching 1.0x; the user who compiles would still run the twin's settings).
-Break-even = cost / saving, in steps. A compiled candidate competes only if it pays within the
+Break-even = cost / saving, in steps. Such a candidate competes only if it pays within the
 training steps the user expects (`--steps N`), or within `HORIZON_STEPS` when not told, with a
-cold compile (what a first training run pays).
+cold compile or a fresh search (what a first training run pays).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.verdict import CANNOT_PAY
 
@@ -25,6 +30,9 @@ __all__ = [
     "Bill",
     "alternative",
     "bill",
+    "first_call_s",
+    "one_off_text",
+    "searched_by",
     "compile_note",
     "horizon",
     "horizon_text",
@@ -38,7 +46,7 @@ HORIZON_STEPS = 10_000
 
 @dataclass(frozen=True)
 class Bill:
-    overhead_s: float  # cold compile, over the eager alternative's first call
+    overhead_s: float  # cold compile or cuDNN's search, over the alternative's first call
     warm_overhead_s: float | None  # the same from warm caches (None: not measured)
     saving_ms: float  # per step, against the eager alternative
 
@@ -60,21 +68,66 @@ def _steps(overhead_s: float, saving_ms: float) -> float:
     return math.ceil(max(0.0, overhead_s) * 1e3 / saving_ms)
 
 
-def _first_call_s(r: TrialResult) -> float:
+def first_call_s(r: TrialResult) -> float:
+    """`r`'s first call, summed over its shapes."""
     ms = r.per_shape or ([r.measurement] if r.measurement else [])
     return sum(m.first_call_ms or 0.0 for m in ms) / 1e3
 
 
-def bill(compiled: TrialResult, eager: TrialResult) -> Bill:
-    """`compiled`'s cost and saving against the eager alternative `eager`."""
-    base = _first_call_s(eager)
-    cold = compiled.compile_cold_s if compiled.compile_cold_s is not None else 0.0
-    warm = compiled.compile_warm_s
+def _one_off(s: Settings) -> bool:
+    return s.compiled or s.cudnn_benchmark
+
+
+def _conv_key(s: Settings) -> tuple[object, ...]:
+    """What cuDNN keys a model's convolution plans by, of these settings: the layout, the
+    autocast dtype, whether TF32 convs are allowed and which layers run its own kernels."""
+    return (s.memory_format, s.amp, s.tf32 != "off", s.conv_impl, sorted(s.layers.items()),
+            s.compile)  # fmt: skip
+
+
+def searched_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
+    """The cudnn.benchmark candidate whose first call ran cuDNN's search for `r`'s convolutions:
+    the first measured with the same plan keys (`_conv_key`). Twins are measured one process
+    for the flag, the best first (`advisor.stages.benchmark_twins`), so that one's first call
+    is a fresh process's; a later twin with the same keys found its plans cached (on ResNet-50
+    such a twin's first call was 2 ms where a fresh process paid 12.6 s)."""
+    key = _conv_key(r.settings)
+    for other in results:
+        if (other.settings.cudnn_benchmark and other.measurement is not None
+                and _conv_key(other.settings) == key):  # fmt: skip
+            return other
+    return r
+
+
+def one_off_s(r: TrialResult, results: Sequence[TrialResult]) -> float:
+    """What `r` costs once per training run: a cold compile, cuDNN's search in a fresh process,
+    or just its first call."""
+    if r.settings.compiled and r.compile_cold_s is not None:
+        return r.compile_cold_s
+    if r.settings.cudnn_benchmark:
+        return first_call_s(searched_by(r, results))
+    return first_call_s(r)
+
+
+def bill(
+    candidate: TrialResult, eager: TrialResult, results: Sequence[TrialResult] = ()
+) -> Bill:
+    """`candidate`'s cost and saving against the alternative `eager`."""
+    base = first_call_s(eager)
+    cold = one_off_s(candidate, results) if _one_off(candidate.settings) else 0.0
+    warm = candidate.compile_warm_s
     return Bill(
         overhead_s=max(0.0, cold - base),
         warm_overhead_s=None if warm is None else max(0.0, warm - base),
-        saving_ms=eager.median_ms - compiled.median_ms,
+        saving_ms=eager.median_ms - candidate.median_ms,
     )
+
+
+def one_off_text(r: TrialResult, b: Bill) -> str:
+    """`r`'s one-off cost, named: its compile, or cuDNN's search."""
+    if r.settings.compiled:
+        return f"its compile ({b.overhead_s:.1f} s with empty caches)"
+    return f"cuDNN's search ({b.overhead_s:.1f} s in a fresh process)"
 
 
 def horizon(steps: int | None) -> int:
@@ -88,29 +141,37 @@ def horizon_text(steps: int | None) -> str:
     return f"the {HORIZON_STEPS:,}-step horizon (--steps to set another)"
 
 
+def _twin(s: Settings) -> Settings:
+    """`s` without its one-off setting: the eager model a compiled one is made from, or the
+    same settings without cudnn.benchmark."""
+    return s.eager() if s.compiled else s.model_copy(update={"cudnn_benchmark": False})
+
+
 def alternative(
-    compiled: TrialResult, results: Sequence[TrialResult], eager: TrialResult
+    candidate: TrialResult, results: Sequence[TrialResult], eager: TrialResult
 ) -> TrialResult:
-    """The eager settings the user would run instead of `compiled`: the eager pick `eager`, or
-    `compiled`'s own eager twin where it was measured faster in the same time window (both
-    re-timed together, or neither: a re-time's rounds and a trial's samples are taken under
-    different conditions, e.g. 7.5 vs 5.7 ms on MobileNetV3-Small where the twin re-timed
-    beside it was slower)."""
-    twin = next((r for r in results if r.settings == compiled.settings.eager()
+    """The settings the user would run instead of `candidate`: the eager pick `eager`, or
+    `candidate`'s own twin without its one-off setting (`_twin`) where that was measured faster
+    in the same time window (both re-timed together, or neither: a re-time's rounds and a
+    trial's samples are taken under different conditions, e.g. 7.5 vs 5.7 ms on
+    MobileNetV3-Small where the twin re-timed beside it was slower)."""
+    plain = _twin(candidate.settings)
+    twin = next((r for r in results if r.settings == plain
                  and r.status == "ok" and r.measurement is not None
-                 and r.retimed == compiled.retimed), None)  # fmt: skip
+                 and r.retimed == candidate.retimed), None)  # fmt: skip
     return twin if twin is not None and twin.median_ms < eager.median_ms else eager
 
 
 def paying(
     results: Sequence[TrialResult], eager: TrialResult, steps: int | None
 ) -> tuple[list[TrialResult], list[tuple[TrialResult, Bill]]]:
-    """`results` without the compiled candidates that do not pay within `horizon(steps)`
-    against their eager alternative, and those left out with their bills."""
+    """`results` without the candidates with a one-off cost (a compile, cuDNN's search) that do
+    not pay within `horizon(steps)` against their alternative, and those left out with their
+    bills."""
     kept, out = [], []
     for r in results:
-        if r.settings.compiled and r.status == "ok" and r.measurement is not None:
-            b = bill(r, alternative(r, results, eager))
+        if _one_off(r.settings) and r.status == "ok" and r.measurement is not None:
+            b = bill(r, alternative(r, results, eager), results)
             if b.steps > horizon(steps):
                 out.append((r, b))
                 continue
@@ -155,7 +216,7 @@ def compile_note(
         return f"torch.compile ({r.settings.label()}) was not accepted: {r.reason}{_breaks(r)}"
     best = chosen if chosen.settings.compiled else min(ok, key=lambda r: r.median_ms)
     eager = alternative(best, results, eager)
-    b = bill(best, eager)
+    b = bill(best, eager, results)
     warm = f" ({b.warm_overhead_s:.1f} s warm)" if b.warm_overhead_s is not None else ""
     cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches{warm}"
     if b.saving_ms <= 0:

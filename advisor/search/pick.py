@@ -138,11 +138,11 @@ def pick_for_steps(
     min_gain: float = 0.02,
     steps: int | None = None,
 ) -> tuple[Pick, TrialResult]:
-    """The recommendation, with torch.compile's one-off cost counted: a compiled candidate
-    competes only if its cold compile pays within the training `steps` expected (or the default
-    horizon) against its eager alternative (`compile_bill.paying`). Returns the pick and the eager pick (the
-    alternative a compile is billed against)."""
-    from advisor.search.compile_bill import horizon_text, paying
+    """The recommendation, with one-off costs counted: a compiled or cudnn.benchmark candidate
+    competes only if its cold compile or cuDNN's search pays within the training `steps`
+    expected (or the default horizon) against its alternative (`compile_bill.paying`). Returns
+    the pick and the eager pick (the alternative a compile is billed against)."""
+    from advisor.search.compile_bill import horizon_text, one_off_text, paying
 
     eager = pick_final([r for r in results if not r.settings.compiled], baseline, min_gain)
     kept, costly = paying(results, eager.chosen, steps)
@@ -151,9 +151,9 @@ def pick_for_steps(
     if faster:
         r, b = min(faster, key=lambda rb: rb[0].median_ms)
         why = (
-            f"{pick.why}; {r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but its "
-            f"compile ({b.overhead_s:.1f} s with empty caches) pays only after about "
-            f"{b.steps:,.0f} steps, more than {horizon_text(steps)}"
+            f"{pick.why}; {r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but "
+            f"{one_off_text(r, b)} pays only after about {b.steps:,.0f} steps, more than "
+            f"{horizon_text(steps)}"
         )
         pick = Pick(pick.chosen, pick.fastest, why)
     return pick, eager.chosen

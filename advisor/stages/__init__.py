@@ -3,6 +3,8 @@
 - `effort`: what each effort level (quick, default, full) runs of the stages below.
 - `budget`: the run's time split into stages, and what a stage left out.
 - `finalists`: the best candidates re-timed together, interleaved, before any pick.
+- `later`: candidates measured after the eager search, on its finalists.
+- `benchmark_twins`: cudnn.benchmark on the search's finalists, in a process of its own.
 - `per_layer`: conv groups x implementations on the best settings.
 - `layer_share`: the groups that carry the conv work, measured at default effort.
 - `compiling`: torch.compile candidates and their cold compile costs.

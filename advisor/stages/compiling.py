@@ -23,8 +23,7 @@ both is still applied: `advisor.apply` swaps, then compiles).
 
 Budget: the stage runs after the per-layer stage, until `deadline`; a candidate starts only when
 the time left covers the longest compile trial so far (`FIRST_COMPILE_S` before the first).
-Results are stored beside the per-layer ones (`LayerStore.add_model_result`) and enter the pick
-after an interleaved re-time with the finalists, like a per-layer combination.
+Results are stored and enter the pick as every later candidate's (`advisor.stages.later`).
 """
 
 from __future__ import annotations
@@ -32,9 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -43,12 +40,11 @@ from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
-from advisor.measure.verdict import CANNOT_PAY
 from advisor.search import Progress, SearchOutcome
 from advisor.search.compile_bill import horizon
 from advisor.search.pick import pick_final
-from advisor.search.storage import LayerStore, open_storage
 from advisor.space import Dropped, SearchSpace, compile_modes
+from advisor.stages.later import measure_later
 
 __all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
 
@@ -205,16 +201,6 @@ def compile_race(
                                horizon_steps=horizon(steps), defer_gate=True)  # fmt: skip
 
 
-def _reusable(result: TrialResult | None, race: Race | None) -> TrialResult | None:
-    """A stored compiled result, unless its payback check was made for another horizon."""
-    if result is None or CANNOT_PAY not in (result.reason or ""):
-        return result
-    steps = race.horizon_steps if race is not None else None
-    if steps is not None and f"within {steps:,} steps" in (result.reason or ""):
-        return result
-    return None
-
-
 def run_compile_stage(
     outcome: SearchOutcome,
     candidates: list[Settings],
@@ -224,42 +210,7 @@ def run_compile_stage(
     progress: Callable[[Progress], None] | None = None,
     race: Race | None = None,
 ) -> list[TrialResult]:
-    """Measure `candidates` with the run's evaluator while the budget allows, each in `race`
-    (`compile_race`); their results are added to the outcome (trial number -1: not trials of
-    the main study) and returned. Those the budget left out are named in
-    `outcome.not_measured`."""
-    store = LayerStore(open_storage(storage), outcome.study_name)
-    start = time.perf_counter()
-    longest = FIRST_COMPILE_S
-    measured: list[TrialResult] = []
-    for n, settings in enumerate(candidates):
-        if any(r.settings == settings for r in outcome.results):
-            continue
-        result = _reusable(store.model_result(settings), race)
-        if result is None:
-            left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left < longest:
-                outcome.not_measured.append(settings.label())
-                continue
-            t0 = time.perf_counter()
-            result = evaluator(settings, race=race, time_left_s=left)
-            longest = max(time.perf_counter() - t0, 1.0)  # the next one costs about as much
-            store.add_model_result(result)
-        outcome.results.append(result)
-        outcome.trial_numbers.append(-1)
-        measured.append(result)
-        _report(progress, n + 1, len(candidates), result, start)
-    return measured
-
-
-def _report(
-    progress: Callable[[Progress], None] | None,
-    done: int,
-    total: int,
-    last: Any,
-    start: float,
-) -> None:
-    if progress is not None:
-        progress(
-            Progress(done, total, None, last, time.perf_counter() - start, stage="torch.compile")
-        )
+    """The compiled `candidates`, each in `race` (`compile_race`), measured while the budget
+    allows (`advisor.stages.later.measure_later`)."""
+    return measure_later(outcome, candidates, evaluator, storage, deadline, progress, race,
+                         stage="torch.compile", first_s=FIRST_COMPILE_S)  # fmt: skip

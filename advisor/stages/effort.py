@@ -1,7 +1,8 @@
 """Effort levels: how much of the pipeline a run spends, by the question the user asks.
 
 - **quick** answers "which flags?": the global knobs only (memory format, precision, TF32,
-  cudnn.benchmark, the CPU's fp32 mode), each screened before it is timed in full; no per-layer
+  the CPU's fp32 mode), each screened before it is timed in full, then cudnn.benchmark on the
+  best two (`advisor.stages.benchmark_twins`; three at full effort); no per-layer
   stage and no compile. The pick's final check runs only where its margin over the default is
   within noise in the re-time: a margin beyond noise there is already the answer.
 - **default** runs every stage, compile included, with torch.compile's "default" mode only; the
@@ -31,6 +32,9 @@ EFFORTS: tuple[EffortName, ...] = ("quick", "default", "full")
 # settle what the search leaves close.
 QUICK_MIN_SAMPLES = 5
 QUICK_MAX_TIME_S = 0.5
+# cudnn.benchmark is tried on this many finalists of the benchmark-off search, the best first:
+# each new dtype and layout pays cuDNN's search once more (4.5-14 s a candidate on an H200).
+BENCHMARK_FINALISTS: dict[EffortName, int] = {"quick": 2, "default": 2, "full": 3}
 # Modes compiled at default effort; full takes every mode the space lists.
 DEFAULT_COMPILE_MODES = ("default",)
 # A GPU's extra mode at full effort: Inductor autotunes conv templates there (not on a CPU,
@@ -49,6 +53,12 @@ class Effort:
         """Candidates are screened (a few steps each, all of them) before the full timing;
         full times every candidate in full."""
         return self.name != "full"
+
+    @property
+    def benchmark_finalists(self) -> int:
+        """How many of the eager search's best accepted candidates are tried again with
+        cudnn.benchmark on (`advisor.stages.benchmark_twins`): each pays cuDNN's search."""
+        return BENCHMARK_FINALISTS[self.name]
 
     @property
     def every_layer_group(self) -> bool:

@@ -1,0 +1,76 @@
+"""cudnn.benchmark on the eager search's finalists, not across its grid.
+
+cuDNN runs its algorithm search again at the first call of every new (shape, dtype, layout) in a
+process: on an H200 a candidate with the flag paid 4.5-8.2 s for it on the bundled small CNN and
+8.2-13.8 s on ResNet-50, against 14-34 ms for PyTorch's default's first call. Crossed with every
+other knob, the flag took 50 of small_cnn's 67 s of trials at quick effort, and 90 of
+ResNet-50's 105 s. Its worth is a per-step saving on settings already chosen for everything else,
+so it is tried on the best `count` accepted candidates of the benchmark-off search (two at quick
+and default effort, three at full: `Effort.benchmark_finalists`), the fastest first.
+
+They run in the run's process for the flag (`advisor.execute.benchmark_processes`: cuDNN's plan
+cache ignores it), started at the first twin, so the first twin's first call is a fresh
+process's search: what the user pays at the start of training, and what the cudnn.benchmark
+note, the `Worth it:` line and the `--steps` bill read (`compile_bill.searched_by`). Each twin
+races the fastest accepted candidate as a trial does: one that cannot win stops before its gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from advisor.execute.evaluators import Evaluator
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.search import Progress, SearchOutcome
+from advisor.space import SearchSpace, benchmark_finalists
+from advisor.stages.later import measure_later
+
+__all__ = ["benchmark_twins", "run_benchmark_twins"]
+
+# What a twin is assumed to take before one was measured: cuDNN's search on ResNet-50 (H200).
+FIRST_TWIN_S = 15.0
+
+
+def benchmark_twins(
+    outcome: SearchOutcome, space: SearchSpace, device: torch.device, count: int
+) -> list[Settings]:
+    """The finalists' twins with cudnn.benchmark on, the fastest finalist first: none where the
+    space does not list the flag or the device has no cuDNN."""
+    if count < 1 or not benchmark_finalists(space, device):
+        return []
+    ok = sorted((r for r in outcome.results if r.status == "ok" and r.measurement is not None
+                 and not r.settings.compiled and not r.settings.cudnn_benchmark),
+                key=lambda r: r.median_ms)  # fmt: skip
+    twins: list[Settings] = []
+    for r in ok:
+        twin = r.settings.model_copy(update={"cudnn_benchmark": True})
+        if twin not in twins:
+            twins.append(twin)
+        if len(twins) == count:
+            break
+    return twins
+
+
+def run_benchmark_twins(
+    outcome: SearchOutcome,
+    space: SearchSpace,
+    device: torch.device,
+    count: int,
+    evaluator: Evaluator,
+    storage: str | None,
+    deadline: float | None,
+    progress: Callable[[Progress], None] | None = None,
+) -> list[TrialResult]:
+    """Measure the finalists' twins (`benchmark_twins`) while the budget allows, each racing
+    the fastest accepted candidate; their results join the outcome."""
+    twins = benchmark_twins(outcome, space, device, count)
+    if not twins:
+        return []
+    ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None]
+    leader = min(ok, key=lambda r: r.median_ms).measurement
+    race = space.race_against(leader.ci_high_ms) if space.race and leader is not None else None
+    return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,
+                         stage="cudnn.benchmark", first_s=FIRST_TWIN_S)  # fmt: skip

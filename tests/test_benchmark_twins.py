@@ -1,0 +1,112 @@
+"""cudnn.benchmark is tried on the eager search's finalists (advisor/stages/benchmark_twins.py),
+in one process of its own, and its cost is the search a fresh process pays.
+
+The end-to-end test runs `advise --device cuda --effort quick` through the CUDA stand-in
+(tests/standins/cuda_on_cpu.py): control flow, not speed. The bill's tests build results by hand
+to check which first call the note and the payback read."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.advice import benchmark_note, benchmark_search_s, payback
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.search.compile_bill import paying, searched_by
+from advisor.space import candidates, load_space
+from tests.conftest import DATA
+from tests.hostile._cli import advisor_cli
+from tests.test_cuda_standin import _bench_forwards
+
+SPACE = str(DATA / "cuda_quick.yaml")
+# A model whose every forward says which process ran it, under which cudnn.benchmark value.
+BENCH_NET = (
+    "import os, torch\nfrom torch import nn\n"
+    "class Net(nn.Sequential):\n"
+    "    def forward(self, x):\n"
+    "        with open(os.environ['BENCH_LOG'], 'a') as f:\n"
+    "            f.write(f'{os.getpid()} {torch.backends.cudnn.benchmark} {x.shape[0]}\\n')\n"
+    "        return super().forward(x)\n"
+    "def build_model():\n"
+    "    torch.manual_seed(0)\n"
+    "    return Net(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3))\n"
+    "def example_inputs():\n    return (torch.randn(4, 3, 16, 16),)\n"
+)
+
+
+@pytest.mark.usefixtures("cuda_standin")
+def test_the_grid_leaves_cudnn_benchmark_to_the_finalists() -> None:
+    cuda = torch.device("cuda")
+    cands, _ = candidates(load_space(SPACE, cuda), cuda)
+    assert cands and not any(s.cudnn_benchmark for s in cands)
+    assert len(cands) == 6  # 2 layouts x (fp32, TF32 convs, bf16 + TF32 convs)
+
+
+@pytest.mark.slow  # an isolated quick advise through the stand-in (about 15 s)
+@pytest.mark.usefixtures("cuda_standin")
+def test_a_quick_cuda_run_searches_twice_at_most_in_one_process_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from advisor.config import load_config
+
+    net, log, out = tmp_path / "bench_net.py", tmp_path / "bench.log", tmp_path / "tuned.json"
+    net.write_text(BENCH_NET)
+    monkeypatch.setenv("BENCH_LOG", str(log))
+    r = advisor_cli("advise", str(net), "--device", "cuda", "--mode", "train", "--space", SPACE,
+                    "--effort", "quick", "--storage", "memory", "--out", str(out),
+                    "--quiet")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    with (tmp_path / "tuned.trials.csv").open() as f:
+        trials = list(csv.DictReader(f))
+    benchmarked = [t for t in trials if t["cudnn_benchmark"] == "True"]
+    assert 1 <= len(benchmarked) <= 2, [t["label"] for t in trials]
+    forwards = _bench_forwards(log)
+    # The search's worker, the flag's, and the final check's fresh process at most: one CUDA
+    # context for each kind of process, and no process ran both values.
+    assert len(forwards) <= 3, forwards
+    assert all(len(values) == 1 for values in forwards.values()), forwards
+    assert sum(values == {"True"} for values in forwards.values()) == 1, forwards
+    cfg = load_config(out)
+    assert cfg.result is not None and cfg.result.trials == 6 + len(benchmarked)
+
+
+def _result(settings: Settings, median_ms: float, first_ms: float, retimed: bool = False) -> TrialResult:
+    m = Measurement(samples_ms=[median_ms] * 5, first_call_ms=first_ms)
+    return TrialResult(settings=settings, status="ok", measurement=m, precision="fp32",
+                       retimed=retimed)  # fmt: skip
+
+
+def test_the_search_cost_is_the_first_call_of_the_twin_that_searched() -> None:
+    # Two twins with the same conv plan keys (TF32 for convs either way): the second found the
+    # first's plans cached (2 ms) where the fresh process's search took 12.6 s.
+    conv, on = Settings(tf32="conv"), Settings(tf32="on")
+    first = _result(conv.model_copy(update={"cudnn_benchmark": True}), 20.0, 12_600.0)
+    second = _result(on.model_copy(update={"cudnn_benchmark": True}), 19.0, 2.0)
+    off = _result(on, 20.5, 30.0)
+    results = [_result(Settings(), 22.0, 30.0), _result(conv, 21.0, 30.0), off, first, second]
+    assert searched_by(second, results) is first
+    assert searched_by(first, results) is first
+    cost = benchmark_search_s(results, second)
+    assert cost == pytest.approx(12.57)
+    note = benchmark_note(results, second)
+    assert note is not None and "12.6 s" in note and "8,380 steps" in note
+    # Another layout has plans of its own: its first call is its own search.
+    cl = _result(Settings(memory_format="channels_last", cudnn_benchmark=True), 18.0, 5_000.0)
+    assert searched_by(cl, [*results, cl]) is cl
+    # The Worth it line adds the search a training start pays to the tuning's own time.
+    assert "paid back after 24,190 steps" in payback(60.0, results[0], second, cost)
+
+
+def test_a_search_that_does_not_pay_within_the_horizon_is_not_picked() -> None:
+    off = _result(Settings(), 10.0, 30.0)
+    twin = _result(Settings(cudnn_benchmark=True), 9.5, 12_530.0)  # 0.5 ms a step for 12.5 s
+    kept, costly = paying([off, twin], off, steps=None)
+    assert kept == [off] and [r for r, _ in costly] == [twin]
+    assert costly[0][1].steps == 25_000
+    kept, costly = paying([off, twin], off, steps=200_000)  # the user trains long enough
+    assert kept == [off, twin] and not costly
