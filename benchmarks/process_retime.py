@@ -9,8 +9,8 @@ pays at training start: a cold `torch.compile`, cuDNN's search under `cudnn.benc
 1. all processes start at once and set their variant up (fresh_retime.build_variant: the same
    `advisor.apply` as a user's, or the untouched model under `torch.compile` by hand);
 2. one after another, each makes its first call, timed apart from the samples (a rival's first
-   three too: fresh_retime.compile_first_calls), then warms up; the cheap ones first, so that a
-   deadline that falls during a long cold compile costs that variant alone;
+   three too: fresh_retime.compile_first_calls), then warms up; those that compile last, so
+   that a deadline that falls during a cold compile costs that variant alone;
 3. rounds of one sample from each process in turn, in the advisor's alternating order (A B C D,
    D C B A, ...: `advisor.measure.timing.interleave`), while the others wait idle: a sample is
    the advisor's `Sampler` (CUDA events on a GPU; one untimed call before it, so it starts from
@@ -232,7 +232,10 @@ def retime_in_processes(
                     w.entry["error"] = "not set up before the deadline"
                 except RuntimeError as e:
                     w.entry["error"] = str(e)
-            for w in list(alive):  # first calls one at a time: nothing else runs meanwhile
+            # First calls one at a time (nothing else runs meanwhile), those that compile last:
+            # a deadline that falls during a cold compile then costs that variant alone.
+            alive.sort(key=lambda w: variants[w.name].get("compile", "off") != "off")
+            for w in list(alive):
                 t0 = time.perf_counter()
                 try:
                     w.send("first")
