@@ -27,22 +27,47 @@ def release_free_heap() -> None:
 
 _ALLOCATOR_SETTLED = False
 SETTLE_BLOCK_BYTES = 31 * 2**20  # just under glibc's 32 MiB cap for the dynamic mmap threshold
+# mallopt's parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
 
 
 def settle_cpu_allocator() -> None:
-    """Put glibc malloc in the state of a training loop that has freed one large block.
+    """Put glibc malloc in the state of a training loop whose buffers stay resident: a step's
+    large buffers are page-faulted once, on its first call, not on every call.
 
-    Until then glibc serves every allocation over 128 KiB with a fresh mmap, and returns freed
-    heap memory above 32 MiB (twice that threshold) to the OS: both are page-faulted again on the
-    next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
-    threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX): a
-    32 MiB block, with its header, is over the cap and changes nothing. Measured on a CPU: a
-    3->16 3x3 conv on 1x3x512x512 takes 10-13 ms per call unsettled (8,164 page faults per call)
-    and 2-2.5 ms settled. Done once per process, by the measuring process before any candidate
-    and by `advisor.apply` on a CPU, so both run in the same state; costs one 31 MiB allocation.
+    In a fresh process glibc serves every allocation over 128 KiB with a fresh mmap, and returns
+    freed heap memory above 32 MiB (twice that threshold) to the OS: both are page-faulted again
+    on the next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
+    threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX), so
+    one 31 MiB block, allocated and freed, settles every buffer up to 31 MiB. Measured on a CPU:
+    a 3->16 3x3 conv on 1x3x512x512 takes 10-13 ms per call unsettled (8,164 page faults per
+    call) and 2-2.5 ms settled.
+
+    A buffer over 32 MiB was still mmapped afresh on every call: the seeds' Conv3d (1,3,3) on
+    8x2x50x64x64 (train, contiguous) page-faulted 64,005 times per step (250 MiB) in a fresh
+    process and ran at 195-236 ms, until the heap had grown around other candidates' buffers
+    and the same step ran at 68 ms with none: the default measured first in a process then read
+    3x slower than its re-time. So glibc is also told to serve every block from the heap
+    (`M_MMAP_MAX` 0) and never to trim it (`M_TRIM_THRESHOLD` -1, which glibc's mallopt
+    documents as "disables trimming completely"): whatever its size, a buffer freed at the end of
+    a step is reused by the next, and the only page faults are the first call's. A thread's
+    arena still mmaps a block too large for its heap (64 MiB); PyTorch's CPU ops allocate on the
+    calling thread. The measuring process's resident memory is handed back between trials
+    (`release_free_heap`, for their peaks), a training process keeps its high-water mark, as
+    PyTorch's CUDA caching allocator does.
+
+    Done once per process, by the measuring process before any candidate and by
+    `advisor.apply` on a CPU, so both run in the same state.
     """
     global _ALLOCATOR_SETTLED
     if not _ALLOCATOR_SETTLED:
         block = torch.empty(SETTLE_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
         del block
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc.mallopt(M_MMAP_MAX, 0)
+            libc.mallopt(M_TRIM_THRESHOLD, -1)
+        except (OSError, AttributeError):  # not glibc: the 31 MiB block is all it gets
+            pass
         _ALLOCATOR_SETTLED = True

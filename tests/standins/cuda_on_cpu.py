@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.cuda._utils import _get_device_index
 
+from advisor.device.allocator import release_free_heap
 from advisor.device.ops import CudaOps
 
 STICKY = "CUDA error: an illegal memory access was encountered"
@@ -158,6 +159,9 @@ class CudaOnCpu(CudaOps):
 
     def reset_peak_memory(self, device: torch.device) -> None:
         self._check()
+        # CUDA's peak counts allocations, not what the process holds: the heap's free pages
+        # (glibc keeps them resident once settled: advisor.device.allocator) go back first
+        release_free_heap()
         with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
             f.write("5")
 
