@@ -178,7 +178,7 @@ def _retime_table(data: dict[str, Any], run: dict[str, Any]) -> list[str]:
 def _run_section(data: dict[str, Any], run: dict[str, Any]) -> list[str]:
     lines = ["", f"## {run['model']}, --effort {run['effort']}", "", f"`{run.get('command', '-')}`",
              ""]  # fmt: skip
-    if "error" in run and "wall_s" not in run:
+    if "error" in run and "wall_s" not in run:  # skipped, or not reached before the deadline
         return [*lines, f"Not measured: {run['error']}."]
     share, apart = shares(run)
     ended = budget_end(run) or "on its own"
@@ -203,7 +203,13 @@ def _run_section(data: dict[str, Any], run: dict[str, Any]) -> list[str]:
             lines.append(f"{key.replace('_', ' ').capitalize()}: {run[key]}")
     for text in run.get("notes") or []:
         lines.append(f"Note: {text}")
-    return [*lines, "", *_retime_table(data, run)]
+    lines += ["", *_retime_table(data, run), ""]
+    name = f"{run['model']} {run['effort']}"
+    verdicts = data.get("targets") or evaluate(data)
+    met = {True: "met", False: "**missed**", None: "not measured"}
+    return [*lines, "Targets: " + "; ".join(
+        f"{c['target']}: {c['value']}, {met[c['met']]}" for c in verdicts["checks"]
+        if c["run"] == name) + "."]  # fmt: skip
 
 
 def render(data: dict[str, Any]) -> str:
