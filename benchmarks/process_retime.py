@@ -245,7 +245,7 @@ def retime_in_processes(
                 except _Late:
                     w.entry["error"] = (f"its first call ran past the deadline (stopped after "
                                         f"{time.perf_counter() - t0:.0f} s)")  # fmt: skip
-                except RuntimeError as e:
+                except (RuntimeError, OSError) as e:  # OSError: it died before the request
                     w.entry["error"] = str(e)
                 if "error" in w.entry:
                     alive.remove(w)
@@ -253,7 +253,7 @@ def retime_in_processes(
             out["rounds"] = _rounds(alive, deadline, round_s)
             if alive and out["rounds"] == 0:
                 for w in alive:
-                    w.entry["error"] = "no time left for the interleaved rounds"
+                    w.entry.setdefault("error", "no time left for the interleaved rounds")
         finally:
             for w in workers:
                 w.stop()
