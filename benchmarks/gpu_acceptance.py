@@ -3,12 +3,12 @@
 Runs, as a new user would, `advisor advise MODEL --mode train --device cuda --effort E
 --storage memory` (each in its own process, timed end to end) on:
 
-- advisor/examples/small_cnn.py (a 2 ms step on an H200), quick and default effort;
+- advisor/examples/small_cnn.py, quick and default effort;
 - torchvision ResNet-50 at 32 x 224² (benchmarks/models/tv_resnet50.py), quick and default;
 - torchvision R(2+1)D-18 at 8 x 16 x 112² (benchmarks/models/tv_r2plus1d_18.py), quick: a
   published video network with factorised Conv3d ((1,3,3) then (3,1,1)). The bundled
-  advisor/examples/video_cnn.py has that factorisation too, but it is a three-layer toy, not
-  a published network, and a sub-millisecond step on a GPU.
+  advisor/examples/video_cnn.py has that factorisation too, but it is a three-layer toy at
+  2 x 4 x 16 x 48², not a published network.
 
 For each model, then, fresh processes re-time PyTorch's default, each effort's pick (from the
 config it wrote), the hand setting (channels_last + bf16 autocast + cudnn.benchmark) and

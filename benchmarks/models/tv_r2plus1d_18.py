@@ -1,7 +1,7 @@
 """torchvision's R(2+1)D-18 (`torchvision.models.video.r2plus1d_18()`: random weights, 400
 classes) on 8x3x16x112x112 clips: a published video network whose Conv3d layers are factorised
 into a (1,3,3) spatial and a (3,1,1) temporal conv, at the size of the suite's
-`r2plus1d_18_train` case (benchmarks/suite_models.py) and of its paper's 16-frame 112x112 clips.
+`r2plus1d_18_train` case (benchmarks/suite_models.py): 16-frame 112x112 clips.
 
 torchvision is imported only when the model is built; without it build_model raises an
 ImportError saying so, and the benchmarks skip the model with that reason.
