@@ -26,13 +26,23 @@ _MODULES = ("std_conv", "conv2d_same")
 
 
 def timm_layers() -> dict[str, Any]:
-    """timm's conv classes by name (ImportError where timm is not installed)."""
+    """timm's conv classes by name. ImportError, naming why, wherever they cannot be imported:
+    timm not installed, or its conv modules failing to load. A torchvision installed beside a
+    torch it was not built for fails with RuntimeError or AttributeError, not ImportError
+    (`operator torchvision::nms does not exist`): any failure of the normal import falls back
+    to the conv modules alone, and any failure of that is an ImportError."""
     try:
         import timm.layers as layers  # noqa: F401 - the normal way, with torchvision
 
         mods = [importlib.import_module(f"timm.layers.{m}") for m in _MODULES]
-    except ImportError:
-        mods = _without_package()
+    except Exception as e:  # noqa: BLE001 - whatever timm's package import raises
+        try:
+            mods = _without_package()
+        except Exception as alone:  # noqa: BLE001 - ImportError or not, it is timm's
+            raise ImportError(
+                f"timm does not import here ({type(e).__name__}: {e}), nor do its conv modules "
+                f"alone ({type(alone).__name__}: {alone})"
+            ) from alone
     return {k: v for m in mods for k, v in vars(m).items() if isinstance(v, type)}
 
 

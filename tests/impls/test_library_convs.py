@@ -5,7 +5,8 @@ never given an implementation's forward (QAT's ConvBn2d and ConvReLU2d, a user's
 Lazy convs compute PyTorch's conv and are swapped like nn.Conv*.
 
 timm is imported without its package's torchvision import where that fails
-(tests/data/timm_convs.py); these tests are skipped where timm is not installed at all."""
+(tests/data/timm_convs.py); these tests are skipped, with the reason, wherever timm cannot be
+imported (not installed, or failing to load in any way: tests/impls/test_timm_skip.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def timm() -> dict[str, type[nn.Module]]:
 
     try:
         return timm_layers()
-    except ImportError as e:
+    except ImportError as e:  # whatever failed: timm_layers says it as an ImportError
         pytest.skip(f"timm: {e}")
 
 
