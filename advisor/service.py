@@ -144,6 +144,7 @@ def run_advise(
             max_memory_mb=max_memory_mb,
             objectives=objectives,
             progress=progress,
+            on_start=clock.process_start,
             fresh=fresh,
             screen=level.screens,
             every_layer_group=level.every_layer_group,
@@ -203,7 +204,7 @@ def run_advise(
                                   final_error=check_error, other_load=share, effort=level.name,
                                   answer=answer,
                                   stage_s=breakdown(clock.spans, outcome.results,
-                                                    outcome.elapsed_s, clock.loads))  # fmt: skip
+                                                    outcome.elapsed_s, clock.paid))  # fmt: skip
             warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
             if warnings and advice.config.result is not None:
                 result = advice.config.result.model_copy(update={"warnings": warnings})
@@ -318,7 +319,7 @@ def _compile_stage(
     re-timed with the finalists, interleaved, before one can be picked: how many were re-timed,
     and why the re-time failed."""
     options.deadline = plan.compile
-    todo = compile_candidates(outcome, sp, dev, len(workload.shape_cases) > 1)
+    todo = compile_candidates(outcome, sp, dev, len(workload.shape_weights) > 1)
     eager = pick_final(outcome.results, outcome.baseline, sp.min_gain)  # no compiled one yet
     with clock.stage("compile"):
         new = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,

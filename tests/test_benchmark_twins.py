@@ -73,6 +73,8 @@ def test_a_quick_cuda_run_searches_twice_at_most_in_one_process_of_its_own(
     assert sum(values == {"True"} for values in forwards.values()) == 1, forwards
     cfg = load_config(out)
     assert cfg.result is not None and cfg.result.trials == 6 + len(benchmarked)
+    # The flag's process started during the global knobs, and the Time line says what it cost.
+    assert cfg.result.stage_s.get("global knobs: process starts", 0.0) > 0.0, cfg.result.stage_s
 
 
 def _result(settings: Settings, median_ms: float, first_ms: float, retimed: bool = False) -> TrialResult:

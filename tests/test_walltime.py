@@ -135,7 +135,7 @@ def test_the_timed_samples_are_split_by_the_stage_that_took_them() -> None:
     trial = TrialResult(settings=Settings(amp="bf16"), status="ok",
                         measurement=Measurement(samples_ms=[100.0] * 10),
                         screen=Measurement(samples_ms=[100.0] * 3))  # fmt: skip
-    wl = SimpleNamespace(shape_cases=[SimpleNamespace(weight=1.0)])
+    wl = SimpleNamespace(shape_weights=(1.0,))
     once = retimed_results(wl, [trial], [[[50.0] * 4]])[0]  # type: ignore[arg-type]
     twice = retimed_results(wl, [once], [[[25.0] * 4]])[0]  # type: ignore[arg-type]
     layers = TrialResult(settings=Settings(layers={"0": "unfold_gemm"}), status="ok",
@@ -156,7 +156,7 @@ def test_a_retime_keeps_the_samples_it_replaced_in_the_count() -> None:
     shapes = [Measurement(samples_ms=[100.0] * 5), Measurement(samples_ms=[300.0] * 5)]
     trial = TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=shapes[0],
                         per_shape=shapes, screen=Measurement(samples_ms=[200.0] * 3))  # fmt: skip
-    wl = SimpleNamespace(shape_cases=[SimpleNamespace(weight=1.0), SimpleNamespace(weight=1.0)])
+    wl = SimpleNamespace(shape_weights=(1.0, 1.0))
     once = retimed_results(wl, [trial], [[[10.0] * 4], [[30.0] * 4]])[0]  # type: ignore[arg-type]
     twice = retimed_results(wl, [once], [[[20.0] * 2], [[40.0] * 2]])[0]  # type: ignore[arg-type]
     assert once.replaced == shapes and twice.replaced == [*shapes, *once.per_shape]

@@ -164,7 +164,7 @@ class BenchmarkSplit:
         groups = {k: [i for i, r in enumerate(results) if r.settings.cudnn_benchmark == k]
                   for k in (False, True)}  # fmt: skip
         per_case = []
-        for case in range(len(self.workload.shape_cases)):
+        for case in range(len(self.workload.shape_weights)):
             sessions: dict[bool, Session] = {}
             try:
                 for k, idx in groups.items():
@@ -214,6 +214,7 @@ def split_by_benchmark(
     space: SearchSpace,
     mode: Mode,
     timeout_s: float,
+    on_start: Callable[[float], None] | None = None,
 ) -> BenchmarkSplit:
     """`off` for PyTorch's default value, a worker process of its own for `cudnn_benchmark=True`
     (or, for a live model that no worker can rebuild, a refusal that says so)."""
@@ -222,6 +223,6 @@ def split_by_benchmark(
         if not current.info.recreatable:
             return _Unmeasurable(device)
         return IsolatedEvaluator(current.info, device, mode, space, timeout_s,
-                                 cudnn_benchmark=True)  # fmt: skip
+                                 cudnn_benchmark=True, on_start=on_start)  # fmt: skip
 
     return BenchmarkSplit(off, make_on, workload, space)

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,7 @@ class IsolatedEvaluator:
         timeout_s: float = 600.0,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         cudnn_benchmark: bool = False,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
         self.info, self.device, self.mode, self.space = info, device, mode, space
         self.cudnn_benchmark = cudnn_benchmark  # the value of every candidate it is given
@@ -101,6 +103,9 @@ class IsolatedEvaluator:
         self._adopted = False  # the process is the probe's child, not serving yet
         self._pending = False  # launched, its "ready" not read yet
         self.starts = 0  # workers started so far (or adopted); > 1 means one was replaced
+        # Told the seconds a task waited for a worker to start (interpreter, torch, the model's
+        # load, the device's context): the run's Time line names them.
+        self.on_start = on_start
 
     @property
     def restarts(self) -> int:
@@ -147,7 +152,7 @@ class IsolatedEvaluator:
         None, or why no worker could start."""
         if self._pending:
             self._pending = False
-            why = self._ready()
+            why = self._waited(self._ready)
             if why is not None:
                 return why
         if self._adopted and self._proc is not None and self._proc.is_alive():
@@ -164,8 +169,17 @@ class IsolatedEvaluator:
                 self._kill()  # a fresh worker on the new workload says what went wrong
         if self._proc is None or not self._proc.is_alive():
             self._kill()
-            return self._start()
+            return self._waited(self._start)
         return None
+
+    def _waited(self, start: Callable[[], str | None]) -> str | None:
+        """`start()`, its wait told to `on_start`."""
+        t0 = time.perf_counter()
+        try:
+            return start()
+        finally:
+            if self.on_start is not None:
+                self.on_start(time.perf_counter() - t0)
 
     def _start(self) -> str | None:
         """Start a worker and wait until it is ready; None, or why it could not start."""

@@ -243,7 +243,7 @@ def retimed_results(
 ) -> list[TrialResult]:
     """`results` with the interleaved samples (per shape case, per finalist) as their
     measurements, weighted over the shape set, marked `retimed`."""
-    weights = [c.weight for c in workload.shape_cases]
+    weights = list(workload.shape_weights)
     out = []
     for i, r in enumerate(results):
         ms = [Measurement(samples_ms=samples[i], reps=_reps(r, case))

@@ -74,7 +74,8 @@ def first_call_s(r: TrialResult) -> float:
     return sum(m.first_call_ms or 0.0 for m in ms) / 1e3
 
 
-def _one_off(s: Settings) -> bool:
+def one_off(s: Settings) -> bool:
+    """Whether `s` costs something once per training run: a compile or cuDNN's search."""
     return s.compiled or s.cudnn_benchmark
 
 
@@ -114,7 +115,7 @@ def bill(
 ) -> Bill:
     """`candidate`'s cost and saving against the alternative `eager`."""
     base = first_call_s(eager)
-    cold = one_off_s(candidate, results) if _one_off(candidate.settings) else 0.0
+    cold = one_off_s(candidate, results) if one_off(candidate.settings) else 0.0
     warm = candidate.compile_warm_s
     return Bill(
         overhead_s=max(0.0, cold - base),
@@ -163,15 +164,20 @@ def alternative(
 
 
 def paying(
-    results: Sequence[TrialResult], eager: TrialResult, steps: int | None
+    results: Sequence[TrialResult],
+    eager: TrialResult,
+    steps: int | None,
+    plain: TrialResult | None = None,
 ) -> tuple[list[TrialResult], list[tuple[TrialResult, Bill]]]:
     """`results` without the candidates with a one-off cost (a compile, cuDNN's search) that do
     not pay within `horizon(steps)` against their alternative, and those left out with their
-    bills."""
+    bills. A compile is billed against the eager pick `eager`; cudnn.benchmark against the pick
+    without either, `plain` (`eager` when not given)."""
     kept, out = [], []
     for r in results:
-        if _one_off(r.settings) and r.status == "ok" and r.measurement is not None:
-            b = bill(r, alternative(r, results, eager), results)
+        if one_off(r.settings) and r.status == "ok" and r.measurement is not None:
+            base = eager if r.settings.compiled or plain is None else plain
+            b = bill(r, alternative(r, results, base), results)
             if b.steps > horizon(steps):
                 out.append((r, b))
                 continue

@@ -45,6 +45,8 @@ class SearchOptions:
     objectives: tuple[str, ...] = ("time",)
     fresh: bool = False  # discard a stored study of the same name first
     progress: Callable[[Progress], None] | None = None
+    # Told the seconds each wait for a worker process's start took (the Time line's part).
+    on_start: Callable[[float], None] | None = None
     # No new trial after this `time.perf_counter()` value, and sampling is cut there (the run's
     # time budget, less what its later stages need); None: the space's budget.time_s from start.
     deadline: float | None = None

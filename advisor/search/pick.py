@@ -142,10 +142,11 @@ def pick_for_steps(
     competes only if its cold compile or cuDNN's search pays within the training `steps`
     expected (or the default horizon) against its alternative (`compile_bill.paying`). Returns
     the pick and the eager pick (the alternative a compile is billed against)."""
-    from advisor.search.compile_bill import horizon_text, one_off_text, paying
+    from advisor.search.compile_bill import horizon_text, one_off, one_off_text, paying
 
     eager = pick_final([r for r in results if not r.settings.compiled], baseline, min_gain)
-    kept, costly = paying(results, eager.chosen, steps)
+    plain = pick_final([r for r in results if not one_off(r.settings)], baseline, min_gain)
+    kept, costly = paying(results, eager.chosen, steps, plain.chosen)
     pick = pick_final(kept, baseline, min_gain)
     faster = [(r, b) for r, b in costly if r.median_ms < pick.chosen.median_ms]
     if faster:

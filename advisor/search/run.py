@@ -60,6 +60,7 @@ def make_evaluator(
         options.mode,
         isolate=options.isolate,
         timeout_s=options.trial_timeout_s,
+        on_start=options.on_start,
     )
 
 

@@ -136,6 +136,7 @@ def check_pick(
                 spare=spare,
                 runner_up=runner,
                 min_gain=sp.min_gain,
+                on_start=options.on_start,
             )  # fmt: skip
         except CheckFailed as e:
             log.warning("final check failed: %s", e)

@@ -29,6 +29,8 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
+from collections.abc import Callable
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -48,15 +50,8 @@ from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.timing import TimingPolicy, interleave
 from advisor.workload.build import Workload
 
-__all__ = [
-    "CheckFailed",
-    "FreshProcess",
-    "runner_up_check",
-    "check_policy",
-    "settled",
-    "final_check",
-    "measure_pair",
-]
+__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair",
+           "runner_up_check", "settled"]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
@@ -239,12 +234,13 @@ def final_check(
     spare: FreshProcess | None = None,
     runner_up: TrialResult | None = None,
     min_gain: float = 0.02,
+    on_start: Callable[[float], None] | None = None,
 ) -> FinalCheck:
     """The check of `winner` against `baseline` (see the module's docstring): in a fresh process
     when `fresh` (the workload must be recreatable; `spare`, a `FreshProcess` started early
-    that loaded it, when there is one), else here. Raises CheckFailed with the reason when it
-    cannot be made (the process fails, crashes or takes over `timeout_s`). A `runner_up` is
-    timed beside both (`runner_up_check`)."""
+    that loaded it, when there is one; else one started now, its wait told to `on_start`), else
+    here. Raises CheckFailed with the reason when it cannot be made (a process that fails,
+    crashes or takes over `timeout_s`); a `runner_up` is timed beside both."""
     pair = [baseline, winner] + ([runner_up] if runner_up is not None else [])
     if not fresh:
         try:
@@ -255,8 +251,10 @@ def final_check(
     info = workload.info.model_dump_json()
     proc = spare if spare is not None and spare.ready(0.0) is None else None
     if proc is None:
+        t0 = time.perf_counter()
         proc = FreshProcess(("info", info))
         why = proc.ready(STARTUP_S)
+        (on_start or float)(time.perf_counter() - t0)
         if why is not None:
             proc.close()
             raise CheckFailed(why)

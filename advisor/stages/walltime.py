@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from advisor.measure.results import TrialResult
 
-__all__ = ["GATE", "LOAD", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
+__all__ = ["GATE", "LOAD", "PROCESS_STARTS", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
            "harness_share", "stage_harness_share", "stage_of", "timed_by_stage", "timed_s"]
 
 LOAD = "start-up and load"
@@ -32,6 +32,9 @@ PARTS = {"global knobs": ("precision checks", GATE), "per-layer": (GATE,),
 # A model file the probe loaded is loaded in the advise process only when a stage needs it
 # (advisor.workload.deferred): that stage's part, since it is start-up work paid late.
 DEFERRED_LOAD = "the model's load in this process"
+# What a stage waited for a process to start in: an interpreter, torch's import, the model's
+# load and the device's context (cudnn.benchmark's worker, a replaced worker, the final check's).
+PROCESS_STARTS = "process starts"
 
 
 @dataclass
@@ -42,7 +45,7 @@ class StageClock:
     start: float
     report: Callable[[str, float], None] | None = None
     spans: dict[str, float] = field(default_factory=dict)
-    loads: dict[str, float] = field(default_factory=dict)  # deferred loads, by stage
+    paid: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> part -> s
     _current: str | None = None
 
     def _add(self, name: str, seconds: float, ended: bool = True) -> None:
@@ -67,22 +70,30 @@ class StageClock:
             # A stage that raised is not shown as done: its error is the run's one line.
             self._add(name, time.perf_counter() - began, ended)
 
+    def pay(self, part: str, seconds: float) -> None:
+        """`seconds` of start-up work (`DEFERRED_LOAD`, `PROCESS_STARTS`) paid during the current
+        stage (outside any stage: counted with the start-up)."""
+        here = self.paid.setdefault(self._current or LOAD, {})
+        here[part] = here.get(part, 0.0) + seconds
+
     def deferred_load(self, seconds: float) -> None:
-        """The model was loaded in this process during the current stage (outside any stage:
-        counted with the start-up), taking `seconds`."""
-        stage = self._current or LOAD
-        self.loads[stage] = self.loads.get(stage, 0.0) + seconds
+        """The model was loaded in this process, taking `seconds`."""
+        self.pay(DEFERRED_LOAD, seconds)
+
+    def process_start(self, seconds: float) -> None:
+        """A stage waited `seconds` for a process to start."""
+        self.pay(PROCESS_STARTS, seconds)
 
 
 def breakdown(
     spans: dict[str, float],
     results: Sequence[TrialResult],
     total_s: float,
-    loads: dict[str, float] | None = None,
+    paid: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
-    `"compile: Inductor start"`, `"compile: cold compiles"`, a deferred load of the model by
-    the stage it fell in: `loads`, `StageClock.loads`), the rest of the run (`"other"`: writing,
+    `"compile: Inductor start"`, `"compile: cold compiles"`, the start-up work a stage paid:
+    `paid`, `StageClock.paid`), the rest of the run (`"other"`: writing,
     tables) and `"total"`. A part is never shown as more than its stage: a result reused from
     an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
@@ -109,9 +120,9 @@ def breakdown(
             continue
         out[name] = round(spans[name], 3)
         left = spans[name]
-        here = {**parts, GATE: gated.get(name, 0.0), DEFERRED_LOAD: (loads or {}).get(name, 0.0)}
-        for part in (*PARTS.get(name, ()), DEFERRED_LOAD):
-            seconds = here[part]
+        here = {**parts, GATE: gated.get(name, 0.0), **(paid or {}).get(name, {})}
+        for part in (*PARTS.get(name, ()), DEFERRED_LOAD, PROCESS_STARTS):
+            seconds = here.get(part, 0.0)
             if seconds > 0:
                 out[f"{name}: {part}"] = round(min(seconds, left), 3)
                 left -= out[f"{name}: {part}"]

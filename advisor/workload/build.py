@@ -106,6 +106,11 @@ class Workload:
     def shape_cases(self) -> tuple[ShapeCase, ...]:
         return self.cases or (ShapeCase(1.0, self.example_inputs, self.example_kwargs),)
 
+    @property
+    def shape_weights(self) -> tuple[float, ...]:
+        """Each shape case's weight: what a process that only combines measurements needs."""
+        return tuple(c.weight for c in self.shape_cases)
+
     def make_call(
         self, device: torch.device, seed: int = 0, case: int = 0
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
