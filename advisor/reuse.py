@@ -49,7 +49,8 @@ from advisor.measure.results import TrialResult
 from advisor.search.options import SearchOutcome
 from advisor.search.pick import Pick
 from advisor.space import Dropped, SearchSpace
-from advisor.stages.per_layer import LayerChoice, LayerGroup
+from advisor.stages.layer_groups import LayerGroup
+from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
 from advisor.workload.args import make_workload
 

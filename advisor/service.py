@@ -145,6 +145,7 @@ def run_advise(
             objectives=objectives,
             progress=progress,
             on_start=clock.process_start,
+            steps=steps,
             fresh=fresh,
             screen=level.screens,
             every_layer_group=level.every_layer_group,

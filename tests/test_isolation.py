@@ -24,7 +24,7 @@ from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed, classify
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.space import SearchSpace
-from advisor.stages.per_layer import layer_groups
+from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import layer_workload, model_workload
 from advisor.workload.info import LayerInfo
 from advisor.workload.layer_spec import layer_spec

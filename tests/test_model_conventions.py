@@ -13,7 +13,7 @@ import advisor
 from advisor.errors import ModelFileError
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, flatten_tensors
-from advisor.stages.per_layer import conv_inputs
+from advisor.stages.layer_groups import conv_inputs
 from advisor.workload.build import (
     model_workload,
     object_workload,

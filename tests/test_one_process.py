@@ -21,7 +21,7 @@ from advisor.execute.isolate import IsolatedEvaluator
 from advisor.execute.probe import probe_model
 from advisor.knobs import Settings
 from advisor.space import SearchSpace
-from advisor.stages.per_layer import layer_groups
+from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import model_workload
 from tests.conftest import DATA, run_env
 

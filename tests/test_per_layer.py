@@ -15,7 +15,8 @@ from advisor.apply import AdvisorWarning
 from advisor.config import Config, save_config
 from advisor.device.environment import current_environment
 from advisor.knobs import Settings
-from advisor.stages.per_layer import layer_groups, layers_map
+from advisor.stages.layer_groups import layer_groups
+from advisor.stages.per_layer import layers_map
 from advisor.workload.build import model_workload
 from tests.conftest import DATA, run_env
 

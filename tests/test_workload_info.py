@@ -15,7 +15,7 @@ from advisor.config import Config
 from advisor.device.environment import current_environment
 from advisor.errors import ConfigError, ModelFileError
 from advisor.knobs import Settings
-from advisor.stages.per_layer import layer_groups
+from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import (
     layer_workload,
     model_workload,

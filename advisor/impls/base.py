@@ -92,6 +92,9 @@ class ConvImpl(ABC):
     # Whether its forward pads the input and takes the weight as a conv subclass's `Recipe` says
     # (`_swap.conv_weight`), so it may compute the classes a recipe reproduces (impls.classes).
     follows_recipes: ClassVar[bool] = False
+    # Whether its first call on a shape autotunes (Triton): a one-off cost a training run pays,
+    # which the per-layer stage weighs against what the layer could save (stages.autotune_bound).
+    autotunes: ClassVar[bool] = False
 
     @abstractmethod
     def why_not(

@@ -362,6 +362,7 @@ class TritonImpl(SwappingImpl):
     description = "Triton implicit-GEMM kernels (forward, grad input, grad weight)"
     class_prefix = "Triton"
     follows_recipes = True
+    autotunes = True
     conv_fn = triton_conv
     conv_transpose_fn = triton_conv_transpose
 

@@ -45,6 +45,7 @@ class SearchOptions:
     objectives: tuple[str, ...] = ("time",)
     fresh: bool = False  # discard a stored study of the same name first
     progress: Callable[[Progress], None] | None = None
+    steps: int | None = None  # the training steps the advice is for (--steps): its horizon
     # Told the seconds each wait for a worker process's start took (the Time line's part).
     on_start: Callable[[float], None] | None = None
     # No new trial after this `time.perf_counter()` value, and sampling is cut there (the run's

@@ -5,7 +5,9 @@
 - `finalists`: the best candidates re-timed together, interleaved, before any pick.
 - `later`: candidates measured after the eager search, on its finalists.
 - `benchmark_twins`: cudnn.benchmark on the search's finalists, in a process of its own.
+- `layer_groups`: conv layers grouped by signature and input, one measurement a group.
 - `per_layer`: conv groups x implementations on the best settings.
+- `autotune_bound`: where an implementation that autotunes (Triton) can pay for it.
 - `layer_share`: the groups that carry the conv work, measured at default effort.
 - `compiling`: torch.compile candidates and their cold compile costs.
 - `gate_winner`: a compiled candidate under dropout, gated only once it wins the pick.

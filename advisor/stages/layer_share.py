@@ -36,7 +36,7 @@ class _Group(Protocol):
 
 
 class _Planned(_Group, Protocol):
-    """A per-layer stage's group (`per_layer.LayerGroup`)."""
+    """A per-layer stage's group (`layer_groups.LayerGroup`)."""
 
     @property
     def key(self) -> str: ...

@@ -24,46 +24,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch import nn
 
 from advisor import impls
 from advisor.apply import compute_dtype
 from advisor.errors import first_line
 from advisor.execute.evaluators import Evaluator, Lent
 from advisor.knobs import Settings
-from advisor.measure.candidate import LAYER_STEP, Candidate, ConvInput, Mode
+from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.compile_bill import horizon
 from advisor.search.pick import pick_best, pick_final
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
+from advisor.stages.autotune_bound import AutotuneBound
+from advisor.stages.layer_groups import LayerGroup, layer_groups
 from advisor.stages.layer_share import MINOR, minor_keys
-from advisor.workload.build import Workload, layer_workload_from_module
-from advisor.workload.info import LayerInfo
-from advisor.workload.layer_spec import DTYPE_NAMES, LayerSpec
-
-
-@dataclass(frozen=True)
-class LayerGroup:
-    """Conv layers that share a signature and an input shape: one measurement serves them all.
-
-    A layer the stage cannot take is a group of its own, unmeasured: `kept` says why. `recipe`:
-    its class computes more than a conv, as a recipe says (impls.classes)."""
-
-    key: str
-    names: tuple[str, ...]
-    description: str
-    workload: Workload | None
-    kept: str | None = None
-    recipe: bool = False
-
-    @property
-    def spec(self) -> LayerSpec:
-        assert self.workload is not None, "a kept layer has no spec"
-        info = self.workload.info
-        assert isinstance(info, LayerInfo)  # layer_groups makes layer workloads only
-        return info.spec
+from advisor.workload.build import Workload
 
 
 @dataclass
@@ -73,75 +51,6 @@ class LayerChoice:
     chosen: str
     why: str
     skipped: dict[str, str]  # impl name -> why it does not qualify
-
-
-def conv_inputs(
-    workload: Workload, settings: Settings, device: torch.device, mode: Mode
-) -> dict[str, ConvInput]:
-    """What every conv layer receives in the model under `settings`, from one step: its input's
-    shape, dtype (bf16 activations under autocast), layout, and (train) whether it needs a
-    gradient (not for a layer that takes the network's input)."""
-    # No optimizer: a capture does not step one, and building one imports Dynamo (1.3 s of the
-    # main process, which compiles nothing).
-    cand = Candidate(workload, settings, device, mode, optimizer=False)
-    try:
-        return {c.name: c for c in cand.capture(record_convs=True).convs}
-    finally:
-        cand.close()
-
-
-def layer_groups(
-    workload: Workload, settings: Settings, device: torch.device, mode: Mode = "infer"
-) -> list[LayerGroup]:
-    """Conv layers grouped by signature and by what they receive: one measurement per group.
-
-    Each group's layer workload has its first layer's weights; for a model file it also names
-    where that layer lives, so an isolated worker rebuilds it with the same weights."""
-    seen = conv_inputs(workload, settings, device, mode)
-    model = workload.make_model()
-    groups: dict[str, list[str]] = {}
-    shapes: dict[str, tuple[int, ...]] = {}  # what PyTorch's conv receives (a recipe may pad)
-    out = []
-    modules = dict(impls.conv_modules(model))
-    for name, module in modules.items():
-        if name not in seen:
-            continue  # never called in the forward pass
-        c = seen[name]
-        try:
-            kept = impls.class_reason(module)
-            if kept is None:
-                shapes[name] = impls.conv_input_shape(module, c.shape)
-                sig = impls.ConvSignature.from_module(module)
-        except Exception as e:  # noqa: BLE001 - one layer the stage cannot take stops nothing
-            kept = f"the per-layer stage cannot describe it: {first_line(e)}"
-        if kept is not None:
-            out.append(_kept(name, module, kept))
-            continue
-        recipe = "|recipe" if impls.recipe_for(type(module)) is not None else ""
-        key = f"{sig}|{shapes[name]}|{c.dtype}|{c.layout}|grad={c.requires_grad}{recipe}"
-        groups.setdefault(key, []).append(name)
-    for key, names in groups.items():
-        c = seen[names[0]]
-        try:
-            wl = layer_workload_from_module(
-                modules[names[0]],
-                shapes[names[0]],
-                input_dtype=DTYPE_NAMES[c.dtype],
-                input_layout=c.layout if c.layout != "strided" else "contiguous",
-                input_grad=c.requires_grad,
-                source=workload.info.layer_source(names[0]),
-            )
-        except Exception as e:  # noqa: BLE001
-            why = f"the per-layer stage cannot time it alone: {first_line(e)}"
-            out += [_kept(n, modules[n], why) for n in names]
-            continue
-        out.append(LayerGroup(key, tuple(names), wl.name, wl, recipe=key.endswith("|recipe")))
-    return out
-
-
-def _kept(name: str, module: nn.Module, why: str) -> LayerGroup:
-    desc = f"{type(module).__name__}({module.extra_repr()})"
-    return LayerGroup(f"kept|{name}", (name,), desc, None, kept=why)
 
 
 def layer_context(mode: Mode, space: SearchSpace) -> str:
@@ -170,6 +79,7 @@ def choose_layer_impls(
     deadline: float | None = None,
     stats: dict[str, int] | None = None,
     every_group: bool = True,
+    bound: AutotuneBound | None = None,
 ) -> list[LayerChoice]:
     """Time each qualifying implementation per layer group under `settings`; pick per group
     (without `every_group`, only those `layer_share` keeps: the rest are "minor" in `stats`).
@@ -177,7 +87,8 @@ def choose_layer_impls(
     One evaluator (one worker process when isolated) serves every group. An implementation that
     provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
     not started after `deadline` (a `time.perf_counter()` value); `stats` counts them
-    ("unmeasured") and the measurements found stored ("reused")."""
+    ("unmeasured") and the measurements found stored ("reused"). An implementation that
+    autotunes is tried only where `bound` says its autotuning can pay."""
     stats = stats if stats is not None else {}
     stats.setdefault("unmeasured", 0)
     stats.setdefault("reused", 0)
@@ -213,8 +124,9 @@ def choose_layer_impls(
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
                                        make_evaluator, deadline, stats,
                                        space.race_limit_ms if space.race else None,
-                                       elsewhere)  # fmt: skip
-            results = {name: done[(g.key, name, measured_under(settings))] for name in usable}
+                                       elsewhere, bound, skipped)  # fmt: skip
+            keys = {name: (g.key, name, measured_under(settings)) for name in usable}
+            results = {name: done[k] for name, k in keys.items() if k in done}
             for r in results.values():
                 count += 1
                 if progress is not None:
@@ -264,8 +176,11 @@ def _measure_group(
     stats: dict[str, int],
     race_limit: Callable[[float], float] | None = None,
     elsewhere: set[tuple[str, str, str]] | None = None,
+    bound: AutotuneBound | None = None,
+    skipped: dict[str, str] | None = None,
 ) -> Evaluator | None:
-    """Measure the group's implementations not stored yet (native first: the others race it)."""
+    """Measure the group's implementations not stored yet (native first: the others race it);
+    one that autotunes where it cannot pay (`bound`) goes to `skipped`, unmeasured."""
     elsewhere = elsewhere if elsewhere is not None else set()
     switched = False
     leader: TrialResult | None = None
@@ -285,6 +200,11 @@ def _measure_group(
                 store.add_layer_result(done[key], shared=False, **attrs)
                 elsewhere.discard(key)
         else:
+            native = done.get((g.key, "native", measured_under(settings)))
+            why = bound.why_not(name, native, len(g.names)) if bound is not None else None
+            if why is not None:
+                (skipped if skipped is not None else {})[name] = why
+                continue
             if evaluator is None:
                 evaluator = make_evaluator(workload)
             elif not switched:
@@ -301,6 +221,8 @@ def _measure_group(
             )
             store.add_layer_result(res, **attrs)
             done[key] = store.first_result(g.key, name, settings) or res
+            if bound is not None:
+                bound.measured(name, done[key], native)
         r = done[key]
         if r.status == "ok" and (leader is None or r.median_ms < leader.median_ms):
             leader = r
@@ -370,6 +292,7 @@ def per_layer_stage(
         deadline=options.deadline,
         stats=stats,
         every_group=options.every_layer_group,
+        bound=AutotuneBound(horizon(options.steps)),
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:

@@ -1,0 +1,89 @@
+"""An implementation that autotunes (Triton) is tried on a layer group only where its measured
+autotuning could pay back within the advice's horizon (advisor/stages/autotune_bound.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.knobs import Settings
+from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
+from advisor.stages.autotune_bound import AutotuneBound
+
+CPU = torch.device("cpu")
+
+
+def _layer(impl: str, median_ms: float, first_ms: float) -> TrialResult:
+    m = Measurement(samples_ms=[median_ms] * 5, first_call_ms=first_ms)
+    return TrialResult(settings=Settings(conv_impl=impl), status="ok", measurement=m,
+                       precision="fp32")  # fmt: skip
+
+
+def test_a_group_is_tried_until_its_autotuning_is_known_then_only_where_it_can_pay() -> None:
+    bound = AutotuneBound(horizon_steps=10_000)
+    native = _layer("native", 0.05, 2.0)
+    assert bound.why_not("triton", native, layers=1) is None  # nothing measured yet: try it
+    bound.measured("triton", _layer("triton", 0.04, 3_002.0), native)
+    assert bound.cost_ms == pytest.approx(3_000.0)
+    # 0.05 ms a step over 10,000 steps is 0.5 s: a 3 s autotuning cannot pay even at zero time
+    why = bound.why_not("triton", native, layers=1)
+    assert why is not None and "3.0 s" in why and "10,000 steps" in why
+    # four layers share the group: 2 s at most, still short; ten: 5 s, it could
+    assert bound.why_not("triton", native, layers=4) is not None
+    assert bound.why_not("triton", native, layers=10) is None
+    assert AutotuneBound(100_000, bound.cost_ms).why_not("triton", native, layers=1) is None
+    # implementations without autotuning are never held back
+    assert bound.why_not("unfold_gemm", native, layers=1) is None
+    # a cheaper autotuning measured later (kernels cached) lowers the cost
+    bound.measured("triton", _layer("triton", 0.04, 1_002.0), native)
+    assert bound.cost_ms == pytest.approx(1_000.0)
+    bound.measured("unfold_gemm", _layer("unfold_gemm", 0.04, 50_000.0), native)
+    assert bound.cost_ms == pytest.approx(1_000.0)
+
+
+SMALL_LAYERS = (
+    "import torch\nfrom torch import nn\n"
+    "def build_model():\n"
+    "    torch.manual_seed(0)\n"
+    "    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(),\n"
+    "                         nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, 1))\n"
+    "def example_inputs():\n    return (torch.randn(2, 2, 8, 8),)\n"
+)
+
+
+def test_triton_is_measured_on_the_first_group_and_skipped_where_it_cannot_pay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from advisor.search import SearchOptions, make_evaluator
+    from advisor.search.storage import open_storage
+    from advisor.space import load_space
+    from advisor.stages.per_layer import choose_layer_impls
+    from advisor.workload.build import model_workload
+    from tests.conftest import DATA
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    net = tmp_path / "small_layers.py"
+    net.write_text(SMALL_LAYERS)
+    space_file = tmp_path / "triton_cpu.yaml"
+    space_file.write_text((DATA / "per_layer_cpu.yaml").read_text().replace(
+        "conv_impl: [native, unfold_gemm, fold_time]", "conv_impl: [native, triton]"))  # fmt: skip
+    space = load_space(str(space_file), CPU)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    options = SearchOptions(mode="infer", storage=url, study_name="x")
+
+    def choose(bound: AutotuneBound) -> list:
+        return choose_layer_impls(model_workload(str(net)), Settings(), CPU, "infer", space,
+                                  lambda wl: make_evaluator(wl, CPU, space, options),
+                                  open_storage(url), "x", bound=bound)  # fmt: skip
+
+    short = AutotuneBound(horizon_steps=10)
+    choices = choose(short)
+    assert len(choices) == 3
+    tried = [c for c in choices if "triton" in c.results]
+    held = [c for c in choices if "autotuning" in c.skipped.get("triton", "")]
+    assert len(tried) == 1 and choices[0] in tried  # the first group measured its cost
+    assert len(held) == 2 and short.cost_ms is not None and short.cost_ms > 0
+    assert all(c.chosen == "native" for c in held)
