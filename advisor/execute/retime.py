@@ -124,9 +124,8 @@ class RetimeSession:
             self.before = [partial(prepare_flags, self.pristine, c.tuned) for c in self.cands]
             steps = [c.step for c in self.cands]
             self.first_ms: list[float] = []  # each finalist's first call here (a compile)
-            self.launch_ms = warm_up(
-                steps, self.before, policy.warmup_runs, self.sampler.clock, self.first_ms
-            )
+            self.launch_ms = warm_up(steps, self.before, policy.warmup_runs,
+                                     self.sampler.clock, self.first_ms, device)  # fmt: skip
             synchronize(device)
         except BaseException:
             self.close()

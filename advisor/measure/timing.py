@@ -1,8 +1,9 @@
 """Honest timing: synchronised, warmed up, repeated until the median is known, raw samples kept.
 
 `measure()` runs a step once (its first-call cost recorded apart: lazy init, cuDNN's benchmark
-search, Triton compilation), warms up, then samples until the median's 95% confidence interval is
-within `target_rel_ci` of it or `max_time_s` is spent. Every sample, in a trial and in the
+search, Triton compilation), warms up until the step has stopped getting faster (`settling`), then
+samples until the median's 95% confidence interval is within `target_rel_ci` of it or
+`max_time_s` is spent. Every sample, in a trial and in the
 interleaved re-time alike, is taken by one `Sampler`: CUDA events on a GPU, a synchronised host
 clock elsewhere (injectable, so tests of the statistics are exact). A step shorter than the
 policy's `min_sample_ms` is repeated back to back within one sample, so a sample is not dominated
@@ -25,6 +26,9 @@ from advisor.measure.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
 SCREENED = "screened"  # how a screening measurement's `stopped` begins
+# A warm-up run this much faster than every run before it (after the first call): the step is
+# still getting faster, so its one-time costs are still being paid (`settling`)
+SETTLE_TOL = 0.05
 
 
 def synchronize(device: torch.device) -> None:
@@ -44,6 +48,21 @@ class TimingPolicy:
     max_time_s: float = 1.5
     min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
     max_reps: int = 100
+
+
+def settling(runs_ms: Sequence[float], tol: float = SETTLE_TOL) -> bool:
+    """Whether a step warming up is still getting faster: fewer than two runs after its first
+    call, or its last run more than `tol` faster than every run before it.
+
+    The one rule for the end of a warm-up (`measure`, `warm_up`), wherever a step is measured
+    first in a process: the default's trial, a screen, a trial, the re-time's and the final
+    check's finalists. A workload's one-time costs are not all paid by its first call (pages
+    first touched, oneDNN primitives for each pass, caches filled): a warm-up cut at a fixed
+    count let the rest into the samples. A step still paying beats its best run at every run;
+    a settled one beats it by more than `tol` ever more rarely as its runs add up."""
+    if len(runs_ms) < 2:
+        return True
+    return runs_ms[-1] < (1 - tol) * min(runs_ms[:-1])
 
 
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:
@@ -123,8 +142,6 @@ class Sampler:
         return sum(start.elapsed_time(end) for start, end in spans) / reps
 
 
-
-
 def sample_interleaved(
     steps: Sequence[Callable[[], object]],
     sampler: Sampler,
@@ -147,7 +164,8 @@ def sample_interleaved(
     n = len(steps)
     reps = list(reps) if reps is not None else [1] * n
     prepare = list(before) if before is not None else [lambda: None] * n
-    launch_ms = warm_up(steps, prepare, warmup, sampler.clock)
+    launch_ms = warm_up(steps, prepare, warmup, sampler.clock, device=sampler.device,
+                        settle_s=budget_s)  # fmt: skip
     synchronize(sampler.device)
 
     def one(i: int) -> float:
@@ -165,21 +183,34 @@ def warm_up(
     runs: int,
     clock: Clock,
     first_ms: list[float] | None = None,
+    device: torch.device | None = None,
+    settle_s: float = TimingPolicy.max_time_s,
 ) -> list[float]:
-    """Run each step `runs` times (at least once), `before[i]` first; the host's time per call
-    of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms` receives
-    each step's first call (host time: a compile, lazy initialisation)."""
+    """Run each step `runs` times (at least once), `before[i]` first, and, on a CPU `device`
+    where `runs` asks for runs after the first call, on until the step has stopped getting
+    faster (`settling`, for at most `settle_s` a step); the host's time per call of each (what
+    `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms` receives each step's
+    first call (host time: a compile, lazy initialisation)."""
+    settle = device is not None and device.type != "cuda" and runs > 1
     launch_ms = []
     for step, prep in zip(steps, before, strict=True):
         t = 0.0
-        for run in range(max(1, runs)):
+        after_first: list[float] = []  # each later run's time: whether the step has settled
+        run = 0
+        start = clock()
+        while run < max(1, runs) or (
+            settle and settling(after_first) and clock() - start < settle_s
+        ):
             prep()
             t0 = clock()
             step()
             t += clock() - t0
             if run == 0 and first_ms is not None:
                 first_ms.append((clock() - t0) * 1e3)
-        launch_ms.append(t * 1e3 / max(1, runs))
+            elif run > 0:
+                after_first.append((clock() - t0) * 1e3)
+            run += 1
+        launch_ms.append(t * 1e3 / run)
     return launch_ms
 
 
@@ -291,7 +322,12 @@ def _measure(
     warm = 0
     launch_s = 0.0
     warm_ms: list[float] = []  # on a CPU, each warm-up run's own time (evidence for a race)
-    while warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s:
+    # A warm-up asked for goes on until the step has settled, within a measurement's time (on a
+    # CPU: a GPU's warm-up runs are its launches, its one-time costs its first call's)
+    settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
+    while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
+        warm > 0 and device.type != "cuda" and settling(warm_ms) and clock() < settle_until
+    ):
         t = clock()
         fn()
         launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
