@@ -21,22 +21,9 @@ from advisor.search.compile_bill import paying, searched_by
 from advisor.space import candidates, load_space
 from tests.conftest import DATA
 from tests.hostile._cli import advisor_cli
-from tests.test_cuda_standin import _bench_forwards
+from tests.test_cuda_standin import BENCH_NET, _bench_forwards
 
 SPACE = str(DATA / "cuda_quick.yaml")
-# A model whose every forward says which process ran it, under which cudnn.benchmark value.
-BENCH_NET = (
-    "import os, torch\nfrom torch import nn\n"
-    "class Net(nn.Sequential):\n"
-    "    def forward(self, x):\n"
-    "        with open(os.environ['BENCH_LOG'], 'a') as f:\n"
-    "            f.write(f'{os.getpid()} {torch.backends.cudnn.benchmark} {x.shape[0]}\\n')\n"
-    "        return super().forward(x)\n"
-    "def build_model():\n"
-    "    torch.manual_seed(0)\n"
-    "    return Net(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3))\n"
-    "def example_inputs():\n    return (torch.randn(4, 3, 16, 16),)\n"
-)
 
 
 @pytest.mark.usefixtures("cuda_standin")
@@ -77,10 +64,9 @@ def test_a_quick_cuda_run_searches_twice_at_most_in_one_process_of_its_own(
     assert cfg.result.stage_s.get("global knobs: process starts", 0.0) > 0.0, cfg.result.stage_s
 
 
-def _result(settings: Settings, median_ms: float, first_ms: float, retimed: bool = False) -> TrialResult:
+def _result(settings: Settings, median_ms: float, first_ms: float) -> TrialResult:
     m = Measurement(samples_ms=[median_ms] * 5, first_call_ms=first_ms)
-    return TrialResult(settings=settings, status="ok", measurement=m, precision="fp32",
-                       retimed=retimed)  # fmt: skip
+    return TrialResult(settings=settings, status="ok", measurement=m, precision="fp32")
 
 
 def test_the_search_cost_is_the_first_call_of_the_twin_that_searched() -> None:
