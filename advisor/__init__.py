@@ -69,8 +69,9 @@ def advise(
     (it is an activation inside a network) unless `first_layer=True`. `tolerances` overrides the
     space's numeric-gate settings, e.g. `{"grad_tolerances.fp32": 2e-3}`. `budget_s` bounds the
     whole run (default: the space's budget.time_s): the best answer so far, and what was not
-    measured. When PyTorch's default itself moved by more than 2x between its trial and the
-    re-time (a busy machine), the default is kept unless `accept_noisy=True`. `steps`: the
+    measured. When PyTorch's default itself moved by more than 2x under the measurements (across
+    the re-time's rounds, or between its trial and the re-time on a busy machine), the default
+    is kept unless `accept_noisy=True`. `steps`: the
     training steps expected; a torch.compile candidate is recommended only if its compile pays
     within them. A change is recommended only if it holds in a final check against the default
     where the user runs it (a fresh process with `isolate=True` for a model file or layer spec).

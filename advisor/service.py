@@ -179,9 +179,9 @@ def run_advise(
             same pick)."""
             notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
             notes += [n for n in (outcome.screen_note, level.note()) if n]
-            moved = machine_moved(trial_baseline, outcome.baseline)
-            unsettled = None if accept_noisy else moved
             share = usage.others_share()
+            moved = machine_moved(trial_baseline, outcome.baseline, share)
+            unsettled = None if accept_noisy else moved
             check, check_error = None, None
             if retime_error is None and unsettled is None:
                 pick = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)[0]

@@ -46,12 +46,14 @@ def settle_cpu_allocator() -> None:
 
     A buffer over 32 MiB was still mmapped afresh on every call: the seeds' Conv3d (1,3,3) on
     8x2x50x64x64 (train, contiguous) page-faulted 64,005 times per step (250 MiB) in a fresh
-    process and ran at 195-236 ms, until the heap had grown around other candidates' buffers
-    and the same step ran at 68 ms with none: the default measured first in a process then read
-    3x slower than its re-time. So glibc is also told to serve every block from the heap
-    (`M_MMAP_MAX` 0) and never to trim it (`M_TRIM_THRESHOLD` -1, which glibc's mallopt
-    documents as "disables trimming completely"): whatever its size, a buffer freed at the end of
-    a step is reused by the next, and the only page faults are the first call's. A thread's
+    process and ran at 195-236 ms, and at 68 ms re-timed later in that process, where other
+    candidates' buffers had grown the heap (25,602 faults a step after one, in a probe): the
+    default measured first in a process read 3x its re-time. So glibc is also told to serve
+    every block from the heap (`M_MMAP_MAX` 0) and never to trim it (`M_TRIM_THRESHOLD` -1,
+    which glibc's mallopt documents as "disables trimming completely"): whatever its size, a
+    buffer freed at the end of a step is reused by a later one, and the page faults are the
+    first calls' (0 a step after the first on that Conv3d; a probe that allocates nothing but
+    one 96 MiB buffer takes 7 steps to reuse the freed blocks). A thread's
     arena still mmaps a block too large for its heap (64 MiB); PyTorch's CPU ops allocate on the
     calling thread. The measuring process's resident memory is handed back between trials
     (`release_free_heap`, for their peaks), a training process keeps its high-water mark, as

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from advisor.errors import first_line
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.ownership import owner_id
 from advisor.execute.retime import finalists
+from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import SearchOptions, SearchOutcome, make_evaluator
 from advisor.search.pick import Pick
@@ -135,18 +137,49 @@ def shared_record(
         return None, key
 
 
-def machine_moved(trial: TrialResult, retimed: TrialResult, factor: float = 2.0) -> str | None:
-    """Why the measurements cannot be trusted when PyTorch's default itself moved by more than
-    `factor` between its trial and the re-time (other load, clock changes): then every
-    comparison made across that time is suspect. None when it held still (or was not re-timed).
-    (Smaller moves happen on a quiet machine too: a small step's trial, early in a process, can
-    measure 1.4x its re-time.)"""
-    if not retimed.retimed or trial.measurement is None or retimed.measurement is None:
+def machine_moved(
+    trial: TrialResult,
+    retimed: TrialResult,
+    others_share: float | None,
+    factor: float = 2.0,
+) -> str | None:
+    """Why the measurements cannot be trusted: the machine moved under them, as measured. None
+    when it held still (or PyTorch's default was not re-timed).
+
+    Two signs, both of PyTorch's default: it drifted by more than `factor` across the re-time's
+    own interleaved rounds (the median of its first half of rounds against its last half: a
+    clock that throttled, load that came or went), or it moved by more than `factor` between
+    its trial and the re-time while other processes took more than `BUSY_SHARE` of the CPU
+    (`others_share`, `machine_load.CpuUsage`). A trial slower than its re-time on a quiet
+    machine, with steady rounds, is not the machine moving: that trial was the first
+    measurement of its workload in the process (the seeds' Conv3d: 236.7 ms in its trial,
+    68.2 ms re-timed, a quiet 2-core EPYC), and the rounds, which time the finalists in one
+    window, decide. Where the kernel's CPU count cannot be read, nothing says the machine was
+    quiet, and a move between the trial and the re-time counts."""
+    if not retimed.retimed or retimed.measurement is None:
+        return None
+    rounds = retimed.measurement.samples_ms  # in round order
+    half = len(rounds) // 2
+    if half >= 2:
+        early, late = statistics.median(rounds[:half]), statistics.median(rounds[-half:])
+        if early > 0 and late > 0 and max(early / late, late / early) > factor:
+            return (
+                f"the machine was not steady: PyTorch's default went from {early:.3f} ms to "
+                f"{late:.3f} ms across the re-time's interleaved rounds "
+                f"({max(early / late, late / early):.1f}x)"
+            )
+    if trial.measurement is None:
         return None
     before, after = trial.measurement.median_ms, retimed.measurement.median_ms
     if before <= 0 or after <= 0 or max(before / after, after / before) <= factor:
         return None
+    if others_share is not None and others_share <= BUSY_SHARE:
+        return None  # a quiet machine: a cold trial, which the re-time's rounds replace
+    load = ""
+    if others_share is not None:
+        load = f" while other processes used {others_share:.0%} of the CPU"
     return (
         f"the machine was not steady: PyTorch's default measured {before:.3f} ms in its trial "
         f"and {after:.3f} ms when re-timed ({max(before / after, after / before):.1f}x apart)"
+        f"{load}"
     )

@@ -1,9 +1,11 @@
-"""A model that runs 10x slower while several copies of it are alive at once: that is the re-time
-of the finalists (they are held together, interleaved), not the trials (one at a time). What a
-machine that gets busy half-way through tuning does to every candidate, made deterministic.
-It is 10x faster on channels_last inputs, busy or not: the trials always find a finalist to
-re-time against the default (with nothing that can win, nothing is re-timed), and the re-time
-confirms it, so only the machine's moving keeps the default.
+"""A model that gets slower with every call while several copies of it are alive at once: that
+is the re-time of the finalists (they are held together, interleaved), not the trials (one at a
+time). What a machine that gets busier and busier under the measurements does to every
+candidate, made deterministic: PyTorch's default drifts across the re-time's own rounds (and so
+the advisor can tell it from a trial that was merely cold). It is 10x faster on channels_last
+inputs, busy or not: the trials always find a finalist to re-time against the default (with
+nothing that can win, nothing is re-timed), and the re-time confirms it, so only the machine's
+moving keeps the default.
 
 Each call takes its scripted time whatever else runs on the machine: its one conv is a 1x1 on a
 1x3x4x4 input (microseconds, run on one thread: a multi-threaded conv on a machine with every core
@@ -19,7 +21,9 @@ from torch import nn
 
 ALIVE: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 QUIET_MS = {True: 2.0, False: 20.0}  # a call on channels_last inputs, on contiguous ones
-BUSY = 10  # how much slower every call is while another copy is alive
+RAMP = 1.25  # while another copy is alive, each call is this much slower than the one before,
+BUSY = 10  # up to this much slower than quiet
+BUSY_CALLS = [0]  # calls made while another copy was alive
 
 
 class SlowsDown(nn.Module):
@@ -38,7 +42,9 @@ class SlowsDown(nn.Module):
         start = time.perf_counter()
         out = self.body(x)
         ms = QUIET_MS[x.is_contiguous(memory_format=torch.channels_last)]
-        ms *= BUSY if len(ALIVE) >= 2 else 1
+        if len(ALIVE) >= 2:
+            ms *= min(BUSY, RAMP ** BUSY_CALLS[0])
+            BUSY_CALLS[0] += 1
         time.sleep(max(0.0, start + ms / 1e3 - time.perf_counter()))
         return out
 
