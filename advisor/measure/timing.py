@@ -52,17 +52,20 @@ class TimingPolicy:
 
 def settling(runs_ms: Sequence[float], tol: float = SETTLE_TOL) -> bool:
     """Whether a step warming up is still getting faster: fewer than two runs after its first
-    call, or its last run more than `tol` faster than every run before it.
+    call, or its last run or the one before it more than `tol` faster than every run before it
+    (so one jittery run does not end the warm-up of a step that was getting faster).
 
-    The one rule for the end of a warm-up (`measure`, `warm_up`), wherever a step is measured
+    The one rule for the end of a warm-up (`measure`, `warm_up`) wherever a step is measured
     first in a process: the default's trial, a screen, a trial, the re-time's and the final
-    check's finalists. A workload's one-time costs are not all paid by its first call (pages
-    first touched, oneDNN primitives for each pass, caches filled): a warm-up cut at a fixed
-    count let the rest into the samples. A step still paying beats its best run at every run;
-    a settled one beats it by more than `tol` ever more rarely as its runs add up."""
-    if len(runs_ms) < 2:
-        return True
-    return runs_ms[-1] < (1 - tol) * min(runs_ms[:-1])
+    check's finalists. One-time costs are not all paid by the first call (pages first touched,
+    oneDNN primitives for each pass, caches filled): a warm-up cut at a fixed count let the
+    rest into the samples. A step still paying beats its best run at every run; a settled one
+    beats it by more than `tol` ever more rarely as its runs add up."""
+
+    def beat(runs: Sequence[float]) -> bool:
+        return len(runs) >= 2 and runs[-1] < (1 - tol) * min(runs[:-1])
+
+    return len(runs_ms) < 2 or beat(runs_ms) or beat(runs_ms[:-1])
 
 
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:
@@ -197,10 +200,8 @@ def warm_up(
         t = 0.0
         after_first: list[float] = []  # each later run's time: whether the step has settled
         run = 0
-        start = clock()
-        while run < max(1, runs) or (
-            settle and settling(after_first) and clock() - start < settle_s
-        ):
+        until = clock() + settle_s
+        while run < max(1, runs) or (settle and settling(after_first) and clock() < until):
             prep()
             t0 = clock()
             step()
