@@ -95,7 +95,7 @@ def test_benchmark_note_counts_the_per_shape_search() -> None:
         measurement=Measurement(samples_ms=[8.0] * 5, first_call_ms=212.0),
     )
     note = benchmark_note([off, on], on)
-    assert "saves 2.000 ms per step" in note and "200 ms" in note and "about 100 steps" in note
+    assert "saves 2.000 ms per step" in note and "costs 0.2 s" in note and "about 100 steps" in note
     slower = on.model_copy(
         update={"measurement": Measurement(samples_ms=[11.0] * 5, first_call_ms=50.0)}
     )
