@@ -1,8 +1,10 @@
 """Whether a half precision is acceptable is decided by what it does to training (advisor/gate/
-precision.py): a healthy model trains like fp32 in bf16 and fp16; two negative controls do not
-(a signal below bf16's resolution; fp16 activations past 65504). Each over 5 input draws. Where
-fp32 itself does not learn the check's task, or its band is too wide to tell, the precision is
-not judged, and so not accepted (issue 31, item 5)."""
+precision.py): the weights it trained, evaluated in fp32, end where fp32's do. A healthy model
+trains like fp32 in bf16 and fp16; two negative controls do not (a signal below bf16's
+resolution; fp16 activations past 65504). Each over 5 input draws. Where fp32 itself does not
+learn the check's task, or its band is too wide to tell, the precision is not judged, and so not
+accepted (issue 31, item 5). tests/test_precision_lag.py has the lag that is not a failure
+(issue 56)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from advisor.advice import precision_verdicts
 from advisor.apply import apply_settings
 from advisor.execute.runner import Gate, evaluate
 from advisor.gate import training
-from advisor.gate.precision import check_precision
+from advisor.gate.precision import check_precision, fp32_runs
 from advisor.knobs import Settings
 from advisor.measure.timing import TimingPolicy
 from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings
@@ -144,13 +146,12 @@ def test_the_band_runs_are_the_ones_asked_for() -> None:
     """By default the band is fp32 on other batches (the mini-batch noise); `jitter_runs` and
     `batch_runs` add draws, each a run of its own in the check's record."""
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
-    cfg = CFG.model_copy(update={"resolution": 0.0})  # no gap accepted without the band
-    plain = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
-    assert list(plain.losses) == ["fp32", "fp32 other batches 1", "bf16"]
-    more = cfg.model_copy(update={"jitter_runs": 1, "batch_runs": 2})
-    check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", more)
-    assert list(check.losses) == ["fp32", "fp32 jittered 1", "fp32 other batches 1",
-                                  "fp32 other batches 2", "bf16"]  # fmt: skip
+    plain = fp32_runs(workload, CPU, "train", CFG)
+    assert list(plain.runs) == ["fp32", "fp32 other batches 1"]
+    more = CFG.model_copy(update={"jitter_runs": 1, "batch_runs": 2})
+    check = fp32_runs(workload, CPU, "train", more)
+    assert list(check.runs) == ["fp32", "fp32 jittered 1", "fp32 other batches 1",
+                                "fp32 other batches 2"]  # fmt: skip
     assert check.band >= plain.band  # the band is the widest of its runs: more can only widen it
 
 
@@ -202,26 +203,26 @@ def _by_rate(
 
 
 @pytest.mark.parametrize(
-    ("learns", "resolution", "accepted"),
+    ("learns", "tolerance", "accepted"),
     [(True, 0.01, True), (True, 0.0, False), (False, 0.01, False)],
-    ids=["learns", "no resolution", "barely learns"],
+    ids=["learns", "no tolerance", "barely learns"],
 )
-def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band(
-    monkeypatch: pytest.MonkeyPatch, learns: bool, resolution: float, accepted: bool
+def test_a_final_gap_within_the_anchors_tolerance_is_accepted_however_narrow_the_band(
+    monkeypatch: pytest.MonkeyPatch, learns: bool, tolerance: float, accepted: bool
 ) -> None:
-    """fp32 runs alike to five digits (a band of 1e-5) and a precision 0.2% of the start away at
-    one pass (MONAI's UNet on one input draw): accepted when fp32 learnt 80% of its start loss in
-    the run (1% of that is 0.8%), not when it learnt 1%, nor with the resolution off."""
+    """fp32 runs alike to five digits (a band of 1e-5) and a precision that ends 0.2% of the start
+    behind: accepted when fp32 learnt 80% of its start loss in the run (1% of that is 0.8%: Intel
+    Neural Compressor's and Olive's 0.01), not when it learnt 1%, nor with no tolerance."""
     end = 0.2 if learns else 0.99
     ref = [1.0, 1.0, 0.5 * (1 + end), 0.5 * (1 + end), end, end, end]  # 3 passes of 2, final
-    precision = [x + (0.002 if i == 2 else 0.0) for i, x in enumerate(ref)]
+    precision = [*ref[:-1], end + 0.002]
     _scripted(monkeypatch, ref, precision, 1e-5)
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
-    # min_learnt 0: a task fp32 learns 1% of is judged here, to show the resolution's rule
-    cfg = PrecisionCheckSettings(steps=6, batches=2, resolution=resolution, min_learnt=0.0)
+    # min_learnt 0: a task fp32 learns 1% of is judged here, to show the tolerance's rule
+    cfg = PrecisionCheckSettings(steps=6, batches=2, max_degradation=tolerance, min_learnt=0.0)
     check = check_precision(workload, Settings(amp="bf16"), "bf16", CPU, "train", cfg)
     assert check.accepted is accepted, check.summary
-    assert check.gap == pytest.approx(0.001)  # the pass's mean moved
+    assert check.gap == pytest.approx(0.002)  # the final loss moved
     if accepted:
         assert "within 0.01 x what fp32 learnt" in check.summary
         assert check.floor == pytest.approx(0.01 * 0.8)
@@ -230,6 +231,33 @@ def test_a_gap_below_what_the_check_resolves_is_accepted_however_narrow_the_band
     else:
         assert "does not train like fp32" in check.summary
         assert check.band < 1e-4  # the band's run decided, and it is narrow
+
+
+def test_a_lag_during_the_run_that_is_gone_at_its_end_is_not_a_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A precision 5% of the start behind fp32 in the middle of the run (the largest gap over the
+    passes, which the check judged before issue 56) and level with it at the end: accepted, at no
+    cost of a band run. The published record judges where training ends."""
+    ref = [1.0, 1.0, 0.6, 0.6, 0.2, 0.2, 0.2]
+    precision = [1.0, 1.0, 0.65, 0.65, 0.2, 0.2, 0.2]
+    trained = _scripted(monkeypatch, ref, precision, 1e-5)
+    check = _check(PrecisionCheckSettings(steps=6, batches=2))
+    assert check.accepted and check.gap == pytest.approx(0.0), check.summary
+    assert trained == [training.REFERENCE, Settings(amp="bf16")]
+
+
+def test_a_precision_that_ends_ahead_of_fp32_is_not_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ending lower than fp32 is no reason to reject: the gap is signed (MobileNetV3-Small's bf16
+    was 0.65% of the start ahead in a pass, which read as a gap of 0.65% against a floor of
+    0.80%)."""
+    ref = [1.0, 1.0, 0.6, 0.6, 0.2, 0.2, 0.2]
+    _scripted(monkeypatch, ref, [*ref[:-1], 0.1], 1e-5)
+    check = _check(PrecisionCheckSettings(steps=6, batches=2, max_degradation=0.0))
+    assert check.accepted and check.gap == pytest.approx(-0.1), check.summary
+    assert "10.00% of the start ahead" in check.summary
 
 
 # fp32's loss per learning rate in the scripted tests below: 4 passes of 2 batches, then the

@@ -2,6 +2,8 @@
 
 - `metrics`: the relative errors every check uses.
 - `layer`: each conv layer alone against float64 (the sharp test of a kernel or a precision).
+- `training`: the training check's task and runs; `reference_runs`: its fp32 side (the rate
+  fp32 learns at, the reference, the band).
 - `precision`: the training check that judges a reduced precision on the model itself.
 - `numeric`: `Gate`, which holds the references and combines both into one verdict.
 """

@@ -1,6 +1,14 @@
 """The training check's task and its runs: fixed batches drawn like the example inputs, a
 teacher's targets (the same model with its parameters moved), and `steps` optimiser steps of a
-model under one candidate's settings, recorded as a loss per step.
+model under one candidate's settings, recorded as a loss per step and, at the end, the trained
+weights' mean loss over the batches computed in fp32.
+
+That last loss is what the check judges (`advisor.gate.precision`): the weights a precision
+trained, not the losses its own forward reported. Under autocast the weights stay fp32 and are
+rounded at each forward; at a rate where an Adam step is below the precision's half-ulp of the
+weights, the forward sees each update only in part and its losses lag for a reason that is not
+training (issue 56: bf16 on ResNet-50 at lr 1e-4). A precision that cannot carry the model's
+signal still fails in fp32: the weights it trained did not learn (tests/data/below_bf16.py).
 
 Batch `b` is always run with the dropout masks of seed `b` (`canonical_dropout`): the teacher's
 targets, every training step on it and the losses before and after training. With a mask of its
@@ -8,8 +16,6 @@ own at each step (as before issue 31) a model with dropout could not learn the t
 MobileNetV3-Small (Dropout(0.2) before its classifier) the teacher itself, under other masks than
 its targets', was 0.24-0.43 of the way from its own targets, a floor and a noise as large as most
 of what the check measures.
-
-`advisor.gate.precision` judges a precision by comparing such runs.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ __all__ = [
     "CheckOutOfTime",
     "Unsteady",
     "batches_of",
+    "judged_in_fp32",
     "start_loss",
     "targets_of",
     "train",
@@ -188,10 +195,11 @@ def train(
     deadline: float | None = None,
     probe: float | None = None,
 ) -> list[float]:
-    """The training loss at each step, then the mean over the batches after the last step. A
-    `probe` (is this learning rate steady? the starting loss) raises `Unsteady` at the first pass
-    through the batches whose mean loss shows it is not (`unsteady`): the rest of the run cannot
-    change that."""
+    """The training loss at each step, then the trained weights' mean loss over the batches,
+    computed in fp32 (`judged_in_fp32`; for fp32 itself the same as in its own run). A `probe`
+    (is this learning rate steady? the starting loss) raises `Unsteady` at the first pass through
+    the batches whose mean loss shows it is not (`unsteady`): the rest of the run cannot change
+    that."""
     model = workload.make_model()
     model.train()
     tuned = apply_settings(settings, model, device, training=True, warn=False)
@@ -227,8 +235,20 @@ def train(
                 scaler.scale(loss).backward()
                 scaler.step(opt)
                 scaler.update()
-        losses.append(mean_loss(tuned, device, batches, targets, jitter))
-        return losses
+    finally:
+        tuned.restore()
+    losses.append(judged_in_fp32(tuned.module, device, batches, targets, jitter))
+    return losses
+
+
+def judged_in_fp32(
+    model: torch.nn.Module, device: torch.device, batches: list, targets: list, jitter: float = 0.0
+) -> float:
+    """Trained weights' mean loss over the batches in fp32 (the reference's settings), whatever
+    precision trained them: what they learnt, not what the precision's forward makes of them."""
+    tuned = apply_settings(REFERENCE, model, device, training=True, warn=False)
+    try:
+        return mean_loss(tuned, device, batches, targets, jitter)
     finally:
         tuned.restore()
 
