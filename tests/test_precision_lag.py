@@ -32,7 +32,7 @@ def test_half_ulp_is_half_the_spacing_at_the_weights_size() -> None:
 def test_the_weights_bf16_trained_are_judged_not_what_its_forward_makes_of_them() -> None:
     """tiny_cnn at lr 1e-4: its depthwise taps (|w| ~ 0.3, bf16 half-ulp 9.8e-4) move 1e-4 a step,
     so bf16's forward sees the updates only in part. The losses it reports wander from fp32's
-    (on draws measured, 0.2-0.4% of the start at a pass, 4-40x fp32's own band), while the
+    (on draws measured, 0.2-0.4% of the start at a pass, 4-16x fp32's own band), while the
     weights it trained, in fp32, end where fp32's do."""
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     cfg = PrecisionCheckSettings(lr=1e-4)
