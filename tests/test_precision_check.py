@@ -183,7 +183,7 @@ def _by_rate(
 ) -> list[tuple[Settings, float]]:
     """fp32's losses per learning rate (the same for the reference and the other batches' run,
     but moved by `others[lr]`); the precision's are fp32's moved by `apart` (0.01 of the start:
-    over what these checks resolve, 0.01 x what fp32 learnt, so the band decides). Every task
+    over 0.01 x what fp32 learnt, 0.7%, so the band decides). Every task
     starts at 1.0. Returns (settings, lr) of each run trained."""
     trained: list[tuple[Settings, float]] = []
 
