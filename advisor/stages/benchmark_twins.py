@@ -34,6 +34,13 @@ __all__ = ["benchmark_twins", "run_benchmark_twins"]
 FIRST_TWIN_S = 15.0
 
 
+def _accepted(outcome: SearchOutcome) -> list[TrialResult]:
+    """The search's accepted eager candidates without the flag, fastest first."""
+    return sorted((r for r in outcome.results if r.status == "ok" and r.measurement is not None
+                   and not r.settings.compiled and not r.settings.cudnn_benchmark),
+                  key=lambda r: r.median_ms)  # fmt: skip
+
+
 def benchmark_twins(
     outcome: SearchOutcome, space: SearchSpace, device: torch.device, count: int
 ) -> list[Settings]:
@@ -41,11 +48,8 @@ def benchmark_twins(
     space does not list the flag or the device has no cuDNN."""
     if count < 1 or not benchmark_finalists(space, device):
         return []
-    ok = sorted((r for r in outcome.results if r.status == "ok" and r.measurement is not None
-                 and not r.settings.compiled and not r.settings.cudnn_benchmark),
-                key=lambda r: r.median_ms)  # fmt: skip
     twins: list[Settings] = []
-    for r in ok:
+    for r in _accepted(outcome):
         twin = r.settings.model_copy(update={"cudnn_benchmark": True})
         if twin not in twins:
             twins.append(twin)
@@ -69,8 +73,7 @@ def run_benchmark_twins(
     twins = benchmark_twins(outcome, space, device, count)
     if not twins:
         return []
-    ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None]
-    leader = min(ok, key=lambda r: r.median_ms).measurement
+    leader = _accepted(outcome)[0].measurement  # the fastest finalist, whose twin came first
     race = space.race_against(leader.ci_high_ms) if space.race and leader is not None else None
     return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,
                          stage="cudnn.benchmark", first_s=FIRST_TWIN_S)  # fmt: skip
