@@ -39,6 +39,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -223,6 +224,15 @@ def _write(data: dict[str, Any], out_dir: Path, slug: str) -> Path:
     return md
 
 
+def _keep(work: Path, tgz: Path) -> None:
+    """The advise runs' configs and trials files (where the time went, trial by trial), without
+    the compile caches: the device tool brings back a few small files."""
+    with tarfile.open(tgz, "w:gz") as tar:
+        for f in sorted(work.glob("*")):
+            if f.is_file():
+                tar.add(f, arcname=f.name)
+
+
 def run_acceptance(plan: list[Part], models: dict[str, Path], args: argparse.Namespace,
                    argv: list[str]) -> tuple[dict[str, Any], Path]:  # fmt: skip
     """Every part of `plan` within `args.deadline_s`, the report rewritten after each."""
@@ -283,6 +293,8 @@ def run_acceptance(plan: list[Part], models: dict[str, Path], args: argparse.Nam
             data["parts"].append(record)
             data["seconds"] = time.perf_counter() - start
             md = _write(data, args.out_dir, slug)
+            if args.keep_work:
+                _keep(work, args.out_dir / f"gpu_acceptance_{slug}_work.tgz")
     print(f"[acceptance] wrote {md} ({data['seconds']:.0f} s)", flush=True)
     return data, md
 
@@ -331,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="re-time: seconds of interleaved rounds per variant (default 1)",
     )
+    ap.add_argument("--keep-work", action="store_true",
+                    help="also write the advise runs' configs and trials files as a .tgz")
     ap.add_argument("--space", help="advise's --space (a smoke run's short one)")
     ap.add_argument("--in-process", action="store_true", help="advise's --in-process")
     args = ap.parse_args(argv)  # fmt: skip

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_a_cpu_run_tables_the_advice_and_retimes_each_setting_in_its_own_process
     mod = _script()
     argv = ["--device", "cpu", "--model-file", str(DATA / "tiny_cnn.py"), "--efforts", "quick",
             "--space", str(space), "--in-process", "--variants", "default", "pick", "hand",
-            "--round-s", "0.1", "--deadline-s", "100", "--out-dir", str(out)]  # fmt: skip
+            "--round-s", "0.1", "--deadline-s", "100", "--out-dir", str(out), "--keep-work"]  # fmt: skip
     assert mod.main(argv) == 0
     data = json.loads((out / "gpu_acceptance_cpu.json").read_text())
     text = (out / "gpu_acceptance_cpu.md").read_text()
@@ -97,6 +98,9 @@ def test_a_cpu_run_tables_the_advice_and_retimes_each_setting_in_its_own_process
     assert "## tiny_cnn, --effort quick" in text and "| hand setting |" in text
     assert f"{res['rounds']} interleaved rounds" in text
     assert [p["status"] for p in data["parts"]] == ["ok", "ok"]
+    with tarfile.open(out / "gpu_acceptance_cpu_work.tgz") as tar:  # --keep-work: the trials
+        names = tar.getnames()
+    assert "tiny_cnn.quick.json" in names and "tiny_cnn.quick.trials.csv" in names
 
 
 def test_a_deadline_that_falls_during_start_up_stops_every_process(tmp_path: Path) -> None:
