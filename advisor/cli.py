@@ -161,7 +161,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
             )
     except KeyboardInterrupt:
         if not eager_written:
-            raise
+            if args.storage != "memory":
+                raise  # main says the study is stored
+            print("advisor: interrupted before an answer was written; nothing was kept "
+                  "(--storage memory): the same command starts afresh", file=sys.stderr)  # fmt: skip
+            return 130
         print(f"advisor: interrupted during the compile stage: {out} keeps the eager answer "
               "(without torch.compile)", file=sys.stderr)  # fmt: skip
         return 130
