@@ -3,7 +3,7 @@
 A model whose first calls are slow on purpose (tests/data/slow_first_calls.py: 150 ms more on
 its first call with each memory format, 85% of that on the next, ...; 10 ms warm, 5 ms on
 channels_last), tuned with no other load: PyTorch's default is measured first in the worker.
-Its warm-up goes on until the step has stopped getting faster (`timing.settling`), so its trial
+Its warm-up goes on until the step has stopped getting faster (`settle.settling`), so its trial
 agrees with its re-time, the advice does not call the machine unsteady, and the pick is the
 measured winner. Before (8aab436), the warm-up stopped after 2 runs and 50 ms, the default's
 trial read 32.4 ms against 13.5 ms re-timed, and the advice kept the default: "the machine was

@@ -32,7 +32,7 @@ QUICK = SearchSpace(
 )
 # A fixed number of runs per candidate: the forwards counted tell a candidate from a reference.
 # Counted runs: 3 samples, and a warm-up of its configured runs only (a time cap of nothing
-# leaves no time to the rule that warms a step up until it settles: `timing.settling`).
+# leaves no time to the rule that warms a step up until it settles: `settle.settling`).
 FIXED = SearchSpace(
     name="t",
     knobs={},

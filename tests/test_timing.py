@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
+from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
-from advisor.measure.timing import TimingPolicy, measure, reps_for, settling, warm_up
+from advisor.measure.timing import TimingPolicy, measure, reps_for, warm_up
 from tests.conftest import FakeClock
 
 CPU = torch.device("cpu")

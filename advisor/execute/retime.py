@@ -28,6 +28,7 @@ from advisor.knobs import GlobalFlags
 from advisor.measure.candidate import Candidate, Mode
 from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.results import TrialResult
+from advisor.measure.settle import settles
 from advisor.measure.stats import STRICT_Z, Measurement, combine, paired_speedup
 from advisor.measure.timing import (
     Clock,
@@ -124,8 +125,10 @@ class RetimeSession:
             self.before = [partial(prepare_flags, self.pristine, c.tuned) for c in self.cands]
             steps = [c.step for c in self.cands]
             self.first_ms: list[float] = []  # each finalist's first call here (a compile)
-            self.launch_ms = warm_up(steps, self.before, policy.warmup_runs,
-                                     self.sampler.clock, self.first_ms, device)  # fmt: skip
+            # on a CPU, only a finalist the process has not settled its layout for settles here
+            settled = [settles(workload, case, r.settings.memory_format) for r in results]
+            self.launch_ms = warm_up(steps, self.before, policy.warmup_runs, self.sampler.clock,
+                                     self.first_ms, device, settles=settled)  # fmt: skip
             synchronize(device)
         except BaseException:
             self.close()

@@ -36,6 +36,7 @@ from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.memory import PeakMemory
 from advisor.measure.results import TrialResult
+from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.timing import SCREENED, TimingPolicy, measure
 from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING
@@ -203,6 +204,7 @@ def _evaluate(
                 deadline=deadline,
                 after_first=memory.after_first,
                 resume=screen,
+                settle=settles(workload, case, settings.memory_format),
             )
             if not m.samples_ms:  # its first call used up the budget: nothing to compare
                 return TrialResult(

@@ -1,6 +1,8 @@
 """Measuring one candidate honestly, and what a measurement is.
 
 - `timing`: `measure()`, the `Sampler` (the one clock) and the one interleaving sampler.
+- `settle`: when a warm-up goes on until the step has settled (the first step in its layout in a
+  process).
 - `gpu_clock`: the GPU's side of it (an L2 flush, clocks brought up, a spin kernel).
 - `updates`: the optimizer updates of the timed step and the training check, without
   `torch.optim` (whose first use imports `torch._dynamo`).

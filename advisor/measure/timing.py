@@ -1,13 +1,13 @@
 """Honest timing: synchronised, warmed up, repeated until the median is known, raw samples kept.
 
 `measure()` runs a step once (its first-call cost recorded apart: lazy init, cuDNN's benchmark
-search, Triton compilation), warms up until the step has stopped getting faster (`settling`), then
-samples until the median's 95% confidence interval is within `target_rel_ci` of it or
-`max_time_s` is spent. Every sample, in a trial and in the
-interleaved re-time alike, is taken by one `Sampler`: CUDA events on a GPU, a synchronised host
-clock elsewhere (injectable, so tests of the statistics are exact). A step shorter than the
-policy's `min_sample_ms` is repeated back to back within one sample, so a sample is not dominated
-by launch latency or clock overhead.
+search, Triton compilation), warms up (on a CPU, the first step in its layout in a process until
+it has stopped getting faster: `settle`), then samples until the median's 95% confidence
+interval is within `target_rel_ci` of it or `max_time_s` is spent. Every sample, in a trial and
+in the interleaved re-time alike, is taken by one `Sampler`: CUDA events on a GPU, a
+synchronised host clock elsewhere (injectable, so tests of the statistics are exact). A step
+shorter than the policy's `min_sample_ms` is repeated back to back within one sample, so a
+sample is not dominated by launch latency or clock overhead.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ import torch
 
 from advisor.device.ops import cuda_ops, device_guard
 from advisor.measure.gpu_clock import hold_gpu
+from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, Race, median_ci, quantile
 
 Clock = Callable[[], float]
 SCREENED = "screened"  # how a screening measurement's `stopped` begins
-# A warm-up run this much faster than every run before it (after the first call): the step is
-# still getting faster, so its one-time costs are still being paid (`settling`)
-SETTLE_TOL = 0.05
 
 
 def synchronize(device: torch.device) -> None:
@@ -48,24 +46,6 @@ class TimingPolicy:
     max_time_s: float = 1.5
     min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
     max_reps: int = 100
-
-
-def settling(runs_ms: Sequence[float], tol: float = SETTLE_TOL) -> bool:
-    """Whether a step warming up is still getting faster: fewer than two runs after its first
-    call, or its last run or the one before it more than `tol` faster than every run before it
-    (so one jittery run does not end the warm-up of a step that was getting faster).
-
-    The one rule for the end of a warm-up (`measure`, `warm_up`) wherever a step is measured
-    first in a process: the default's trial, a screen, a trial, the re-time's and the final
-    check's finalists. One-time costs are not all paid by the first call (pages first touched,
-    oneDNN primitives for each pass, caches filled): a warm-up cut at a fixed count let the
-    rest into the samples. A step still paying beats its best run at every run; a settled one
-    beats it by more than `tol` ever more rarely as its runs add up."""
-
-    def beat(runs: Sequence[float]) -> bool:
-        return len(runs) >= 2 and runs[-1] < (1 - tol) * min(runs[:-1])
-
-    return len(runs_ms) < 2 or beat(runs_ms) or beat(runs_ms[:-1])
 
 
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:
@@ -188,15 +168,18 @@ def warm_up(
     first_ms: list[float] | None = None,
     device: torch.device | None = None,
     settle_s: float = TimingPolicy.max_time_s,
+    settles: Sequence[bool] | None = None,
 ) -> list[float]:
     """Run each step `runs` times (at least once), `before[i]` first, and, on a CPU `device`
     where `runs` asks for runs after the first call, on until the step has stopped getting
-    faster (`settling`, for at most `settle_s` a step); the host's time per call of each (what
-    `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms` receives each step's
-    first call (host time: a compile, lazy initialisation)."""
-    settle = device is not None and device.type != "cuda" and runs > 1
+    faster (`settling`, for at most `settle_s` a step; only the steps `settles` names, where
+    given: the first in their layout in the process, `settle.settles`); the host's time per
+    call of each (what `Sampler.launch_ms` needs to hold a GPU for queued calls). `first_ms`
+    receives each step's first call (host time: a compile, lazy initialisation)."""
+    cpu = device is not None and device.type != "cuda" and runs > 1
     launch_ms = []
-    for step, prep in zip(steps, before, strict=True):
+    for i, (step, prep) in enumerate(zip(steps, before, strict=True)):
+        settle = cpu and (settles is None or settles[i])
         t = 0.0
         after_first: list[float] = []  # each later run's time: whether the step has settled
         run = 0
@@ -259,6 +242,7 @@ def measure(
     deadline: float | None = None,
     after_first: Callable[[], None] | None = None,
     resume: Measurement | None = None,
+    settle: bool = True,
 ) -> Measurement:
     """Time `fn` (one step). `clock` replaces the timer (tests); `flush` runs outside each sample;
     `queue_ahead` times device work only (see `Sampler`); `race` stops sampling a candidate that
@@ -268,13 +252,15 @@ def measure(
     is done. `resume` is this step's screen (`Race.screen`), taken on the same built candidate:
     its first call and warm-up are not run again, one call re-warms it (other candidates ran
     since), and the samples start afresh (a screen's early samples can sit above the steady
-    state: they stay the screen's)."""
+    state: they stay the screen's). `settle`: on a CPU the warm-up goes on until the step has
+    settled (`settling`); False where the process has settled one in its layout
+    (`settle.settles`): the policy's runs."""
     with device_guard(device):
         sampler = Sampler(device, clock, flush, queue_ahead)
         if resume is not None:
             return _sample(fn, device, policy, sampler, race, deadline, *_rewarm(fn, device,
                                                                                 sampler, resume))
-        return _measure(fn, device, policy, sampler, race, deadline, after_first)
+        return _measure(fn, device, policy, sampler, race, deadline, after_first, settle)
 
 
 def _rewarm(
@@ -300,6 +286,7 @@ def _measure(
     race: Race | None = None,
     deadline: float | None = None,
     after_first: Callable[[], None] | None = None,
+    settle: bool = True,
 ) -> Measurement:
     clock = sampler.clock
     synchronize(device)
@@ -325,9 +312,10 @@ def _measure(
     warm_ms: list[float] = []  # on a CPU, each warm-up run's own time (evidence for a race)
     # A warm-up asked for goes on until the step has settled, within a measurement's time (on a
     # CPU: a GPU's warm-up runs are its launches, its one-time costs its first call's)
+    settle = settle and device.type != "cuda"
     settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
     while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
-        warm > 0 and device.type != "cuda" and settling(warm_ms) and clock() < settle_until
+        settle and warm > 0 and settling(warm_ms) and clock() < settle_until
     ):
         t = clock()
         fn()

@@ -102,6 +102,12 @@ class Workload:
                 return p.dtype
         return torch.float32
 
+    @functools.cached_property
+    def warmed(self) -> set[tuple[int, str]]:
+        """(shape case, memory format) of each step this process has warmed up until it settled
+        (`advisor.measure.settle`): one-time costs a later step in that layout does not pay."""
+        return set()
+
     @property
     def shape_cases(self) -> tuple[ShapeCase, ...]:
         return self.cases or (ShapeCase(1.0, self.example_inputs, self.example_kwargs),)

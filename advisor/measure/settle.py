@@ -1,0 +1,49 @@
+"""When a warm-up goes on until the step has settled: once per layout in a process.
+
+A workload's one-time costs are not all paid by its first call (pages first touched, oneDNN
+primitives created for each pass, caches filled): a warm-up cut at a fixed count let the rest
+into the samples of the first measurement in a process (issue 56: the default's trial, 3x its
+re-time). So the first step a process measures in a memory format warms up until it has stopped
+getting faster (`settling`). A later step in that layout starts from a process that has paid
+them (its buffers' pages touched, the allocator's heap grown) and warms up with the policy's runs
+(`warmup_runs`, `warmup_s`), as every step did before issue 56. Settling every candidate and
+every re-time finalist again (two runs at least after each one faster than all before it) took
+small_cnn's quick train run on a quiet 2-core Xeon 1.4-2.0 s of warm-up against 0.8-0.9 s with
+the policy's runs alone (issue 55, item 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from advisor.workload.build import Workload
+
+# A warm-up run this much faster than every run before it (after the first call): the step is
+# still getting faster, so its one-time costs are still being paid (`settling`)
+SETTLE_TOL = 0.05
+
+
+def settling(runs_ms: Sequence[float], tol: float = SETTLE_TOL) -> bool:
+    """Whether a step warming up is still getting faster: fewer than two runs after its first
+    call, or its last run or the one before it more than `tol` faster than every run before it
+    (so one jittery run does not end the warm-up of a step that was getting faster).
+
+    The one rule for the end of a warm-up that settles (`timing.measure`, `timing.warm_up`):
+    a step still paying beats its best run at every run; a settled one beats it by more than
+    `tol` ever more rarely as its runs add up."""
+
+    def beat(runs: Sequence[float]) -> bool:
+        return len(runs) >= 2 and runs[-1] < (1 - tol) * min(runs[:-1])
+
+    return len(runs_ms) < 2 or beat(runs_ms) or beat(runs_ms[:-1])
+
+
+def settles(workload: Workload, case: int, memory_format: str) -> bool:
+    """Whether a step of `workload` (shape case `case`) in `memory_format` warms up until it
+    settles: the first this process measures in that layout (the default's trial, the first
+    channels_last candidate, each finalist of the final check's fresh process). Asking records
+    it: later steps in that layout warm up with the policy's runs."""
+    key = (case, memory_format)
+    first = key not in workload.warmed
+    workload.warmed.add(key)
+    return first
