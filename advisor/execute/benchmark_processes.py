@@ -154,6 +154,20 @@ class BenchmarkSplit:
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
         return self._for(settings.cudnn_benchmark).gate(settings, time_left_s=time_left_s)
 
+    def prime(self, twins: list[Settings]) -> str | None:
+        """The flag's process runs each twin's first call, in order, before anything else
+        (`advisor.execute.first_calls`); None, or why it could not (the twins' trials then
+        take their own first calls)."""
+        ev = self._for(True)
+        if not isinstance(ev, IsolatedEvaluator):
+            return f"no process of its own ({type(ev).__name__})"
+        try:
+            reply = ev.ask(("prime", [t.model_dump_json() for t in twins]),
+                           ev.timeout_s * max(1, len(twins)))  # fmt: skip
+        except RetimeFailed as e:
+            return str(e)
+        return None if reply[0] == "primed" else str(reply[1])
+
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:

@@ -189,12 +189,12 @@ def _gate_only(
     settle_cpu_allocator()
     checked = Checked(0.0 if mode == "train" else None)
     t_gate = time.perf_counter()
-    for case, ref in enumerate(gate.cases):
+    for case in range(len(gate.cases)):  # each reference read after its timing
         cand: Candidate | None = None
         failure = None
         try:
             cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
-            checked.add(cand, settings, gate, ref, mode)
+            checked.add(cand, settings, gate, gate.cases[case], mode)
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash

@@ -184,7 +184,7 @@ def _evaluate(
     defer = settings.compiled and gate.dropout and race is not None and race.defer_gate
     pending = False
     screen = parked.screen if parked is not None else None
-    for case, ref in enumerate(gate.cases):
+    for case in range(len(gate.cases)):  # each reference read after its timing
         cand: Candidate | None = None
         failure = lost = None
         try:
@@ -238,7 +238,7 @@ def _evaluate(
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
                 t0 = time.perf_counter()
-                checked.add(cand, settings, gate, ref, mode)
+                checked.add(cand, settings, gate, gate.cases[case], mode)
                 gate_s += time.perf_counter() - t0
         except torch.OutOfMemoryError:
             failure = "out of memory"

@@ -108,6 +108,7 @@ def worker_main(
     before it became a worker (the probe's child); by default, the state found here at start.
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     become_child()
+    from advisor.execute.first_calls import prime, with_first_calls
     from advisor.execute.gating import gate_only
     from advisor.execute.park import Park
     from advisor.execute.retime import RetimeSession, retime, retime_policy
@@ -135,6 +136,7 @@ def worker_main(
     home = (info_json, workload, gate)
     session: Any = None  # a re-time served one sample at a time
     park = Park(dev)  # screened candidates kept for their full timing (advisor.execute.park)
+    primed: dict[str, list[float]] = {}  # first calls taken before anything else (`prime`)
     conn.send(("ready", None))
     while True:
         try:
@@ -184,6 +186,13 @@ def worker_main(
                     reply = ("closed", None)
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
+        elif isinstance(msg, tuple) and msg[0] == "prime":
+            try:  # cudnn.benchmark's twins: their first calls before anything else runs here
+                twins = [Settings.model_validate_json(j) for j in msg[1]]
+                primed.update(prime(workload, twins, dev, mode, gate.seed))
+                reply = ("primed", None)
+            except Exception as e:  # noqa: BLE001 - the twins' trials then say what fails
+                reply = ("error", first_line(e))
         elif isinstance(msg, tuple) and msg[0] == "gate":
             _, settings_json, time_left_s, known = msg
             settings = Settings.model_validate_json(settings_json)
@@ -203,6 +212,8 @@ def worker_main(
                                   time_left_s=time_left_s, park=park)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = TrialResult(settings=settings, status="failed", reason=first_line(e))
+            if settings_json in primed:
+                result = with_first_calls(result, primed.pop(settings_json))
             reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state
         try:

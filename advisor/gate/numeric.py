@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -145,6 +145,34 @@ class Tolerance:
         return verdict
 
 
+class References(Sequence[Captured]):
+    """The fp32 reference's answer per shape case, each captured when first read: its length
+    is known before any is computed."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+        self._got: dict[int, Captured] = {}
+
+    def __len__(self) -> int:
+        return len(self._gate.workload.shape_cases)
+
+    @overload
+    def __getitem__(self, i: int) -> Captured: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Captured]: ...
+
+    def __getitem__(self, i: int | slice) -> Captured | Sequence[Captured]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        if i not in self._got:
+            self._got[i] = self._gate._capture(REFERENCE, i, torch.float32)
+        return self._got[i]
+
+
 class Gate:
     """The references every candidate of one workload is judged against (computed once)."""
 
@@ -169,21 +197,25 @@ class Gate:
         # same convolutions (`advisor.execute.benchmark_processes`).
         self.cudnn_benchmark = cudnn_benchmark
         self.param_dtype = workload.param_dtype
-        # The fp32 answer per shape; the noise floor and the yardsticks are computed when a
-        # verdict needs them (most candidates pass on the space's tolerances alone).
-        self.cases = [
-            self._capture(REFERENCE, case, torch.float32)
-            for case in range(len(workload.shape_cases))
-        ]
-        # Whether the step draws dropout masks: a compiled candidate is captured under the
-        # canonical masks only then (Dynamo compiles the model once more for an active mode).
-        self.dropout = any(c.dropouts for c in self.cases)
+        # The fp32 answer per shape, computed at the first verdict that reads it, after that
+        # candidate's timed steps: in cudnn.benchmark's process the references' convolutions
+        # would otherwise be searched before the first twin's first call, which then reads a
+        # cached plan instead of the search a fresh process pays. The noise floor and the
+        # yardsticks are computed when a verdict needs them too (most candidates pass on the
+        # space's tolerances alone).
+        self.cases = References(self)
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
         # the training checks' shared fp32 side, per (seed, check settings)
         self._fp32_runs: dict[tuple[int, PrecisionCheckSettings], Fp32Runs] = {}
         self.layers = LayerCheck(self)
+
+    @property
+    def dropout(self) -> bool:
+        """Whether the step draws dropout masks: a compiled candidate is captured under the
+        canonical masks only then (Dynamo compiles the model once more for an active mode)."""
+        return any(c.dropouts for c in self.cases)
 
     # ---- references ----------------------------------------------------------------------------
 

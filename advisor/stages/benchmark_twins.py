@@ -17,10 +17,12 @@ races the fastest accepted candidate as a trial does: one that cannot win stops 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
 
+from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
@@ -29,6 +31,8 @@ from advisor.space import SearchSpace, benchmark_finalists
 from advisor.stages.later import measure_later
 
 __all__ = ["benchmark_twins", "run_benchmark_twins"]
+
+log = logging.getLogger("advisor")
 
 # What a twin is assumed to take before one was measured: cuDNN's search on ResNet-50 (H200).
 FIRST_TWIN_S = 15.0
@@ -73,6 +77,10 @@ def run_benchmark_twins(
     twins = benchmark_twins(outcome, space, device, count)
     if not twins:
         return []
+    if isinstance(evaluator, BenchmarkSplit):  # a fresh process's searches, nothing before them
+        why = evaluator.prime(twins)
+        if why is not None:
+            log.warning("cudnn.benchmark's first calls could not be taken first: %s", why)
     leader = _accepted(outcome)[0].measurement  # the fastest finalist, whose twin came first
     race = space.race_against(leader.ci_high_ms) if space.race and leader is not None else None
     return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,

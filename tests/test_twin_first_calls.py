@@ -1,0 +1,82 @@
+"""A cudnn.benchmark twin's first call is the search a fresh process pays: nothing runs the same
+convolutions before it in the flag's process (advisor/execute/first_calls.py).
+
+On an H200 the gate's fp32 references, computed when the flag's worker started, searched the
+plans of `tf32=off` (contiguous, fp32, TF32 off): that twin's first call then took 9 ms, against
+0.55 s in a fresh process. Through the CUDA stand-in (tests/standins/cuda_on_cpu.py), the model
+below stands in for cuDNN's plan cache as the stand-in does for the CUDA runtime: with
+cudnn.benchmark on, the first forward of each (layout, TF32, autocast) key in a process waits
+SEARCH_S, as a search would; later ones do not. The tests check which first call is read, not
+speed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.execute.make_evaluator import new_evaluator
+from advisor.knobs import Settings
+from advisor.space import load_space
+from advisor.workload.args import make_workload
+from tests.conftest import DATA
+
+SPACE = str(DATA / "cuda_quick.yaml")
+SEARCH_S = 0.4
+PLAN_NET = f"""import time, torch
+from torch import nn
+SEEN = set()
+class Net(nn.Sequential):
+    def forward(self, x):
+        if torch.backends.cudnn.benchmark and x.shape[0] != 1:
+            key = (x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
+                   torch.backends.cudnn.allow_tf32, torch.is_autocast_enabled(x.device.type))
+            if key not in SEEN:
+                SEEN.add(key)
+                time.sleep({SEARCH_S})
+        return super().forward(x)
+def build_model():
+    torch.manual_seed(0)
+    return Net(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3))
+def example_inputs():
+    return (torch.randn(2, 3, 12, 12),)
+"""
+# The references' own key (contiguous, fp32, TF32 off), and another
+REF_KEY = Settings(tf32="off", cudnn_benchmark=True)
+OTHER = Settings(memory_format="channels_last", cudnn_benchmark=True)
+
+
+def _split(tmp_path: Path):  # type: ignore[no-untyped-def]
+    net = tmp_path / "plan_net.py"
+    net.write_text(PLAN_NET)
+    cuda = torch.device("cuda")
+    return new_evaluator(make_workload(model_file=str(net)), cuda, load_space(SPACE, cuda),
+                         "train", isolate=True, timeout_s=120)  # fmt: skip
+
+
+@pytest.mark.slow  # two worker processes through the stand-in (about 10 s)
+@pytest.mark.usefixtures("cuda_standin")
+def test_primed_twins_each_report_their_own_fresh_search(tmp_path: Path) -> None:
+    ev = _split(tmp_path)
+    try:
+        assert ev.prime([OTHER, REF_KEY]) is None
+        first, second = ev(OTHER), ev(REF_KEY)  # the second after the first's gate
+    finally:
+        ev.close()
+    for r in (first, second):
+        assert r.status == "ok" and r.measurement is not None, r.reason
+        assert r.measurement.first_call_ms is not None
+        assert r.measurement.first_call_ms >= SEARCH_S * 1e3, r.settings.label()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cuda_standin")
+def test_the_gate_s_references_do_not_search_before_the_first_twin(tmp_path: Path) -> None:
+    ev = _split(tmp_path)
+    try:
+        r = ev(REF_KEY)  # no priming: the worker's start computed no reference
+    finally:
+        ev.close()
+    assert r.status == "ok" and r.measurement is not None, r.reason
+    assert (r.measurement.first_call_ms or 0.0) >= SEARCH_S * 1e3
