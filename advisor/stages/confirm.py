@@ -61,11 +61,14 @@ def runner_up(
     results: Sequence[TrialResult], pick: TrialResult, baseline: TrialResult
 ) -> TrialResult | None:
     """The fastest accepted, re-timed candidate of another family than `pick` (and not the
-    default, which is timed anyway); None where there is none."""
+    default, which is timed anyway); None where there is none. It shares the pick's
+    cudnn.benchmark value: the check times all three in one process, and cuDNN's plan cache
+    ignores the flag (`advisor.execute.benchmark_processes`)."""
     others = [
         r for r in results
         if r.status == "ok" and r.retimed and r.measurement is not None
         and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
+        and r.settings.cudnn_benchmark == pick.settings.cudnn_benchmark
     ]  # fmt: skip
     return min(others, key=lambda r: r.median_ms, default=None)
 
