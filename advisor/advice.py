@@ -14,12 +14,7 @@ from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note, first_call_s, searched_by
 from advisor.search.pick import Pick, pick_for_steps, speedup_over
-from advisor.stages.confirm import (
-    after_challenge,
-    after_final_check,
-    first_step_note,
-    runner_held,
-)
+from advisor.stages.confirm import after_challenge, after_final_check, first_step_note, runner_held
 from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
 from advisor.workload.info import WorkloadInfo
@@ -150,6 +145,7 @@ def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:
 
 def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
     m = r.measurement
+    own = r.replaced[0] if r.replaced else m  # the trial's own phases, before any re-time
     row: dict[str, Any] = {
         "trial": number if number >= 0 else None,
         **r.settings.model_dump(exclude={"layers"}),
@@ -165,6 +161,8 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         iqr_ms=m.iqr_ms if m else math.nan,
         samples=len(m.samples_ms) if m else 0,
         first_call_ms=m.first_call_ms if m else math.nan,
+        warmup_s=own.warmup_s if own and own.warmup_s is not None else math.nan,
+        sampling_s=own.sampling_s if own and own.sampling_s is not None else math.nan,
         compile_cold_s=r.compile_cold_s if r.compile_cold_s is not None else math.nan,
         compile_warm_s=r.compile_warm_s if r.compile_warm_s is not None else math.nan,
         compile_start_s=r.compile_start_s if r.compile_start_s is not None else math.nan,

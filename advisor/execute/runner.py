@@ -38,7 +38,8 @@ from advisor.measure.memory import PeakMemory
 from advisor.measure.results import TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement, Race, combine
-from advisor.measure.timing import SCREENED, TimingPolicy, measure
+from advisor.measure.stopping import SCREENED
+from advisor.measure.timing import TimingPolicy, measure
 from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload

@@ -63,6 +63,10 @@ class Measurement(BaseModel):
     warmup_runs: int = 0
     reps: int = 1  # calls per sample
     stopped: str | None = None  # why sampling stopped before the policy's rule (race, budget)
+    # Wall time of the warm-up after the first call, and of the sampling with its untimed calls
+    # (a trial's harness, where the trials file shows it; None where not taken by `measure`)
+    warmup_s: float | None = None
+    sampling_s: float | None = None
 
     @property
     def _sorted(self) -> list[float]:

@@ -1,0 +1,71 @@
+"""When a measurement's sampling stops (`timing.measure`), and how many samples a GPU batch takes.
+
+The rules, looked at after every sample: the policy's (`max_samples`; from `min_samples`, the
+median's interval within `target_rel_ci`, or `max_time_s` spent), a screen's, the race's sign
+test and the run's time budget.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.measure.stats import Race, median_ci, quantile
+
+if TYPE_CHECKING:
+    from advisor.measure.timing import Clock, TimingPolicy
+
+__all__ = ["BATCH_MS", "MAX_BATCH", "SCREENED", "batch_size", "enough"]
+
+SCREENED = "screened"  # how a screening measurement's `stopped` begins
+
+# A batch of samples on a GPU spans about this long: short enough that the race and the
+# policy's rule, judged per sample, waste little past the sample that stops them
+BATCH_MS = 100.0
+MAX_BATCH = 16
+
+
+def batch_size(samples: list[float], reps: int) -> int:
+    """One sample first, then as many as fill `BATCH_MS` at the median so far."""
+    if not samples:
+        return 1
+    per_sample_ms = quantile(sorted(samples), 0.5) * reps
+    return max(1, min(MAX_BATCH, int(BATCH_MS / max(per_sample_ms, 1e-3))))
+
+
+def enough(
+    samples: list[float],
+    policy: TimingPolicy,
+    race: Race | None,
+    warm_ms: list[float],
+    deadline: float | None,
+    clock: Clock,
+    start: float,
+) -> tuple[bool, str | None]:
+    """Whether sampling stops after the last sample, and why where it is not the policy's
+    rule (the race, the screen, the budget)."""
+    n = len(samples)
+    if n >= policy.max_samples:
+        return True, None
+    if race is not None and race.screen is not None and (
+        n >= race.screen or race.screened_out(samples, warm_ms[:2])
+    ):
+        return True, f"{SCREENED} after {n} samples"
+    if race is not None and race.lost(samples, warm_ms[:2]):
+        return True, (
+            f"stopped after {n} samples: slower than the best candidate's "
+            f"{race.limit_ms:.3f} ms (sign test, p <= {race.alpha:g})"
+        )
+    if deadline is not None and clock() >= deadline and n >= 3:
+        why = f"stopped after {n} samples: the time budget ran out"
+        if race is not None and quantile(sorted(samples), 0.5) > race.limit_ms:
+            why += f", slower than the best candidate's {race.limit_ms:.3f} ms"
+        return True, why
+    if n >= policy.min_samples:
+        s = sorted(samples)
+        lo, hi = median_ci(s)
+        med = quantile(s, 0.5)
+        if med > 0 and (hi - lo) / 2 / med <= policy.target_rel_ci:
+            return True, None
+        if clock() - start >= policy.max_time_s:
+            return True, None
+    return False, None
