@@ -7,7 +7,8 @@
 - `isolate`, `worker_process`, `probe`: worker subprocesses (time limits, crashes, hangs), the
   loop they run, and the first run of a model file's code in one.
 - `retime`: the finalists re-timed together, interleaved; `benchmark_processes`: a process per
-  `cudnn.benchmark` value on CUDA.
+  `cudnn.benchmark` value on CUDA; `first_calls`: its twins' first calls, taken before anything
+  else runs there.
 - `payback`: a compiled candidate timed beside its eager rival, stopped before the gate's capture
   when its cold compile cannot pay back within the horizon.
 - `children`: how a child process starts (forked from a server that imported torch, or spawned);

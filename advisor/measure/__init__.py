@@ -1,6 +1,7 @@
 """Measuring one candidate honestly, and what a measurement is.
 
 - `timing`: `measure()`, the `Sampler` (the one clock) and the one interleaving sampler.
+- `stopping`: when a measurement's sampling stops, and how many samples a GPU batch takes.
 - `settle`: when a warm-up goes on until the step has settled (the first step in its layout in a
   process).
 - `gpu_clock`: the GPU's side of it (an L2 flush, clocks brought up, a spin kernel).

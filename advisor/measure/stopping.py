@@ -7,12 +7,23 @@ test and the run's time budget.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from advisor.measure.stats import Race, median_ci, quantile
 
-if TYPE_CHECKING:
-    from advisor.measure.timing import Clock, TimingPolicy
+
+class Policy(Protocol):
+    """What of `timing.TimingPolicy` the rules read."""
+
+    @property
+    def min_samples(self) -> int: ...
+    @property
+    def max_samples(self) -> int: ...
+    @property
+    def target_rel_ci(self) -> float: ...
+    @property
+    def max_time_s(self) -> float: ...
 
 __all__ = ["BATCH_MS", "MAX_BATCH", "SCREENED", "batch_size", "enough"]
 
@@ -34,11 +45,11 @@ def batch_size(samples: list[float], reps: int) -> int:
 
 def enough(
     samples: list[float],
-    policy: TimingPolicy,
+    policy: Policy,
     race: Race | None,
     warm_ms: list[float],
     deadline: float | None,
-    clock: Clock,
+    clock: Callable[[], float],
     start: float,
 ) -> tuple[bool, str | None]:
     """Whether sampling stops after the last sample, and why where it is not the policy's
