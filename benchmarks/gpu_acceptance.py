@@ -329,7 +329,10 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="instead of the plan: this model file at --efforts, then its re-time",
     )
-    ap.add_argument("--efforts", nargs="+", default=["quick"], choices=["quick", "default"])
+    ap.add_argument("--efforts", nargs="+", choices=["quick", "default"],
+                    help="the plan's advise runs at these efforts alone (--model-file: quick)")
+    ap.add_argument("--no-retime", action="store_true",
+                    help="no re-time parts: their time goes to the advise runs")
     ap.add_argument(
         "--variants",
         nargs="+",
@@ -356,13 +359,17 @@ def main(argv: list[str] | None = None) -> int:
                   "is lent, or pass --device cpu for a smoke run)", file=sys.stderr)  # fmt: skip
             return 2
     models = dict(MODELS)
-    plan = [p for p in PLAN if not args.only or p.model in args.only]
+    plan = [p for p in PLAN if (not args.only or p.model in args.only)
+            and (p.kind == "retime" or not args.efforts or p.effort in args.efforts)]  # fmt: skip
     if args.model_file:
         name = args.model_file.stem
         models = {name: args.model_file.resolve()}
-        share = args.deadline_s / (len(args.efforts) + 1)
-        plan = [*(Part("advise", name, e, share) for e in args.efforts),
+        efforts = args.efforts or ["quick"]
+        share = args.deadline_s / (len(efforts) + 1)
+        plan = [*(Part("advise", name, e, share) for e in efforts),
                 Part("retime", name, None, share)]  # fmt: skip
+    if args.no_retime:
+        plan = [p for p in plan if p.kind == "advise"]
     run_acceptance(plan, models, args, argv)
     return 0
 
