@@ -76,10 +76,11 @@ def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
         from advisor.workload.build import model_workload
 
         w = model_workload(example.__file__)
-        cand = Candidate(w, Settings(amp="bf16"), torch.device("cpu"), "train")
-        for _ in range(2):
-            cand.step()
-        cand.close()
+        for amp in ("bf16", "fp16"):  # fp16: its GradScaler steps through ZeroLrSgd too
+            cand = Candidate(w, Settings(amp=amp), torch.device("cpu"), "train")
+            for _ in range(2):
+                cand.step()
+            cand.close()
         args, kwargs = w.make_call(torch.device("cpu"), 0, 0)
         out = build_model()(*args)
         losses = train(w, Settings(), torch.device("cpu"), [(args, kwargs)],
@@ -91,3 +92,30 @@ def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "no dynamo"
+
+
+def test_a_grad_scaler_unscales_and_skips_through_zero_lr_sgd_as_through_torch_optim() -> None:
+    # The timed fp16 step's GradScaler steps through ZeroLrSgd (no torch.optim, no import of
+    # torch._dynamo): the same unscaled gradients, the same skipped step on an overflow.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    got: dict[str, list[torch.Tensor]] = {}
+    for name in ("zero_lr_sgd", "torch_optim"):
+        params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+        opt = (ZeroLrSgd(params) if name == "zero_lr_sgd"
+               else torch.optim.SGD(params, lr=0.0))  # fmt: skip
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        loss = torch.nn.functional.linear(x, params[0], params[1]).square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # type: ignore[arg-type]
+        scaler.update()
+        assert scaler.get_scale() == 2.0**10  # finite gradients: the scale kept
+        assert all(torch.equal(p, q) for p, q in zip(params, model.parameters(), strict=True))
+        got[name] = [p.grad.clone() for p in params if p.grad is not None]
+        params[0].grad.fill_(float("inf"))  # type: ignore[union-attr]
+        scaler.step(opt)  # type: ignore[arg-type]
+        scaler.update()
+        assert scaler.get_scale() == 2.0**9  # an overflow: the step skipped, the scale backed off
+    for a, b in zip(got["zero_lr_sgd"], got["torch_optim"], strict=True):
+        assert torch.equal(a, b)  # unscaled alike

@@ -175,7 +175,7 @@ class Candidate:
         self.inputs = tuple(prepared[: len(args)])
         self.kwargs: dict[str, Any] = dict(zip(kwargs, prepared[len(args) :], strict=True))
         self._grad_outputs: list[torch.Tensor] | None = None
-        self._opt: torch.optim.Optimizer | ZeroLrSgd | None = None
+        self._opt: ZeroLrSgd | None = None
         self._params = [p for p in self.tuned.module.parameters() if p.requires_grad]
         # A layer on a GPU is timed with its calls queued ahead: its step must not sync.
         self._sync_free = workload.is_layer and device.type == "cuda"
@@ -184,13 +184,10 @@ class Candidate:
         self._direct = workload.is_layer
         self._direct_grads: list[torch.Tensor] | None = None
         if mode == "train" and self._params and optimizer:
-            # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was.
-            # A GradScaler steps through a torch.optim optimizer; otherwise the same update
-            # without torch.optim's import of torch._dynamo (`advisor.measure.updates`).
-            if self.tuned.scaler is None:
-                self._opt = ZeroLrSgd(self._params)
-            else:
-                self._opt = torch.optim.SGD(self._params, lr=0.0)
+            # lr=0: the update costs what it costs, and p + 0·g leaves every weight as it was:
+            # torch.optim.SGD's update without torch.optim's import of torch._dynamo, a
+            # GradScaler's too (`advisor.measure.updates`).
+            self._opt = ZeroLrSgd(self._params)
 
     # ---- the step ----------------------------------------------------------------------------
 
