@@ -21,6 +21,7 @@ from advisor.config import FinalCheck
 from advisor.device.environment import resolve_device
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.errors import AdvisorError
+from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.probe import hand_over, launch_worker, probe_model
 from advisor.measure.machine_load import CpuUsage, busy_warning
@@ -28,7 +29,13 @@ from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
 from advisor.search.pick import Pick, paired, pick_final, pick_for_steps, speedup_over
 from advisor.search.storage import open_storage
-from advisor.space import SearchSpace, compile_modes, load_space, with_tolerances
+from advisor.space import (
+    SearchSpace,
+    benchmark_finalists,
+    compile_modes,
+    load_space,
+    with_tolerances,
+)
 from advisor.stages.benchmark_twins import run_benchmark_twins
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
@@ -163,6 +170,9 @@ def run_advise(
             open_storage(storage)  # a storage that cannot be opened is bad input: said first
         if probed is None:
             launch_worker(evaluator)  # its start overlaps the study's opening and planning
+        twins_ahead = level.benchmark_finalists > 0 and benchmark_finalists(sp, dev)
+        if isinstance(evaluator, BenchmarkSplit) and twins_ahead:
+            evaluator.launch_on()  # cudnn.benchmark's process loads while the search runs
         clock.until_now(LOAD)
         # The stages share what the start-up and the load left of the budget.
         plan = budget_plan(start, budget_s or sp.budget.time_s, sp, per_layer,

@@ -60,8 +60,9 @@ def test_a_quick_cuda_run_searches_twice_at_most_in_one_process_of_its_own(
     assert sum(values == {"True"} for values in forwards.values()) == 1, forwards
     cfg = load_config(out)
     assert cfg.result is not None and cfg.result.trials == 6 + len(benchmarked)
-    # The flag's process started during the global knobs, and the Time line says what it cost.
-    assert cfg.result.stage_s.get("global knobs: process starts", 0.0) > 0.0, cfg.result.stage_s
+    # The flag's process loaded beside the search (`BenchmarkSplit.launch_on`), and the Time
+    # line names what the twins still waited for it (0 where it was ready).
+    assert "global knobs: process starts" in cfg.result.stage_s, cfg.result.stage_s
 
 
 def _result(settings: Settings, median_ms: float, first_ms: float) -> TrialResult:

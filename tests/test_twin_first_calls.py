@@ -80,3 +80,21 @@ def test_the_gate_s_references_do_not_search_before_the_first_twin(tmp_path: Pat
         ev.close()
     assert r.status == "ok" and r.measurement is not None, r.reason
     assert (r.measurement.first_call_ms or 0.0) >= SEARCH_S * 1e3
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cuda_standin")
+def test_the_flag_s_process_starts_loading_before_its_first_task(tmp_path: Path) -> None:
+    from advisor.execute.isolate import IsolatedEvaluator
+
+    ev = _split(tmp_path)
+    try:
+        ev.launch_on()  # as the run does before its search
+        on = ev._on
+        assert isinstance(on, IsolatedEvaluator)
+        assert on._proc is not None and on._proc.is_alive()  # loading, not waited for
+        assert ev.prime([REF_KEY]) is None  # its first task waits for it, then runs
+        r = ev(REF_KEY)
+    finally:
+        ev.close()
+    assert r.status == "ok" and (r.measurement.first_call_ms or 0.0) >= SEARCH_S * 1e3  # type: ignore[union-attr]

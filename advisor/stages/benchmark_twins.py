@@ -9,10 +9,11 @@ so it is tried on the best `count` accepted candidates of the benchmark-off sear
 and default effort, three at full: `Effort.benchmark_finalists`), the fastest first.
 
 They run in the run's process for the flag (`advisor.execute.benchmark_processes`: cuDNN's plan
-cache ignores it), started at the first twin, so the first twin's first call is a fresh
-process's search: what the user pays at the start of training, and what the cudnn.benchmark
-note, the `Worth it:` line and the `--steps` bill read (`compile_bill.searched_by`). Each twin
-races the fastest accepted candidate as a trial does: one that cannot win stops before its gate.
+cache ignores it), which loads the model beside the search and runs nothing before the twins'
+first calls (`advisor.execute.first_calls`): each is a fresh process's search, what the user
+pays at the start of training, and what the cudnn.benchmark note, the `Worth it:` line and the
+`--steps` bill read (`compile_bill.searched_by`). Each twin races the fastest accepted
+candidate as a trial does: one that cannot win stops before its gate.
 """
 
 from __future__ import annotations
