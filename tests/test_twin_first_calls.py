@@ -98,3 +98,21 @@ def test_the_flag_s_process_starts_loading_before_its_first_task(tmp_path: Path)
     finally:
         ev.close()
     assert r.status == "ok" and (r.measurement.first_call_ms or 0.0) >= SEARCH_S * 1e3  # type: ignore[union-attr]
+
+
+def test_primed_first_calls_replace_each_shape_s_and_their_sum() -> None:
+    from advisor.execute.first_calls import with_first_calls
+    from advisor.measure.results import TrialResult
+    from advisor.measure.stats import Measurement
+
+    per = [Measurement(samples_ms=[2.0] * 5, first_call_ms=3.0),
+           Measurement(samples_ms=[4.0] * 5, first_call_ms=5.0)]  # fmt: skip
+    r = TrialResult(settings=OTHER, status="ok", per_shape=per,
+                    measurement=Measurement(samples_ms=[3.0] * 5, first_call_ms=8.0))  # fmt: skip
+    got = with_first_calls(r, [400.0, 600.0])
+    assert [m.first_call_ms for m in got.per_shape or []] == [400.0, 600.0]
+    assert got.measurement is not None and got.measurement.first_call_ms == 1000.0
+    one = TrialResult(settings=OTHER, status="ok", measurement=per[0])
+    assert with_first_calls(one, [420.0]).measurement.first_call_ms == 420.0  # type: ignore[union-attr]
+    failed = TrialResult(settings=OTHER, status="failed", reason="x")
+    assert with_first_calls(failed, [1.0]) == failed  # nothing measured: nothing to replace
