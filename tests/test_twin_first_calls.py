@@ -116,3 +116,16 @@ def test_primed_first_calls_replace_each_shape_s_and_their_sum() -> None:
     assert with_first_calls(one, [420.0]).measurement.first_call_ms == 420.0  # type: ignore[union-attr]
     failed = TrialResult(settings=OTHER, status="failed", reason="x")
     assert with_first_calls(failed, [1.0]) == failed  # nothing measured: nothing to replace
+
+
+def test_references_are_taken_at_once_except_in_the_flag_s_process() -> None:
+    from advisor.gate.numeric import Gate
+
+    cpu = torch.device("cpu")
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), cpu)
+    # PyTorch's default's process: at once, with no candidate alive beside them
+    assert len(Gate(workload, cpu, "train", space).cases._got) == len(workload.shape_cases)
+    flag = Gate(workload, cpu, "train", space, cudnn_benchmark=True)
+    assert flag.cases._got == {} and len(flag.cases) == len(workload.shape_cases)  # not yet
+    assert flag.cases[0].outputs and set(flag.cases._got) == {0}  # taken when first read

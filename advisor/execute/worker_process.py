@@ -190,6 +190,7 @@ def worker_main(
             try:  # cudnn.benchmark's twins: their first calls before anything else runs here
                 twins = [Settings.model_validate_json(j) for j in msg[1]]
                 primed.update(prime(workload, twins, dev, mode, gate.seed))
+                gate.cases.load()  # now: the twins' plans are searched, nothing else is alive
                 reply = ("primed", None)
             except Exception as e:  # noqa: BLE001 - the twins' trials then say what fails
                 reply = ("error", first_line(e))

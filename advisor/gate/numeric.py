@@ -156,6 +156,11 @@ class References(Sequence[Captured]):
     def __len__(self) -> int:
         return len(self._gate.workload.shape_cases)
 
+    def load(self) -> None:
+        """Capture every shape's reference now."""
+        for i in range(len(self)):
+            self[i]
+
     @overload
     def __getitem__(self, i: int) -> Captured: ...
 
@@ -197,13 +202,16 @@ class Gate:
         # same convolutions (`advisor.execute.benchmark_processes`).
         self.cudnn_benchmark = cudnn_benchmark
         self.param_dtype = workload.param_dtype
-        # The fp32 answer per shape, computed at the first verdict that reads it, after that
-        # candidate's timed steps: in cudnn.benchmark's process the references' convolutions
-        # would otherwise be searched before the first twin's first call, which then reads a
-        # cached plan instead of the search a fresh process pays. The noise floor and the
-        # yardsticks are computed when a verdict needs them too (most candidates pass on the
-        # space's tolerances alone).
+        # The fp32 answer per shape: computed now, with no candidate alive beside it (its memory
+        # is a model's more), except in cudnn.benchmark's process. There the references'
+        # convolutions would be searched before the twins' first calls, which would then read
+        # cached plans instead of the search a fresh process pays: that process computes them
+        # once the twins' first calls are taken (`execute.first_calls`), or at the first verdict
+        # that reads them. The noise floor and the yardsticks are computed when a verdict needs
+        # them (most candidates pass on the space's tolerances alone).
         self.cases = References(self)
+        if not cudnn_benchmark:
+            self.cases.load()
         self._noise: Errors | None = None
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
