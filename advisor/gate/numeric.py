@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import torch
 
@@ -145,7 +145,7 @@ class Tolerance:
         return verdict
 
 
-class References(Sequence[Captured]):
+class References:
     """The fp32 reference's answer per shape case, each captured when first read: its length
     is known before any is computed."""
 
@@ -156,26 +156,18 @@ class References(Sequence[Captured]):
     def __len__(self) -> int:
         return len(self._gate.workload.shape_cases)
 
-    def load(self) -> None:
-        """Capture every shape's reference now."""
-        for i in range(len(self)):
-            self[i]
-
-    @overload
-    def __getitem__(self, i: int) -> Captured: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Captured]: ...
-
-    def __getitem__(self, i: int | slice) -> Captured | Sequence[Captured]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
+    def __getitem__(self, i: int) -> Captured:
         if i not in self._got:
             self._got[i] = self._gate._capture(REFERENCE, i, torch.float32)
         return self._got[i]
+
+    def __iter__(self) -> Iterator[Captured]:
+        return (self[i] for i in range(len(self)))
+
+    def load(self) -> None:
+        """Capture every shape's reference now."""
+        for _ in self:
+            pass
 
 
 class Gate:
