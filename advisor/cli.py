@@ -9,6 +9,7 @@ import argparse
 import gc
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
+    from advisor.stages.walltime import process_age_s
+
+    age = process_age_s()  # the run began with this process: its start-up is the run's
+    started = None if age is None else time.perf_counter() - age
     from advisor.config import check_outputs, output_paths
     from advisor.execute.streams import stdout_to_stderr
     from advisor.report.progress import ProgressReporter
@@ -158,6 +163,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
                 effort=args.effort,
                 on_eager=write_eager,
                 progress=reporter.update,
+                process_started=started,
             )
     except KeyboardInterrupt:
         if not eager_written:

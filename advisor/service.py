@@ -80,14 +80,19 @@ def run_advise(
     steps: int | None = None,
     effort: str = "default",
     on_eager: Callable[[Advice], None] | None = None,
+    process_started: float | None = None,
     **workload_args: Any,
 ) -> Advice:
     """One advise run (see the module's docstring). `effort` is quick, default or full
     (advisor.stages.effort). `on_eager` receives the eager answer, final check included, before
     the compile stage starts (not called where no compile stage runs): the CLI writes and prints
-    it, so an interrupted compile leaves it in place."""
-    start = time.perf_counter()
+    it, so an interrupted compile leaves it in place. `process_started` (a `time.perf_counter`
+    value): where the run began, for the `advisor` command, whose own start-up is then the first
+    of the run's process starts."""
+    start = time.perf_counter() if process_started is None else process_started
     clock = StageClock(start, _stage_reporter(progress))
+    if process_started is not None:
+        clock.process_start(time.perf_counter() - start)
     usage = CpuUsage()  # other processes' share of the CPU over the whole run
     if mode not in ("infer", "train"):
         raise AdvisorError(f"unknown mode {mode!r}; use infer or train")

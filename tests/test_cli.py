@@ -57,8 +57,10 @@ def test_advise_layer_cli_writes_config_and_trials(tmp_path: Path, fast_space: s
     assert "start-up and load: done in" in r.stderr and "global knobs: done in" in r.stderr
     assert "Time: start-up and load" in r.stderr and "Worth it: tuning took" in r.stderr
     stage_s = cfg["result"]["stage_s"]
-    assert list(stage_s)[:2] == ["start-up and load", "global knobs"]
+    assert [k for k in stage_s if ": " not in k][:2] == ["start-up and load", "global knobs"]
     assert stage_s["total"] == pytest.approx(cfg["result"]["tuning_s"], abs=0.01)
+    if sys.platform.startswith("linux"):  # the command's own start-up (Python, torch's import)
+        assert stage_s["start-up and load: process starts"] > 0.3, stage_s
     header = (tmp_path / "tuned.trials.csv").read_text().splitlines()[0].split(",")
     assert {"stage", "wall_s"} <= set(header)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from types import SimpleNamespace
 
@@ -201,3 +202,14 @@ def test_the_trials_table_shows_inductors_start_on_the_trial_that_paid_it() -> N
                        compile_cold_s=8.5)  # fmt: skip
     assert trial_row(-1, paid, base)["compile_start_s"] == 4.2
     assert math.isnan(trial_row(0, base, base)["compile_start_s"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_process_age_grows_with_the_clock() -> None:
+    from advisor.stages.walltime import process_age_s
+
+    first = process_age_s()
+    time.sleep(0.05)
+    second = process_age_s()
+    assert first is not None and second is not None
+    assert first > 0 and second - first >= 0.03  # /proc counts in clock ticks (10 ms)
