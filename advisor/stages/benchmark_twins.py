@@ -28,8 +28,9 @@ from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOutcome
+from advisor.search.storage import LayerStore, open_storage
 from advisor.space import SearchSpace, benchmark_finalists
-from advisor.stages.later import measure_later
+from advisor.stages.later import measure_later, reusable
 
 __all__ = ["benchmark_twins", "run_benchmark_twins"]
 
@@ -78,11 +79,16 @@ def run_benchmark_twins(
     twins = benchmark_twins(outcome, space, device, count)
     if not twins:
         return []
-    if isinstance(evaluator, BenchmarkSplit):  # a fresh process's searches, nothing before them
-        why = evaluator.prime(twins)
-        if why is not None:
-            log.warning("cudnn.benchmark's first calls could not be taken first: %s", why)
     leader = _accepted(outcome)[0].measurement  # the fastest finalist, whose twin came first
     race = space.race_against(leader.ci_high_ms) if space.race and leader is not None else None
+    # Those to measure here (not measured or stored already) first run their first calls in
+    # the flag's process, before anything else: a fresh process's searches
+    store = LayerStore(open_storage(storage), outcome.study_name)
+    todo = [t for t in twins if not any(r.settings == t for r in outcome.results)
+            and reusable(store.model_result(t), race) is None]  # fmt: skip
+    if todo and isinstance(evaluator, BenchmarkSplit):
+        why = evaluator.prime(todo)
+        if why is not None:
+            log.warning("cudnn.benchmark's first calls could not be taken first: %s", why)
     return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,
                          stage="cudnn.benchmark", first_s=FIRST_TWIN_S)  # fmt: skip
