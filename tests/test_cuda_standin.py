@@ -70,7 +70,9 @@ def test_advise_on_cuda_runs_isolated_through_the_cuda_paths(
     cfg = load_config(out)
     assert cfg.environment.device_type == "cuda"
     assert cfg.environment.device_name == "CUDA stand-in (CPU)"
-    assert cfg.result is not None and cfg.result.trials >= 8
+    # the grid (two layouts x three precisions), and cudnn.benchmark on one or two finalists:
+    # as many as were accepted, which racing on a loaded machine can leave at one
+    assert cfg.result is not None and cfg.result.trials >= 7
     log = _log(cuda_standin)
     workers = {e["pid"] for e in log if e["call"] == "set_device"}
     assert workers and all(e["arg"] == "0" for e in log if e["call"] == "set_device")
