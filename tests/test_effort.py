@@ -4,11 +4,8 @@ the eager answer written before the compile stage (advisor.service, advisor.cli)
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from advisor.search.study import open_plan
 from advisor.space import compile_modes, load_space
 from advisor.stages.effort import effort_of
 from advisor.workload.args import make_workload
+from tests._advise_run import AdviseRun
 from tests.conftest import DATA, FAST_SPACE, run_env
 
 CPU = torch.device("cpu")
@@ -340,51 +338,21 @@ def test_the_eager_answer_is_given_before_the_compile_stage() -> None:
     assert any(r.settings.compiled for r in advice.results)
 
 
-def _ctrl_c_as_at_a_terminal() -> None:
-    """SIGINT's default action in the child, as a terminal's foreground job has it: a test run
-    started in the background by a non-interactive shell (`cmd &`) has SIGINT ignored, every
-    process under it inherits that across exec, and Python then installs no handler, so the
-    advise process would never see the Ctrl-C (it failed 2 of 6 such CI runs)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.slow  # a cold compile to interrupt
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT: POSIX")
 def test_ctrl_c_during_the_compile_stage_keeps_the_eager_answer(tmp_path: Path) -> None:
     out = tmp_path / "tuned.json"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"), "--mode", "train",
-         "--device", "cpu", "--space", str(DATA / "compile_fast_cpu.yaml"), "--storage",
-         "memory", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=tmp_path,
-        start_new_session=True, preexec_fn=_ctrl_c_as_at_a_terminal,
-    )  # fmt: skip
-    # stderr is read as it comes (a pipe left full would stall the run's prints), and Ctrl-C
-    # comes once the eager answer is printed, which is after it is written
-    lines: list[str] = []
-    eager = threading.Event()
-
-    def read() -> None:
-        assert p.stderr is not None
-        for line in p.stderr:
-            lines.append(line)
-            if "Eager answer:" in line:
-                eager.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    start = time.monotonic()
-    while not eager.wait(0.05) and p.poll() is None and time.monotonic() < start + 120:
-        pass
-    seen = time.monotonic() - start
-    assert eager.is_set() and out.exists(), "".join(lines)[-2000:]
+    run = AdviseRun([str(DATA / "tiny_cnn.py"), "--mode", "train", "--device", "cpu", "--space",
+                     str(DATA / "compile_fast_cpu.yaml"), "--storage", "memory", "--out",
+                     str(out)], tmp_path)  # fmt: skip
+    # Ctrl-C comes once the eager answer is printed, which is after it is written
+    seen = run.wait_for("Eager answer:")
+    assert seen is not None and out.exists(), run.err[-2000:]
     time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
-    p.wait(timeout=120)
-    reader.join(timeout=10)
-    err = "".join(lines)
+    code = run.ctrl_c()
+    err = run.err
     why = f"the eager answer at {seen:.1f} s, Ctrl-C 0.2 s later:\n{err[-2500:]}"
-    assert p.returncode == 130, why
+    assert code == 130, why
     assert "interrupted during the compile stage" in err and "keeps the eager answer" in err
     assert "Traceback" not in err
     config = json.loads(out.read_text())

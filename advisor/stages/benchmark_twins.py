@@ -91,4 +91,4 @@ def run_benchmark_twins(
         if why is not None:
             log.warning("cudnn.benchmark's first calls could not be taken first: %s", why)
     return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,
-                         stage="cudnn.benchmark", first_s=FIRST_TWIN_S)  # fmt: skip
+                         stage="cudnn.benchmark", first_s=FIRST_TWIN_S, store=store)  # fmt: skip

@@ -46,12 +46,14 @@ def measure_later(
     *,
     stage: str,
     first_s: float,
+    store: LayerStore | None = None,
 ) -> list[TrialResult]:
     """Measure `candidates` in order with the run's evaluator while the budget allows, each in
     `race`; their results are added to the outcome and returned. A candidate starts only when
     the time left covers the longest one so far (`first_s` before the first); those the budget
-    left out are named in `outcome.not_measured`."""
-    store = LayerStore(open_storage(storage), outcome.study_name)
+    left out are named in `outcome.not_measured`. `store`: the study's, where the caller
+    opened it already."""
+    store = store or LayerStore(open_storage(storage), outcome.study_name)
     start = time.perf_counter()
     longest = first_s
     measured: list[TrialResult] = []
