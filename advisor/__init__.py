@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from advisor.execute.profiling import start_early
+
+start_early()  # $ADVISOR_PROFILE_DIR: the command's profile begins before torch's import
+
 from advisor.execute.children import start_for_cli
 
 start_for_cli()  # the `advisor advise` command: its children's server imports torch beside it

@@ -260,7 +260,11 @@ def run() -> None:
     both are frozen out of the garbage collector. No collection walks torch's 200,000 objects
     again (0.17 s each on a 2-core EPYC), and the exit frees them without a last one (about
     1 s of a one-layer advise). A caller of `main` in a longer-lived process keeps its own
-    collector as it was."""
+    collector as it was. With `$ADVISOR_PROFILE_DIR` set it is profiled (from the package's
+    import on: `advisor.execute.profiling`; started here if that import came earlier)."""
+    from advisor.execute.profiling import start
+
+    start("advisor")  # a no-op without the variable, or once the profile runs
     gc.freeze()
     code = main()
     gc.freeze()

@@ -21,7 +21,8 @@ check, and the re-time; and the issue's targets are checked (gpu_acceptance_repo
 The deadline (530 s by default) is shared by the parts in proportion to PLAN's seconds (shares,
 not measurements): a part that finishes early leaves its time to the next; one that runs out
 is stopped (an advise gets Ctrl-C first, so it writes the answer it has) and recorded as such.
-Output: `gpu_acceptance_<gpu>.md` and `.json` in --out-dir, rewritten after every part. Without
+Output: `gpu_acceptance_<gpu>.md` and `.json` in --out-dir, rewritten after every part;
+`--profile` adds `_profile.md` and `_profiles.tgz` (benchmarks/profile_summary.py). Without
 a CUDA device it says so in one line and exits 2. On the device tool (docs/gpu-benchmarks.md):
 
     python3 benchmarks/gpu_acceptance.py --out-dir $OUT --commit <sha>
@@ -54,8 +55,10 @@ sys.path[:0] = [p for p in (str(HERE), str(ROOT)) if p not in sys.path]
 from advise_walltime import _label  # noqa: E402
 from gpu_acceptance_report import evaluate, render  # noqa: E402
 from process_retime import retime_in_processes  # noqa: E402
+from profile_summary import write_runs  # noqa: E402
 from zoo import _env, _last_line, _shown_path, environment, missing  # noqa: E402
 
+from advisor.execute.profiling import ENV as PROFILE_ENV  # noqa: E402
 from advisor.knobs import Settings  # noqa: E402
 
 MODELS = {
@@ -259,6 +262,7 @@ def run_acceptance(plan: list[Part], models: dict[str, Path], args: argparse.Nam
         child_env = _env({var: str(work / "caches" / sub) for var, sub in (
             ("ADVISOR_CACHE_DIR", "advisor"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
             ("TRITON_CACHE_DIR", "triton"))})  # fmt: skip
+        profiled: list[Path] = []  # --profile: each advise run's $ADVISOR_PROFILE_DIR
         for i, part in enumerate(plan):
             left = args.deadline_s - (time.perf_counter() - start)
             limit = limit_for(left, part.share_s, sum(p.share_s for p in plan[i + 1 :]))
@@ -273,10 +277,18 @@ def run_acceptance(plan: list[Part], models: dict[str, Path], args: argparse.Nam
             elif part.kind == "advise":
                 assert part.effort is not None
                 print(f"[acceptance] {part.name}: advise, {limit:.0f} s at most", flush=True)
+                env = child_env
+                if args.profile:
+                    profiled.append(work / "profile" / f"{part.model}_{part.effort}")
+                    env = {**child_env, PROFILE_ENV: str(profiled[-1])}
                 run = {**asdict(part), "file": _shown_path(models[part.model]), "limit_s": limit,
                        **advise(models[part.model], part.model, part.effort, args.device, limit,
-                                work, extra, child_env)}  # fmt: skip
+                                work, extra, env)}  # fmt: skip
                 data["runs"].append(run)
+                if args.profile:  # the runs so far: tables, and the .prof files in a .tgz
+                    run["profile"] = profiled[-1].name
+                    write_runs(profiled, args.out_dir / f"gpu_acceptance_{slug}_profile.md",
+                               args.out_dir / f"gpu_acceptance_{slug}_profiles.tgz")  # fmt: skip
                 record["status"] = run.get("error") or (
                     "stopped at its share" if "stopped_s" in run else "ok"
                 )
@@ -348,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep-work", action="store_true",
                     help="also write the advise runs' configs and trials files as a .tgz")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile every process of each advise run (cProfile: slower runs)",
+    )
     ap.add_argument("--space", help="advise's --space (a smoke run's short one)")
     ap.add_argument("--in-process", action="store_true", help="advise's --in-process")
     args = ap.parse_args(argv)  # fmt: skip

@@ -14,4 +14,5 @@
 - `children`: how a child process starts (forked from a server that imported torch, or spawned);
   `preloaded`: the server's last import, which freezes what it imported.
 - `ownership`: which process owns a running trial; `streams`: user prints kept off stdout.
+- `profiling`: with `$ADVISOR_PROFILE_DIR` set, a cProfile of every advisor process's life.
 """

@@ -30,6 +30,7 @@ from multiprocessing import forkserver, reduction, util
 from multiprocessing.connection import Connection
 from typing import Any
 
+from advisor.execute import profiling
 from advisor.execute.streams import fd_stdout_to_stderr
 
 __all__ = ["PRELOAD", "Fd", "start_child", "start_for_cli", "start_method", "start_server"]
@@ -68,7 +69,9 @@ def start_server() -> None:
         return
     server: Any = forkserver._forkserver
     if _server_env is None:
-        mp.set_forkserver_preload(PRELOAD)
+        # Profiling: the package first, whose first call starts the server's profile before
+        # torch's import (`profiling.start_early`).
+        mp.set_forkserver_preload(["advisor", *PRELOAD] if profiling.on() else PRELOAD)
         # At exit the server is stopped and waited for, after multiprocessing has ended this
         # process's children (a negative priority runs last): a run leaves no process behind.
         util.Finalize(None, _stop_server, exitpriority=-10)
@@ -135,11 +138,11 @@ def _detach(dup: Any) -> int:
     return int(dup.detach())
 
 
-def _forked_main(target: Callable[..., None], env: dict[str, str], stderr: int,
+def _forked_main(target: Callable[..., None], role: str, env: dict[str, str], stderr: int,
                  *args: Any) -> None:  # fmt: skip
     """A forked child's first steps: its parent's stderr as stdout and stderr, its parent's
-    environment; then `target(*args)`. What the server imported comes frozen out of the garbage
-    collector (`advisor.execute.preloaded`)."""
+    environment; then `target(*args)`, profiled as `role` where its parent profiles. What the
+    server imported comes frozen out of the garbage collector (`advisor.execute.preloaded`)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.dup2(stderr, 1)
@@ -147,25 +150,30 @@ def _forked_main(target: Callable[..., None], env: dict[str, str], stderr: int,
     os.close(stderr)
     os.environ.clear()
     os.environ.update(env)
-    from advisor.impls import load_plugins
+    with profiling.profiled(role):
+        from advisor.impls import load_plugins
 
-    load_plugins()  # the parent's $ADVISOR_PLUGINS (the server imported its own at preload)
-    target(*args)
+        load_plugins()  # the parent's $ADVISOR_PLUGINS (the server imported its own at preload)
+        target(*args)
 
 
-def _spawned_main(target: Callable[..., None], *args: Any) -> None:
+def _spawned_main(target: Callable[..., None], role: str, *args: Any) -> None:
     """A spawned child's first step: what it imported to start (torch, the target's module)
     lives until it exits, so it is frozen out of the garbage collector. A full collection
     would otherwise walk those 200,000 objects each time (0.17 s on a 2-core EPYC), and a
-    compile's allocations bring many."""
+    compile's allocations bring many. Then `target(*args)`, profiled as `role` where its
+    parent profiles."""
     gc.freeze()
-    target(*args)
+    with profiling.profiled(role):
+        target(*args)
 
 
-def start_child(target: Callable[..., None], *args: Any) -> tuple[Any, Connection]:
+def start_child(target: Callable[..., None], *args: Any,
+                role: str = "child") -> tuple[Any, Connection]:  # fmt: skip
     """Start `target(conn, *args)` in a child process (daemonic: it dies with this one) and
     return (the process, this end of the pipe). The child's stdout goes to this process's
-    stderr, and the caller's main script is not re-run in it."""
+    stderr, and the caller's main script is not re-run in it. `role` names its profile
+    (`advisor.execute.profiling`, with `$ADVISOR_PROFILE_DIR` set)."""
     from advisor.execute.worker_process import main_hidden
 
     ctx = context()
@@ -173,11 +181,11 @@ def start_child(target: Callable[..., None], *args: Any) -> tuple[Any, Connectio
     if ctx.get_start_method() == "forkserver":
         proc: Any = ctx.Process(
             target=_forked_main,
-            args=(target, dict(os.environ), Fd(2), child, *args),
+            args=(target, role, dict(os.environ), Fd(2), child, *args),
             daemon=True,
         )
     else:
-        proc = ctx.Process(target=_spawned_main, args=(target, child, *args), daemon=True)
+        proc = ctx.Process(target=_spawned_main, args=(target, role, child, *args), daemon=True)
     with main_hidden(), fd_stdout_to_stderr():
         proc.start()
     child.close()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from advisor.execute.children import start_child
+from advisor.execute.profiling import kill
 from advisor.execute.worker_process import LEAVE_S, worker_main
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, precision_of
@@ -198,6 +199,7 @@ class IsolatedEvaluator:
             self.space.model_dump_json(),
             None,
             self.cudnn_benchmark,
+            role="benchmark_worker" if self.cudnn_benchmark else "worker",
         )
         self.starts += 1
 
@@ -232,8 +234,7 @@ class IsolatedEvaluator:
 
     def _kill(self) -> None:
         if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
+            kill(self._proc)
             self._proc.join(timeout=10)
         if self._conn is not None:
             self._conn.close()

@@ -4,9 +4,13 @@ exits, so it is frozen out of the garbage collector.
 The server ends by raising SystemExit when its parent closes the pipe, and the parent waits for
 it. Unfrozen, the interpreter's exit ran a last collection over torch's 200,000 objects: 0.9 s
 of every `advisor advise` run's exit on a 2-core EPYC (py-spy, 2026-11-27). Its children
-inherit the frozen objects too.
+inherit the frozen objects too. A profile of the server's preload (`$ADVISOR_PROFILE_DIR`) ends
+here, before its first fork.
 """
 
 import gc
 
+from advisor.execute.profiling import end_of_preload
+
 gc.freeze()
+end_of_preload()

@@ -27,6 +27,7 @@ import torch
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.execute.children import start_child
 from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
+from advisor.execute.profiling import kill, rename
 from advisor.execute.worker_process import (
     LEAVE_S,
     become_child,
@@ -66,7 +67,7 @@ class ProbeChild:
             self.conn.send(None)
         self.proc.join(timeout=LEAVE_S)
         if self.proc.is_alive():
-            self.proc.kill()
+            kill(self.proc)
             self.proc.join(timeout=10)
         self.conn.close()
 
@@ -105,7 +106,7 @@ def probe_model(
     is returned, waiting to become a worker (the caller adopts or closes it), with the
     workload's description (`ProbeChild.deferred`)."""
     proc: Any
-    proc, parent = start_child(_child, workload_args, mode, device)
+    proc, parent = start_child(_child, workload_args, mode, device, role="probe")
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
         msg = receive(parent, proc, startup_timeout_s)
@@ -134,8 +135,7 @@ def probe_model(
         raise ModelFileError(f"{what} ended the process (exit code {code})")
     finally:
         if proc is not None:
-            if proc.is_alive():
-                proc.kill()
+            kill(proc)
             proc.join(timeout=10)
             parent.close()
 
@@ -196,6 +196,7 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
     except (EOFError, OSError):
         return
     if isinstance(msg, tuple) and msg[0] == "serve":
+        rename("probe_worker")  # its profile, where there is one: the run's first worker
         worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]
     elif msg is None:
         leave()  # closed unused: its parent waits for it

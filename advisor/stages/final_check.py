@@ -40,6 +40,7 @@ import torch
 from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
 from advisor.execute.probe import receive, user_failure
+from advisor.execute.profiling import kill
 from advisor.execute.retime import RetimeSession, retimed_results, rounds
 from advisor.execute.worker_process import LEAVE_S
 from advisor.knobs import Settings
@@ -280,7 +281,7 @@ class FreshProcess:
         from advisor.execute.children import start_child
 
         self.proc: Any
-        self.proc, self.conn = start_child(_child, source)
+        self.proc, self.conn = start_child(_child, source, role="final_check")
         self._state: str | None = "loading"  # None: ready; else why not ("loading" meanwhile)
 
     def ready(self, timeout_s: float) -> str | None:
@@ -342,8 +343,7 @@ class FreshProcess:
                 self.conn.send(None)
         if self._state in (None, "used"):
             self.proc.join(timeout=LEAVE_S)
-        if self.proc.is_alive():
-            self.proc.kill()
+        kill(self.proc)  # SIGTERM first while profiling: its profile is written
         self.proc.join(timeout=10)
         self.conn.close()
         self._state = "closed"
