@@ -61,6 +61,7 @@ import torch
 
 from advisor.apply import apply_settings
 from advisor.gate import training
+from advisor.gate.held_out import held_out
 from advisor.gate.reference_runs import Fp32Runs, _fits, _gap, final_gap, fp32_runs, learnt
 from advisor.gate.training import CheckOutOfTime
 from advisor.knobs import Settings
@@ -180,18 +181,21 @@ def check_precision(
         # a gap within `max_degradation` x what fp32 learnt is accepted whatever the band.
         fp32 = fp32_runs(workload, device, mode, cfg, seed, deadline, band=False)
     run: list[float] | None = None
+    kept: list[training.Weights] = []  # the weights `run` trained, for the held-out look
     if fp32.refused is None:
         run = training.train(workload, own_path, device, fp32.batches, fp32.targets, fp32.cfg,
-                             deadline=deadline)  # fmt: skip
+                             deadline=deadline, keep=kept)  # fmt: skip
         first = _at(fp32.cfg.steps, fp32.runs["fp32"], run, fp32)
         if not fp32.banded and not first.gap <= first.floor:
             lr = fp32.cfg.lr
-            fp32 = fp32_runs(workload, device, mode, cfg, seed, deadline, probes=fp32.probes)
+            fp32 = fp32_runs(workload, device, mode, cfg, seed, deadline, probes=fp32.probes,
+                             probe_weights=fp32.probe_weights)  # fmt: skip
             if fp32.refused is not None:
                 run = None
             elif fp32.cfg.lr != lr:  # fp32's band too wide there: judged at the rate kept
+                kept.clear()
                 run = training.train(workload, own_path, device, fp32.batches, fp32.targets,
-                                     fp32.cfg, deadline=deadline)  # fmt: skip
+                                     fp32.cfg, deadline=deadline, keep=kept)  # fmt: skip
     if fp32_cache is not None:
         fp32_cache[key] = fp32
     cfg, runs, start, band = fp32.cfg, dict(fp32.runs), fp32.start, fp32.band
@@ -204,18 +208,28 @@ def check_precision(
     runs[precision] = run
     first = _at(cfg.steps, runs["fp32"], run, fp32)
     in_band = fp32.banded and first.gap <= cfg.band_factor * band
+    lagging = not in_band and math.isfinite(first.gap) and first.gap > first.floor
+    look = None
+    if lagging and kept:  # maybe memorisation's floor: what generalises (`held_out`)
+        training.in_time(deadline)
+        look = held_out(workload, device, mode, fp32, kept[-1], seed)
     now = first
-    if not in_band and math.isfinite(first.gap) and first.gap > first.floor:
+    if lagging and not (look is not None and look.accepts):
         now = _settle(workload, own_path, precision, device, fp32, runs, first, deadline)
-    accepted = in_band or now.gap <= now.floor
+    held = look is not None and look.accepts and now is first
+    accepted = in_band or held or now.gap <= now.floor
     trained = f"{start:.3g} -> {now.ref[-1]:.3g} in fp32"
     before = (f"; after {first.steps} steps {_behind(first.gap)}" if now.steps != first.steps
               else "")  # fmt: skip
     told = (f"{now.steps} steps at lr {cfg.lr:g}, loss {trained}, {now.run[-1]:.3g} trained in "
             f"{precision} (both evaluated in fp32); it ends {_behind(now.gap)}")  # fmt: skip
+    over = (f"over {cfg.max_degradation:g} x what fp32 learnt ({now.floor:.2%}) and "
+            f"{cfg.band_factor:g} x the fp32 band {band:.2%}")  # fmt: skip
     if accepted:
         if in_band:
             why = f"within {cfg.band_factor:g} x the fp32 band {band:.2%}"
+        elif held and look is not None:
+            why = f"{over} on its training batches; {look.text()}: within"
         else:
             why = f"within {cfg.max_degradation:g} x what fp32 learnt ({now.floor:.2%})"
             if not fp32.banded:
@@ -227,8 +241,10 @@ def check_precision(
             f"{now.steps} steps (fp32: {trained})"
         )
     else:
-        outside = (f"over {cfg.max_degradation:g} x what fp32 learnt ({now.floor:.2%}) and "
-                   f"{cfg.band_factor:g} x the fp32 band {band:.2%}{before}")  # fmt: skip
+        outside = over + before
+        if look is not None:
+            outside += f"; {look.text()}: " + ("outside" if look.tells else
+                                               "too little learnt there to tell")  # fmt: skip
         blind = _blind(workload, own_path, precision, cfg)
         if blind:  # its lag may be resolution: not measured as training, so not a rejection
             return PrecisionCheck(**common, accepted=False, judged=False, gap=math.nan,
@@ -238,6 +254,7 @@ def check_precision(
         summary = f"{precision}: does not train like fp32 on this model ({told}, {outside})"
     return PrecisionCheck(**common, accepted=accepted, summary=summary, gap=now.gap,
                           floor=now.floor, losses=runs, steps=now.steps,
+                          held_out=look.numbers() if look is not None else None,
                           seconds=time.perf_counter() - begun)  # fmt: skip
 
 

@@ -74,6 +74,10 @@ class Fp32Runs:
     # accepted without them only within `max_degradation` x what fp32 learnt (`check_precision`)
     banded: bool = True
     probes: dict[float, list[float]] = field(default_factory=dict)  # each rate's reference
+    # the trained weights of the runs above that finished (run name, or a probe's rate), for
+    # the look on held-out batches (`advisor.gate.held_out`)
+    weights: dict[str, training.Weights] = field(default_factory=dict)
+    probe_weights: dict[float, training.Weights] = field(default_factory=dict)
 
 
 def fp32_runs(
@@ -85,6 +89,7 @@ def fp32_runs(
     deadline: float | None = None,
     band: bool = True,
     probes: dict[float, list[float]] | None = None,
+    probe_weights: dict[float, training.Weights] | None = None,
 ) -> Fp32Runs:
     """The fp32 runs at a learning rate where fp32 learns the task (`_fits`) with a band within
     `max_band`: `lr` first; then down by 10x, to lr/100 at most, while fp32 is unsteady there or
@@ -96,8 +101,8 @@ def fp32_runs(
 
     `band=False` stops at the first rate fp32 learns at, without the band's runs (`banded`
     False); `probes` are references already run, by rate (a search without the band, taken on
-    with it)."""
-    known = dict(probes or {})
+    with it, and their trained weights)."""
+    known, known_w = dict(probes or {}), dict(probe_weights or {})
     batches = training.batches_of(workload, cfg.batches, 1000 + 100 * seed)
     targets = training.targets_of(workload, batches, device, mode, cfg, seed)
     start = training.start_loss(workload, device, batches, targets)
@@ -109,22 +114,27 @@ def fp32_runs(
         if lr in known:
             ref = known[lr]
         else:
+            kept_w: list[training.Weights] = []
             try:
                 ref = training.train(workload, training.REFERENCE, device, batches, targets, at,
-                                     deadline=deadline, probe=start)  # fmt: skip
+                                     deadline=deadline, probe=start, keep=kept_w)  # fmt: skip
             except training.Unsteady as e:
                 ref = e.losses
             known[lr] = ref
+            if kept_w:
+                known_w[lr] = kept_w[0]
         fits = _fits(ref, at.batches, start, at)
         tried.append((lr, ref, fits))
+        mine = {"fp32": known_w[lr]} if lr in known_w else {}
         if fits == "learns" and not band:
             return Fp32Runs(at, batches, targets, {"fp32": ref}, start, math.nan,
-                            starts={"fp32": start}, banded=False, probes=known)  # fmt: skip
+                            starts={"fp32": start}, banded=False, probes=known, weights=mine,
+                            probe_weights=known_w)  # fmt: skip
         if fits == "learns":
             runs, width, starts = _band(workload, device, mode, at, seed, deadline, batches,
-                                        targets, ref, start)  # fmt: skip
+                                        targets, ref, start, mine)  # fmt: skip
             found = Fp32Runs(at, batches, targets, runs, start, width, starts=starts,
-                             probes=known)  # fmt: skip
+                             probes=known, weights=mine, probe_weights=known_w)  # fmt: skip
             if width <= at.max_band:
                 return found
             if kept is None or width < kept.band:
@@ -139,7 +149,7 @@ def fp32_runs(
     last = cfg.model_copy(update={"lr": tried[-1][0]})
     why = _not_learnt(start, tried, last)
     return Fp32Runs(last, batches, targets, {"fp32": tried[-1][1]}, start, math.nan, why,
-                    probes=known)  # fmt: skip
+                    probes=known, probe_weights=known_w)  # fmt: skip
 
 
 def _band(
@@ -153,10 +163,12 @@ def _band(
     targets: list,
     ref: list[float],
     start: float,
+    weights: dict[str, training.Weights],
 ) -> tuple[dict[str, list[float]], float, dict[str, float]]:
     """The band's fp32 runs beside the reference: jittered inputs (`jitter_runs`), other batches
     of the same kind (`batch_runs`); their largest distance from the reference at the end, each
-    run over its own start; and those starts."""
+    run over its own start; and those starts. The other batches' trained weights go into
+    `weights`."""
     runs, gaps, starts = {"fp32": ref}, [], {"fp32": start}
     for j in range(cfg.jitter_runs):
         run = training.train(workload, training.REFERENCE, device, batches, targets, cfg,
@@ -167,9 +179,11 @@ def _band(
     for k in range(cfg.batch_runs):
         other = training.batches_of(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
         aims = training.targets_of(workload, other, device, mode, cfg, seed)
+        kept_w: list[training.Weights] = []
         run = training.train(workload, training.REFERENCE, device, other, aims, cfg,
-                             deadline=deadline)  # fmt: skip
+                             deadline=deadline, keep=kept_w)  # fmt: skip
         runs[f"fp32 other batches {k + 1}"] = run
+        weights.update({f"fp32 other batches {k + 1}": w for w in kept_w})
         own = training.start_loss(workload, device, other, aims)
         starts[f"fp32 other batches {k + 1}"] = own
         gaps.append(_gap(run, ref, cfg.batches, own, start))

@@ -41,13 +41,18 @@ __all__ = [
     "STEADY",
     "CheckOutOfTime",
     "Unsteady",
+    "Weights",
     "batches_of",
     "judged_in_fp32",
+    "judged_weights",
     "start_loss",
     "targets_of",
     "train",
 ]
 
+
+# A trained model's weights (its state dict, on the CPU).
+Weights = dict[str, torch.Tensor]
 
 REFERENCE = Settings(tf32="off")  # fp32 everywhere (the gate's reference)
 # A run is steady while no pass through the batches has a mean loss above this x the start.
@@ -194,12 +199,14 @@ def train(
     jitter: float = 0.0,
     deadline: float | None = None,
     probe: float | None = None,
+    keep: list[Weights] | None = None,
 ) -> list[float]:
     """The training loss at each step, then the trained weights' mean loss over the batches,
     computed in fp32 (`judged_in_fp32`; for fp32 itself the same as in its own run). A `probe`
     (is this learning rate steady? the starting loss) raises `Unsteady` at the first pass through
     the batches whose mean loss shows it is not (`unsteady`): the rest of the run cannot change
-    that."""
+    that. `keep` receives the trained weights (on the CPU), for a look on held-out batches
+    later (`advisor.gate.held_out`)."""
     model = workload.make_model()
     model.train()
     tuned = apply_settings(settings, model, device, training=True, warn=False)
@@ -238,7 +245,21 @@ def train(
     finally:
         tuned.restore()
     losses.append(judged_in_fp32(tuned.module, device, batches, targets, jitter))
+    if keep is not None:
+        keep.append(
+            {k: v.detach().to("cpu", copy=True) for k, v in tuned.module.state_dict().items()}
+        )
     return losses
+
+
+def judged_weights(
+    workload: Workload, weights: Weights, device: torch.device, batches: list, targets: list
+) -> float:
+    """Trained weights' mean loss over other batches, in fp32 (`judged_in_fp32`)."""
+    model = workload.make_model()
+    model.load_state_dict(weights)
+    model.train()
+    return judged_in_fp32(model, device, batches, targets)
 
 
 def judged_in_fp32(

@@ -125,6 +125,15 @@ class PrecisionCheckSettings(BaseModel):
         description="train: a precision outside is not judged (rather than rejected) where an "
         "Adam step (about lr) is below this x its half-ulp of the weights' median size",
     )
+    # 4: the held-out look (advisor/gate/held_out.py) judges only where a precision that learnt
+    # nothing would end at least 4 x outside its allowance (fp32 learnt 15-40% on held-out
+    # batches on the CPU test models, against allowances of 0.2-0.6%).
+    held_signal: float = Field(
+        4.0,
+        gt=0,
+        description="train: a precision outside on its training batches is judged on held-out "
+        "batches only where fp32's drop there is at least this x the allowance",
+    )
     signal_tolerance: float = Field(
         0.1, gt=0, description="infer: output error over the outputs' spread across the batch"
     )
@@ -155,6 +164,9 @@ class PrecisionCheck(BaseModel):
     floor: float = 0.0
     steps: int = 0  # train: the length of the runs the verdict was judged at
     losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
+    # train: the look on held-out batches where it was taken (advisor/gate/held_out.py): its gap,
+    # band, what fp32 learnt there and the allowance, each over the held-out start
+    held_out: dict[str, float] | None = None
     top1_agreement: float | None = None
     seconds: float = 0.0
     # judged before this run (an earlier run of the study, or another study of the model):
