@@ -213,3 +213,42 @@ def test_the_process_age_grows_with_the_clock() -> None:
     second = process_age_s()
     assert first is not None and second is not None
     assert first > 0 and second - first >= 0.03  # /proc counts in clock ticks (10 ms)
+
+
+def test_first_calls_searches_and_warm_ups_are_parts_of_their_eager_stage() -> None:
+    """An eager candidate's first call, cuDNN's search (a cudnn.benchmark twin's first call) and
+    its warm-up are named in its stage, from the trial's own record: a re-time's measurements
+    are not its trial's, a survivor resumed on its screen paid the screen's first call once, and
+    a compiled candidate's first call is its cold compile (a part of the compile stage)."""
+    def m(first_ms: float, warm_s: float) -> Measurement:
+        return Measurement(samples_ms=[10.0] * 5, first_call_ms=first_ms, warmup_s=warm_s)
+
+    screen = m(800.0, 0.1)
+    resumed = m(800.0, 0.05)  # its full timing on the screen's built candidate
+    results = [
+        TrialResult(settings=Settings(), status="ok", measurement=m(500.0, 0.2)),
+        TrialResult(settings=Settings(memory_format="channels_last"), status="ok",
+                    measurement=resumed, screen=screen),  # fmt: skip
+        TrialResult(settings=Settings(cudnn_benchmark=True), status="ok",
+                    measurement=m(15_000.0, 0.1)),  # fmt: skip
+        # re-timed: its trial's measurement is the first of `replaced`
+        TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=m(9.0, 9.0),
+                    replaced=[m(1_000.0, 0.3)], retimed=True),  # fmt: skip
+        TrialResult(settings=Settings(layers={"0": "unfold_gemm"}), status="ok",
+                    measurement=m(250.0, 0.1)),  # fmt: skip
+        TrialResult(settings=Settings(compile="default"), status="ok",
+                    measurement=m(30_000.0, 0.5), compile_cold_s=30.0),  # fmt: skip
+    ]
+    spans = {"global knobs": 30.0, "per-layer": 1.0, "compile": 40.0}
+    out = breakdown(spans, results, total_s=71.0)
+    assert out["global knobs: cuDNN's searches"] == pytest.approx(15.0)
+    assert out["global knobs: first calls"] == pytest.approx(0.5 + 0.8 + 1.0)
+    assert out["global knobs: warm-ups"] == pytest.approx(0.2 + 0.1 + 0.05 + 0.1 + 0.3)
+    assert out["per-layer: first calls"] == pytest.approx(0.25)
+    assert out["per-layer: warm-ups"] == pytest.approx(0.1)
+    assert "compile: first calls" not in out and out["compile: cold compiles"] == 30.0
+    line = breakdown_line(out)
+    assert "global knobs 30.0 s (cuDNN's searches 15.0 s, first calls 2.3 s, warm-ups 0.8 s, " \
+        "timed samples " in line  # fmt: skip
+    # the harness share is what it was: parts name the harness, they do not move it
+    assert harness_share(out) == pytest.approx(1 - timed_s(results) / 71.0)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from advisor.measure.results import TrialResult
+from advisor.measure.stats import Measurement
 
 __all__ = ["GATE", "LOAD", "PROCESS_STARTS", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
            "harness_share", "process_age_s", "stage_harness_share", "stage_of", "timed_by_stage",
@@ -29,8 +30,16 @@ STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check"
 # The gate's cost is counted apart from the harness's, as the cold compiles are: the numeric
 # verdict is measured work (what the advice stands on), the harness only surrounds the samples.
 GATE = "output and layer checks"
-PARTS = {"global knobs": ("precision checks", GATE), "per-layer": (GATE,),
-         "compile": ("Inductor start", "cold compiles", "gate's compiles")}
+# An eager candidate's harness, from its trial's own record: its first call (a new layout or
+# dtype loads kernels and builds plans: 0.3-2.5 s a candidate on an H200), cuDNN's search where
+# cudnn.benchmark is on (the first call of a twin, in a fresh process: 15-21 s on ResNet-50) and
+# its warm-up.
+SEARCHES = "cuDNN's searches"
+FIRST_CALLS = "first calls"
+WARM_UPS = "warm-ups"
+PARTS = {"global knobs": ("precision checks", GATE, SEARCHES, FIRST_CALLS, WARM_UPS),
+         "per-layer": (GATE, FIRST_CALLS, WARM_UPS),
+         "compile": ("Inductor start", "cold compiles", "gate's compiles")}  # fmt: skip
 # A model file the probe loaded is loaded in the advise process only when a stage needs it
 # (advisor.workload.deferred): that stage's part, since it is start-up work paid late.
 DEFERRED_LOAD = "the model's load in this process"
@@ -131,13 +140,15 @@ def breakdown(
         "gate's compiles": sum(r.compile_check_s or 0.0 for r in compiled),
     }
     timed = timed_by_stage(results)
+    eager = _eager_parts(results)
     out: dict[str, float] = {}
     for name in STAGES:
         if name not in spans:
             continue
         out[name] = round(spans[name], 3)
         left = spans[name]
-        here = {**parts, GATE: gated.get(name, 0.0), **(paid or {}).get(name, {})}
+        here = {**parts, GATE: gated.get(name, 0.0), **eager.get(name, {}),
+                **(paid or {}).get(name, {})}  # fmt: skip
         for part in (*PARTS.get(name, ()), DEFERRED_LOAD, PROCESS_STARTS):
             seconds = here.get(part, 0.0)
             if seconds > 0:
@@ -148,6 +159,35 @@ def breakdown(
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
     out[TIMED] = round(min(timed_s(results), total_s), 3)
+    return out
+
+
+def _trial_measurements(r: TrialResult) -> list[Measurement]:
+    """A candidate's own measurements in its trial (one per shape; its screen), not its
+    re-times' (a re-timed candidate's `replaced` starts with its trial's)."""
+    taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
+    history = [*r.replaced, *taken]
+    n = len(taken) if r.retimed else len(history)
+    return [*history[:n], *([r.screen] if r.screen is not None else [])]
+
+
+def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
+    """Seconds of first calls (cuDNN's searches apart) and warm-ups by eager stage, from the
+    trials' own records (a compiled candidate's first call is its cold compile, a part of the
+    compile stage)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.settings.compiled:
+            continue
+        here = out.setdefault(stage_of(r), {})
+        first = SEARCHES if r.settings.cudnn_benchmark else FIRST_CALLS
+        screened = r.screen.first_call_ms if r.screen is not None else None
+        for m in _trial_measurements(r):
+            # a survivor resumed on its screen's built candidate reports the screen's first
+            # call again (`timing.measure(resume=)`): paid once
+            again = m is not r.screen and screened is not None and m.first_call_ms == screened
+            here[first] = here.get(first, 0.0) + (0.0 if again else (m.first_call_ms or 0.0) / 1e3)
+            here[WARM_UPS] = here.get(WARM_UPS, 0.0) + (m.warmup_s or 0.0)
     return out
 
 
@@ -163,12 +203,10 @@ def timed_by_stage(results: Sequence[TrialResult]) -> dict[str, float]:
     included) in its own stage (`stage_of`), its re-times' in the re-time."""
     out: dict[str, float] = {}
     for r in results:
-        taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
-        history = [*r.replaced, *taken]
-        # a re-timed candidate's `replaced` starts with its trial's measurements (one per shape)
-        n = len(taken) if r.retimed else len(history)
-        trial = [*history[:n], *([r.screen] if r.screen is not None else [])]
-        for stage, ms in ((stage_of(r), trial), ("re-time", history[n:])):
+        trial = _trial_measurements(r)
+        history = [*r.replaced, *(r.per_shape or ([r.measurement] if r.measurement else []))]
+        retimes = history[len(trial) - (r.screen is not None):]
+        for stage, ms in ((stage_of(r), trial), ("re-time", retimes)):
             if ms:
                 out[stage] = out.get(stage, 0.0) + sum(sum(m.samples_ms) * m.reps for m in ms) / 1e3
     return out
