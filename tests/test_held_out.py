@@ -69,3 +69,28 @@ def test_bf16_trailing_at_memorisations_floor_trains_like_fp32_on_held_out_batch
     assert not before.accepted and before.judged, before.summary
     assert "does not train like fp32" in before.summary
     assert "too little learnt there to tell" in before.summary
+
+
+def test_the_fp32_runs_keep_the_weights_the_look_needs_and_no_others() -> None:
+    """The reference's and the band's trained weights stay with the fp32 runs a second precision
+    reuses; a rate fp32 did not learn at keeps none (each is a model's worth of memory)."""
+    workload = make_workload(model_file=str(DATA / "below_bf16.py"))
+    cache: dict = {}
+    cfg = PrecisionCheckSettings()
+    bf16 = check_precision(workload, BF16, "bf16", CPU, "train", cfg, fp32_cache=cache)
+    (fp32,) = cache.values()
+    assert fp32.banded and set(fp32.weights) == {"fp32", "fp32 other batches 1"}
+    assert set(fp32.probe_weights) == {fp32.cfg.lr}
+    model = workload.make_model()
+    for weights in fp32.weights.values():
+        assert weights.keys() == model.state_dict().keys()
+        assert all(w.device.type == "cpu" for w in weights.values())
+    # fp16 reuses those runs (on this model it ends about 5% behind on both kinds of batches):
+    # its look compares it with the same fp32 weights on the same held-out batches
+    fp16 = check_precision(workload, Settings(amp="fp16"), "fp16", CPU, "train", cfg,
+                           fp32_cache=cache)  # fmt: skip
+    assert cache[next(iter(cache))] is fp32
+    assert bf16.held_out is not None and fp16.held_out is not None, fp16.summary
+    assert fp16.held_out["learnt"] == bf16.held_out["learnt"]
+    assert fp16.held_out["band"] == bf16.held_out["band"]
+    assert 0 < fp16.held_out["gap"] < bf16.held_out["gap"]  # 11 bits carry more of it than 8

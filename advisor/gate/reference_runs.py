@@ -125,6 +125,8 @@ def fp32_runs(
                 known_w[lr] = kept_w[0]
         fits = _fits(ref, at.batches, start, at)
         tried.append((lr, ref, fits))
+        if fits != "learns":  # never the rate kept: its weights are not looked at again
+            known_w.pop(lr, None)
         mine = {"fp32": known_w[lr]} if lr in known_w else {}
         if fits == "learns" and not band:
             return Fp32Runs(at, batches, targets, {"fp32": ref}, start, math.nan,
