@@ -29,7 +29,11 @@ al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of t
   drop over the start), or within `band_factor` x the **band**: how far fp32 itself ends on other
   batches of the same kind (each over its own start), the mini-batch noise SGD lives with. The
   band's runs are made only for a precision outside the first rule;
-- where it is outside both, the curves may not have settled: a lag early in a run shrinks as
+- where it is outside both, its trained weights are also judged on held-out batches of the
+  task, against fp32's (`advisor.gate.held_out`): a deep network learns the check's four batches
+  nearly to nothing, and near that floor bf16 trails for a reason real training never meets
+  (ResNet-50 on an H200). The same two allowances there, where that look can tell;
+- where it is outside both still, the curves may not have settled: a lag early in a run shrinks as
   fp32's loss flattens (a mini ResNet-50 at lr 1e-4: 1.9% of the start behind at 16 steps, 1.4% at
   32). Both runs are trained again, twice as long, up to `max_steps`, while the gap closes, and
   judged at the longest horizon;
