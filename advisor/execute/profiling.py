@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["ENV", "GRACE_S", "end_of_preload", "kill", "on", "profiled", "rename", "start",
+__all__ = ["ENV", "GRACE_S", "end_of_preload", "kill", "on", "process_age_s", "profiled", "rename", "start",
            "start_early", "stop"]  # fmt: skip
 
 ENV = "ADVISOR_PROFILE_DIR"
@@ -46,9 +46,10 @@ def on() -> bool:
     return bool(os.environ.get(ENV))
 
 
-def _process_age_s() -> float | None:
-    """Seconds since this process started (Linux: /proc); the same reading as
-    `advisor.stages.walltime.process_age_s`, which this layer cannot import."""
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), or None where that cannot be read.
+    The `advisor` command counts its own start-up as the run's first process start
+    (`advisor.stages.walltime`), and a profile records the age it began at."""
     try:
         with open("/proc/self/stat") as f:
             started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -69,7 +70,7 @@ def start(role: str) -> bool:
     import signal
     import time
 
-    age, began = _process_age_s(), time.perf_counter()
+    age, began = process_age_s(), time.perf_counter()
     profiler = cProfile.Profile()
     try:
         profiler.enable()

@@ -217,10 +217,10 @@ def check_precision(
     if lagging and kept:  # maybe memorisation's floor: what generalises (`held_out`)
         training.in_time(deadline)
         look = held_out(workload, device, mode, fp32, kept[-1], seed)
+    held = look is not None and look.accepts  # judged at the first horizon, no longer runs
     now = first
-    if lagging and not (look is not None and look.accepts):
+    if lagging and not held:
         now = _settle(workload, own_path, precision, device, fp32, runs, first, deadline)
-    held = look is not None and look.accepts and now is first
     accepted = in_band or held or now.gap <= now.floor
     trained = f"{start:.3g} -> {now.ref[-1]:.3g} in fp32"
     before = (f"; after {first.steps} steps {_behind(first.gap)}" if now.steps != first.steps

@@ -12,11 +12,11 @@ records.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from advisor.execute.profiling import process_age_s  # the command's own start-up (cli)
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 
@@ -96,21 +96,6 @@ class StageClock:
         self.pay(PROCESS_STARTS, seconds)
 
 
-def process_age_s() -> float | None:
-    """How long ago this process started (Linux: /proc), or None where that cannot be read.
-    The `advisor` command counts its own start-up (the interpreter, torch's and the advisor's
-    imports: 2.5 s on a 2-core Xeon, about 6 s on an H200 machine with CUDA's libraries) as the
-    run's first process start."""
-    try:
-        with open("/proc/self/stat") as f:
-            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        return max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
 def breakdown(
     spans: dict[str, float],
     results: Sequence[TrialResult],
@@ -162,13 +147,13 @@ def breakdown(
     return out
 
 
-def _trial_measurements(r: TrialResult) -> list[Measurement]:
-    """A candidate's own measurements in its trial (one per shape; its screen), not its
-    re-times' (a re-timed candidate's `replaced` starts with its trial's)."""
+def _phases(r: TrialResult) -> tuple[list[Measurement], list[Measurement]]:
+    """A candidate's measurements in its trial (one per shape; its screen) and in its re-times
+    (a re-timed candidate's `replaced` starts with its trial's)."""
     taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
     history = [*r.replaced, *taken]
     n = len(taken) if r.retimed else len(history)
-    return [*history[:n], *([r.screen] if r.screen is not None else [])]
+    return [*history[:n], *([r.screen] if r.screen is not None else [])], history[n:]
 
 
 def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
@@ -182,7 +167,7 @@ def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
         here = out.setdefault(stage_of(r), {})
         first = SEARCHES if r.settings.cudnn_benchmark else FIRST_CALLS
         screened = r.screen.first_call_ms if r.screen is not None else None
-        for m in _trial_measurements(r):
+        for m in _phases(r)[0]:
             # a survivor resumed on its screen's built candidate reports the screen's first
             # call again (`timing.measure(resume=)`): paid once
             again = m is not r.screen and screened is not None and m.first_call_ms == screened
@@ -203,9 +188,7 @@ def timed_by_stage(results: Sequence[TrialResult]) -> dict[str, float]:
     included) in its own stage (`stage_of`), its re-times' in the re-time."""
     out: dict[str, float] = {}
     for r in results:
-        trial = _trial_measurements(r)
-        history = [*r.replaced, *(r.per_shape or ([r.measurement] if r.measurement else []))]
-        retimes = history[len(trial) - (r.screen is not None):]
+        trial, retimes = _phases(r)
         for stage, ms in ((stage_of(r), trial), ("re-time", retimes)):
             if ms:
                 out[stage] = out.get(stage, 0.0) + sum(sum(m.samples_ms) * m.reps for m in ms) / 1e3
