@@ -160,11 +160,16 @@ class SearchSpace(BaseModel):
         `min_gain`, times `race_margin`."""
         return leader_ci_high_ms * (1 + self.min_gain) * self.race_margin
 
-    def race_against(self, leader_ci_high_ms: float) -> Race:
+    def race_against(
+        self, leader_ci_high_ms: float, judge_ci_high_ms: float | None = None
+    ) -> Race:
         """The race a candidate runs against the best accepted one so far: stopped beyond
-        `race_limit_ms`; at a precision not judged yet, not judged when it cannot win."""
+        `race_limit_ms`; not gated (nor its precision judged) when it cannot win. The bar for
+        that is `judge_ci_high_ms` where given (the fastest candidate measured, its gate still
+        pending: a candidate above it is gated later if that one is rejected), plus min_gain."""
+        bar = leader_ci_high_ms if judge_ci_high_ms is None else judge_ci_high_ms
         return Race(self.race_limit_ms(leader_ci_high_ms),
-                    judge_below_ms=leader_ci_high_ms * (1 + self.min_gain))  # fmt: skip
+                    judge_below_ms=bar * (1 + self.min_gain))  # fmt: skip
 
     @field_validator("knobs")
     @classmethod

@@ -10,7 +10,7 @@ import torch
 
 import advisor
 from advisor.device.environment import current_environment
-from advisor.execute.gating import gate_only
+from advisor.execute.gating import gate_only, settle
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
@@ -19,7 +19,7 @@ from advisor.measure.verdict import GATE_PENDING
 from advisor.search import SearchOutcome
 from advisor.space import SearchSpace, load_space
 from advisor.stages.compiling import compile_race
-from advisor.stages.gate_winner import gate_the_pick, settle
+from advisor.stages.gate_winner import gate_the_pick
 from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"

@@ -27,7 +27,7 @@ from advisor.measure.candidate import Candidate, Captured, Mode
 from advisor.measure.results import Status, TrialResult
 from advisor.workload.build import Workload
 
-__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "verdict"]
+__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "settle", "verdict"]
 
 
 def capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
@@ -211,3 +211,25 @@ def _gate_only(
     except CheckOutOfTime as e:  # not judged: it is not picked
         return TrialResult(settings=settings, status="stopped", reason=str(e),
                            precision=precision)  # fmt: skip
+
+
+# What the verdict of a gate-only evaluation sets on the pending result (its measurement,
+# compile times and memory stay the trial's).
+_VERDICT_FIELDS = (
+    "status", "reason", "rel_error", "grad_error", "tolerance", "grad_tolerance",
+    "tolerance_basis", "layer_error", "layer_tolerance", "layer_detail", "rejected_by",
+    "precision_check", "compile_check_s", "gate_s",
+)  # fmt: skip
+
+
+def settle(pending: TrialResult, verdict: TrialResult) -> TrialResult:
+    """A result measured without its gate, with the gate's verdict (`gate_only`): accepted or
+    rejected as the gate said; a gate that failed or was stopped (the budget) leaves it failed
+    or stopped, never picked. Its wall time counts the gate's."""
+    update = {k: getattr(verdict, k) for k in _VERDICT_FIELDS}
+    update["gate_pending"] = False
+    if pending.wall_s is not None and verdict.wall_s is not None:
+        update["wall_s"] = pending.wall_s + verdict.wall_s
+    if verdict.status not in ("ok", "rejected"):
+        update["reason"] = f"its gate, once it won the pick: {verdict.reason}"
+    return pending.model_copy(update=update)

@@ -40,11 +40,11 @@ from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.stopping import SCREENED
 from advisor.measure.timing import TimingPolicy, measure
-from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING
+from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING, PRECISION_PENDING
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
+__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "cannot_win", "evaluate", "flatten_tensors"]
 
 
 def _stopped(
@@ -181,8 +181,13 @@ def _evaluate(
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
-    # A compiled candidate under dropout: its capture would compile again, for the pick only
-    defer = settings.compiled and gate.dropout and race is not None and race.defer_gate
+    # Gated later, where it could still be picked: a compiled candidate under dropout (its
+    # capture would compile again: `advisor.stages.gate_winner`), or one at a precision not
+    # judged yet (its training check is judged against the search's final leader, not this
+    # moment's: `advisor.search.deferred_gates`)
+    defer = race is not None and race.defer_gate and (
+        (settings.compiled and gate.dropout) or not gate.judged(settings)
+    )
     pending = False
     screen = parked.screen if parked is not None else None
     for case in range(len(gate.cases)):  # each reference read after its timing
@@ -265,7 +270,8 @@ def _evaluate(
         "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
     }
     if pending:
-        return TrialResult(settings=settings, status="ok", reason=GATE_PENDING,
+        why = GATE_PENDING if settings.compiled and gate.dropout else PRECISION_PENDING
+        return TrialResult(settings=settings, status="ok", reason=why,
                            precision=precision, gate_pending=True, **measured)  # fmt: skip
     try:
         return _verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
@@ -294,9 +300,20 @@ def _cannot_win_unjudged(
 
 
 def _unjudged_why(gate: Gate, settings: Settings, m: Measurement, judge_below_ms: float) -> str:
+    return cannot_win(m, judge_below_ms, gate.precision(settings))
+
+
+def cannot_win(m: Measurement, judge_below_ms: float, unjudged: str | None = None) -> str:
+    """Why a candidate measured in full is not gated: slower than the leader's bar; `unjudged`,
+    its precision, where that was not judged on this model either."""
+    if unjudged is not None:
+        return (
+            f"{_slower(m, judge_below_ms)}; {unjudged} not judged on this model (its training "
+            "check is paid only for a candidate that could be picked)"
+        )
     return (
-        f"{_slower(m, judge_below_ms)}; {gate.precision(settings)} not judged on this model (its "
-        "training check is paid only for a candidate that could be picked)"
+        f"{_slower(m, judge_below_ms)}; not gated (the gate's checks are paid only for a "
+        "candidate that could be picked)"
     )
 
 
@@ -316,10 +333,7 @@ def _cannot_win_ungated(
         return None
     if not gate.judged(settings):  # the advice says which precision went unjudged, and why
         return _unjudged_why(gate, settings, m, judge_below_ms)
-    return (
-        f"{_slower(m, judge_below_ms)}; not gated (the gate's checks are paid only for a "
-        "candidate that could be picked)"
-    )
+    return cannot_win(m, judge_below_ms)
 
 
 def _slower(m: Measurement, judge_below_ms: float) -> str:

@@ -58,8 +58,10 @@ class TrialResult(BaseModel):
     # (`advisor.compiled.graph_breaks`); None for an eager candidate
     graph_breaks: list[str] | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
-    # Measured, not gated yet: a compiled candidate under dropout, gated only if it wins the
-    # pick (`advisor.stages.gate_winner`); never recommended while True
+    # Measured, not gated yet (`stats.Race.defer_gate`): a compiled candidate under dropout,
+    # gated only if it wins the pick (`advisor.stages.gate_winner`); a search candidate at a
+    # precision not judged yet, gated once the search ends if it could be picked
+    # (`advisor.search.deferred_gates`); never recommended, and never a race's leader, while True
     gate_pending: bool = False
     # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
     # built (advisor.execute.park): the screen's samples, kept apart from the measurement's

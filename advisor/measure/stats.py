@@ -223,9 +223,12 @@ class Race:
     # that cannot pay back is stopped before the gate's capture.
     rival: str | None = None
     horizon_steps: int | None = None
-    # A compiled candidate on a model with dropout is measured without the gate's capture under
-    # the masks (a second cold compile): it is gated only if it wins the pick
-    # (`advisor.stages.gate_winner`); its result says `gate_pending`.
+    # A candidate whose gate needs a check not paid yet is measured without it, and gated only
+    # where it could still be picked; its result says `gate_pending`. A compiled candidate on a
+    # model with dropout (its capture under the masks is a second cold compile): gated if it
+    # wins the pick (`advisor.stages.gate_winner`). In the search, one at a precision not
+    # judged yet (a training check of seconds): gated once the search ends, fastest first,
+    # against the final leader (`advisor.search.deferred_gates`).
     defer_gate: bool = False
     # Screening (`advisor.search.screen`): take this many samples after the warm-up and stop,
     # ungated, whatever they show; the search ranks every candidate by them before timing the

@@ -11,6 +11,7 @@ from advisor.knobs import Settings
 
 __all__ = [
     "GATE_PENDING",
+    "PRECISION_PENDING",
     "CANNOT_PAY",
     "CANNOT_WIN",
     "OUT_OF_TIME",
@@ -34,6 +35,14 @@ CANNOT_PAY = "its cold compile cannot pay back"
 GATE_PENDING = (
     "not gated: its gate's capture under the dropout masks compiles the model again, paid only "
     "if it wins the pick"
+)
+
+
+# A candidate measured during the search at a precision not judged yet: gated (its capture, its
+# layers and its precision's training check) once the search ends, only if it could then be
+# picked (advisor.search.deferred_gates)
+PRECISION_PENDING = (
+    "not gated yet: its precision is judged once the search ends, only if it could be picked"
 )
 
 

@@ -192,9 +192,12 @@ def _results(stored: StoredStudy) -> list[tuple[int, TrialResult]]:
     """Every measured candidate: the study's trials, then the whole-model measurements of
     per-layer combinations kept in the companion study (numbered -1: not trials of this study)."""
     from advisor.measure.results import TrialResult
+    from advisor.search.outcome import unsettled
+    from advisor.search.study import settled_results, trial_result
 
+    settled = settled_results(stored.study)  # verdicts given after their trials
     out = [
-        (t.number, TrialResult.model_validate(t.user_attrs["result"]))
+        (t.number, unsettled(trial_result(t, settled)))
         for t in stored.study.get_trials(deepcopy=False)
         if "result" in t.user_attrs
     ]

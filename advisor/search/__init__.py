@@ -4,6 +4,8 @@ grid), `run` (the trials), `outcome` (what a search found, read back from its st
 (opening storages, the per-layer companion study, records shared between runs), `point_lock`
 (PostgreSQL: one process measures a point), `sqlite_claim` (SQLite: one process owns a popped
 trial), `screen` (a few samples of every candidate before the survivors are timed in full),
+`deferred_gates` (a candidate at a precision not judged yet, gated once the search ends if it
+could be picked),
 `shared_checks` (precision verdicts known to every study of a model on this machine).
 `pick` (the pick rule, the Pareto set) and `compile_bill` (what a compile costs and saves) decide
 from the results.

@@ -11,13 +11,20 @@ import optuna
 from advisor.errors import AdvisorError, StorageError
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheck
+from advisor.measure.verdict import OUT_OF_TIME, PRECISION_PENDING, PrecisionCheck
 from advisor.search.options import SearchOptions, SearchOutcome
 from advisor.search.pick import pareto_front
 from advisor.search.screen import SCREEN_DROP
-from advisor.search.study import Plan, evaluated, point_key, trial_params
+from advisor.search.study import (
+    Plan,
+    evaluated,
+    point_key,
+    settled_results,
+    trial_params,
+    trial_result,
+)
 
-__all__ = ["CHECK_PREFIX", "check_key", "memory_checked", "read_outcome", "stored_checks"]
+__all__ = ["CHECK_PREFIX", "check_key", "memory_checked", "read_outcome", "stored_checks", "unsettled"]
 
 log = logging.getLogger("advisor")
 
@@ -37,16 +44,28 @@ def memory_checked(result: TrialResult, limit: float | None, baseline: Settings)
     )
 
 
+def unsettled(result: TrialResult) -> TrialResult:
+    """A search result still waiting for its gate where the search stopped before gating it
+    (`advisor.search.deferred_gates`: Ctrl-C, a `work` process's view): stopped, never picked."""
+    if not (result.status == "ok" and result.gate_pending):
+        return result
+    return result.model_copy(update={
+        "status": "stopped", "gate_pending": False,
+        "reason": f"{PRECISION_PENDING}; the search ended before it was gated",
+    })  # fmt: skip
+
+
 def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
     """Every point's result (the lowest-numbered trial's), the memory limit applied now, so a
     resumed study may use another limit without measuring again."""
     default = plan.cands[0]
     results, numbers, seen = [], [], set()
+    settled = settled_results(plan.study)
     for t in sorted(plan.study.get_trials(deepcopy=False), key=lambda t: t.number):
         if not evaluated(t) or (key := point_key(trial_params(t))) in seen:
             continue
         seen.add(key)
-        raw = TrialResult.model_validate(t.user_attrs["result"])
+        raw = unsettled(trial_result(t, settled))
         results.append(memory_checked(raw, options.max_memory_mb, default))
         numbers.append(t.number)
     baseline = next((r for r in results if r.settings == default), None)

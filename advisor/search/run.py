@@ -3,6 +3,7 @@ outcome is read back from the study by `advisor.search.outcome`."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -18,6 +19,8 @@ from advisor.execute.make_evaluator import new_evaluator
 from advisor.execute.ownership import owner_id
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.measure.verdict import PrecisionCheck
+from advisor.search.deferred_gates import leaders, settle_pending
 from advisor.search.options import (
     CandidateFailed,
     Progress,
@@ -35,6 +38,7 @@ from advisor.search.study import (
     enqueue_missing,
     evaluated,
     fail_stale,
+    first_results,
     has_heartbeat,
     open_plan,
     point_key,
@@ -71,9 +75,12 @@ def _run(
     options: SearchOptions,
     evaluator: Evaluator,
     start: float,
+    gate_after: bool = False,
 ) -> tuple[int, int]:
     """Run trials until every point has a result (grid) or the budget is spent, waiting for
-    other processes' trials; returns (evaluated, failed) by this process."""
+    other processes' trials; returns (evaluated, failed) by this process. `gate_after`: then
+    gate what could be picked and was measured without its gate (`advisor.search.deferred_gates`; the
+    process that answers does, not a `work` process)."""
     study, varying, fixed, default = plan.study, plan.varying, plan.fixed, plan.cands[0]
     allowed = {c.model_dump_json() for c in plan.cands}
     owner = owner_id()
@@ -135,18 +142,16 @@ def _run(
                 raise optuna.TrialPruned()
         race = None
         if space.race and not plan.multi and settings != default:
-            leader = _best_accepted(study, options.max_memory_mb, default)
+            leader, fastest = leaders(study, options.max_memory_mb, default)
             if leader is not None and leader.measurement is not None:
-                race = space.race_against(leader.measurement.ci_high_ms)
+                bar = fastest.measurement.ci_high_ms if fastest and fastest.measurement else None
+                # a precision not judged yet is judged once the search ends (`settle_pending`)
+                race = dataclasses.replace(
+                    space.race_against(leader.measurement.ci_high_ms, bar), defer_gate=True
+                )
         raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
         if raw.precision_check is not None and raw.precision_check.own_path != Settings():
-            # Judged once per precision per model: kept with the study for every later
-            # candidate, process and run of it.
-            study.set_user_attr(check_key(raw.precision_check),
-                                raw.precision_check.model_dump(mode="json"))  # fmt: skip
-            if plan.shared_checks is not None:  # and for this workload's other studies
-                plan.shared_checks.add(raw.precision_check)
-            evaluator.know([raw.precision_check])
+            record(raw.precision_check)
         trial.set_user_attr("result", raw.model_dump(mode="json"))
         trial.set_user_attr("label", settings.label())
         mine["evaluated"] += 1
@@ -165,6 +170,14 @@ def _run(
             return result.median_ms, float(result.peak_memory_mb or 0.0)
         return result.median_ms
 
+    def record(check: PrecisionCheck) -> None:
+        # Judged once per precision per model: kept with the study for every later candidate,
+        # process and run of it, and for this workload's other studies.
+        study.set_user_attr(check_key(check), check.model_dump(mode="json"))
+        if plan.shared_checks is not None:
+            plan.shared_checks.add(check)
+        evaluator.know([check])
+
     def on_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         if options.progress is not None and evaluated(trial):
             done = _points_done(study)
@@ -178,17 +191,17 @@ def _run(
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     # Verdicts judged before this run: this study's, then other studies' of the workload
     # (`--effort quick` before the default effort); `--fresh` judges again.
-    evaluator.know(reused(stored_checks(study)))
+    known = reused(stored_checks(study))
     if plan.shared_checks is not None and not options.fresh:
-        evaluator.know(plan.shared_checks.read())
+        known += plan.shared_checks.read()
+    evaluator.know(known)
     try:
         # `race: false` promises every candidate measured and gated in full: no screen either
         screening = options.screen and space.race
         screened = screen(plan, evaluator, options, deadline, start) if screening else None
         _loop(plan, space, device, objective, on_trial, deadline, shared)
         if screened is not None and screened.dropped:
-            full = [TrialResult.model_validate(t.user_attrs["result"])
-                    for t in study.get_trials(deepcopy=False) if evaluated(t)]  # fmt: skip
+            full = first_results(study)
             why = inversion(screened, plan, full, space.min_gain)
             if why is None:
                 record_dropped(screened, plan)
@@ -196,6 +209,9 @@ def _run(
                 study.set_user_attr("screen_fallback", why)
                 plan.cands = screened.full_plan
                 _loop(plan, space, device, objective, on_trial, deadline, shared)
+        if gate_after:
+            settle_pending(plan, evaluator, space.min_gain, options.max_memory_mb, deadline,
+                           record, known + stored_checks(study))  # fmt: skip
     finally:
         locks.close()
     return mine["evaluated"], mine["failed"]
@@ -313,25 +329,6 @@ def _default_done(plan: Plan) -> bool:
                for t in plan.study.get_trials(deepcopy=False))  # fmt: skip
 
 
-def _best_accepted(
-    study: optuna.Study, max_memory_mb: float | None, default: Settings
-) -> TrialResult | None:
-    """The fastest accepted candidate measured so far in this study (by any process)."""
-    best = None
-    for t in study.get_trials(deepcopy=False):
-        if not evaluated(t):
-            continue
-        r = memory_checked(TrialResult.model_validate(t.user_attrs["result"]), max_memory_mb,
-                            default)  # fmt: skip
-        if (
-            r.status == "ok"
-            and r.measurement is not None
-            and (best is None or r.median_ms < best.median_ms)
-        ):
-            best = r
-    return best
-
-
 def _points_done(study: optuna.Study) -> int:
     return len(
         {point_key(trial_params(t)) for t in study.get_trials(deepcopy=False) if evaluated(t)}
@@ -350,11 +347,12 @@ def _with_evaluator(
     options: SearchOptions,
     evaluator: Evaluator | None,
     start: float,
+    gate_after: bool = False,
 ) -> tuple[int, int]:
     own = evaluator is None
     ev = evaluator or make_evaluator(workload, device, space, options)
     try:
-        return _run(plan, device, space, options, ev, start)
+        return _run(plan, device, space, options, ev, start, gate_after)
     finally:
         if own:
             ev.close()
@@ -370,7 +368,7 @@ def search(
     """Run (or resume, or join) the study for this workload and return every measured candidate."""
     start = time.perf_counter()
     plan = open_plan(workload, device, space, options)
-    _with_evaluator(plan, workload, device, space, options, evaluator, start)
+    _with_evaluator(plan, workload, device, space, options, evaluator, start, gate_after=True)
     return read_outcome(plan, options, time.perf_counter() - start)
 
 

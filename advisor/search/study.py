@@ -87,6 +87,39 @@ def evaluated(t: FrozenTrial) -> bool:
     return "result" in t.user_attrs
 
 
+# A trial's verdict given after it was told (`advisor.search.deferred_gates`), in the study's attributes
+# under this prefix and the trial's label: optuna keeps a finished trial as it was told.
+SETTLED_PREFIX = "settled:"
+
+
+def settled_results(study: optuna.Study) -> dict[str, Any]:
+    """The verdicts given after their trials, by label (their results' JSON)."""
+    return {k[len(SETTLED_PREFIX):]: v for k, v in study.user_attrs.items()
+            if k.startswith(SETTLED_PREFIX)}  # fmt: skip
+
+
+def trial_result(t: FrozenTrial, settled: dict[str, Any]) -> TrialResult:
+    """An evaluated trial's result, with its verdict where it was given after the trial."""
+    later = settled.get(str(t.user_attrs.get("label")))
+    return TrialResult.model_validate(later if later is not None else t.user_attrs["result"])
+
+
+def first_results(study: optuna.Study) -> list[TrialResult]:
+    """Every point's result (its lowest-numbered evaluated trial's), with later verdicts."""
+    settled = settled_results(study)
+    out, seen = [], set()
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if evaluated(t) and (key := point_key(trial_params(t))) not in seen:
+            seen.add(key)
+            out.append(trial_result(t, settled))
+    return out
+
+
+def store_settled(study: optuna.Study, result: TrialResult) -> None:
+    """Keep a verdict given after its trial (read back by `trial_result`)."""
+    study.set_user_attr(SETTLED_PREFIX + result.settings.label(), result.model_dump(mode="json"))
+
+
 def settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
     return Settings(**{**fixed, **params})
 

@@ -18,31 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from advisor.execute.evaluators import Evaluator
+from advisor.execute.gating import settle
 from advisor.measure.results import TrialResult
 from advisor.search import SearchOutcome
 from advisor.search.pick import pick_for_steps
 from advisor.search.storage import LayerStore, open_storage
 
-__all__ = ["gate_the_pick", "settle"]
-
-# What the verdict of a gate-only evaluation sets on the pending result (its measurement,
-# compile times and memory stay the trial's).
-_VERDICT_FIELDS = (
-    "status", "reason", "rel_error", "grad_error", "tolerance", "grad_tolerance",
-    "tolerance_basis", "layer_error", "layer_tolerance", "layer_detail", "rejected_by",
-    "precision_check", "compile_check_s", "gate_s",
-)  # fmt: skip
-
-
-def settle(pending: TrialResult, verdict: TrialResult) -> TrialResult:
-    """The pending result with its gate's verdict: accepted or rejected as the gate said; a gate
-    that failed or was stopped (the budget) leaves it failed or stopped, never picked."""
-    update = {k: getattr(verdict, k) for k in _VERDICT_FIELDS}
-    update["gate_pending"] = False
-    if verdict.status not in ("ok", "rejected"):
-        update["reason"] = f"its gate, once it won the pick: {verdict.reason}"
-    return pending.model_copy(update=update)
-
+__all__ = ["gate_the_pick"]
 
 def gate_the_pick(
     outcome: SearchOutcome,
