@@ -62,10 +62,12 @@ def settle_pending(
     deadline: float,
     record: Callable[[PrecisionCheck], None],
     known: list[PrecisionCheck],
+    on_gated: Callable[[TrialResult], None] | None = None,
 ) -> list[TrialResult]:
     """Gate the study's open results that could be picked, fastest first (see the module's
     docstring); `record` keeps each precision verdict as a trial's is kept; `known`: the
-    verdicts known before (for what the rest's reasons say). Returns the results it gated."""
+    verdicts known before (for what the rest's reasons say); `on_gated` hears of each verdict
+    (the progress display). Returns the results it gated."""
     gated: list[TrialResult] = []
     known = list(known)
     default = plan.cands[0]
@@ -85,6 +87,8 @@ def settle_pending(
             known.append(done.precision_check)
         store_settled(plan.study, done)
         gated.append(done)
+        if on_gated is not None:
+            on_gated(done)
     for r in open_:  # above the final bar: never picked, so never gated
         assert r.measurement is not None
         unjudged = None if _judged(r, known) else r.precision

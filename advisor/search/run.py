@@ -165,7 +165,8 @@ def _run(
             mine["failed"] += result.status == "failed"
             trial.set_user_attr("reason", result.reason)
             raise CandidateFailed(result.reason)
-        best.append(result.median_ms)
+        if not result.gate_pending:  # the best accepted so far, for the progress display
+            best.append(result.median_ms)
         if plan.multi:
             return result.median_ms, float(result.peak_memory_mb or 0.0)
         return result.median_ms
@@ -187,6 +188,13 @@ def _run(
                     done, plan.total, min(best) if best else None, last, time.perf_counter() - start
                 )
             )
+
+    def on_gated(result: TrialResult) -> None:
+        if result.status == "ok":
+            best.append(result.median_ms)
+        if options.progress is not None:
+            options.progress(Progress(_points_done(study), plan.total, min(best, default=None),
+                                      result, time.perf_counter() - start))  # fmt: skip
 
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
     # Verdicts judged before this run: this study's, then other studies' of the workload
@@ -211,7 +219,7 @@ def _run(
                 _loop(plan, space, device, objective, on_trial, deadline, shared)
         if gate_after:
             settle_pending(plan, evaluator, space.min_gain, options.max_memory_mb, deadline,
-                           record, known + stored_checks(study))  # fmt: skip
+                           record, known + stored_checks(study), on_gated)  # fmt: skip
     finally:
         locks.close()
     return mine["evaluated"], mine["failed"]
