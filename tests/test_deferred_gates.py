@@ -19,7 +19,7 @@ from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.timing import TimingPolicy
-from advisor.measure.verdict import CANNOT_WIN, PRECISION_PENDING, PrecisionCheck
+from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME, PRECISION_PENDING, PrecisionCheck
 from advisor.search.deferred_gates import settle_pending
 from advisor.search.outcome import unsettled
 from advisor.search.study import first_results
@@ -174,6 +174,32 @@ def test_a_rejected_leader_opens_the_candidates_it_stopped(order: list[TrialResu
     assert fp16.status == "stopped", fp16
     assert f"candidate's {cl.measurement.ci_high_ms * 1.02:.3f} ms" in (fp16.reason or "")
     assert by[BF16.label()].status == "stopped"
+
+
+class OutOfTime(Verdicts):
+    """The budget is spent: the gate's training check stops at once, as `gate_only`'s does."""
+
+    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
+        self.asked.append(settings)
+        return TrialResult(settings=settings, status="stopped", reason=OUT_OF_TIME,
+                           precision=settings.amp)  # fmt: skip
+
+
+def test_a_check_the_budget_cuts_is_said_so_and_judged_by_a_later_run() -> None:
+    plan = _study(TRIALS)
+    cut = OutOfTime([])
+    settle_pending(plan, cut, 0.02, None, 0.0, lambda c: None, [])  # type: ignore[arg-type]
+    assert cut.asked == [CL_BF16]  # one try, then no more gates: no time is left
+    by = {r.settings.label(): r for r in first_results(plan.study)}
+    assert by[CL_BF16.label()].status == "stopped"
+    assert by[CL_BF16.label()].reason == OUT_OF_TIME  # the advice's "the budget ran out"
+    # a later run of the study, with time: bf16 is judged then, and the rest settle
+    later = Verdicts([])
+    settle_pending(plan, later, 0.02, None, 1e18, lambda c: None, [])  # type: ignore[arg-type]
+    assert later.asked == [CL_BF16]
+    by = {r.settings.label(): r for r in first_results(plan.study)}
+    assert by[CL_BF16.label()].status == "ok"
+    assert all(by[s.label()].status == "stopped" for s in (CL, FP16, BF16))
 
 
 def test_a_pending_result_the_search_left_is_never_picked() -> None:

@@ -37,7 +37,7 @@ from advisor.execute.gating import settle
 from advisor.execute.runner import cannot_win
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import CANNOT_WIN, PrecisionCheck, own_path
+from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME, PrecisionCheck, own_path
 from advisor.search.outcome import memory_checked
 from advisor.search.study import Plan, first_results, store_settled
 
@@ -51,7 +51,10 @@ def open_verdict(r: TrialResult) -> bool:
         return False
     if r.status == "ok":
         return r.gate_pending
-    return r.status == "stopped" and (r.reason or "").startswith(CANNOT_WIN)
+    # a check the budget cut is judged by a later run of the study
+    return r.status == "stopped" and (
+        (r.reason or "").startswith(CANNOT_WIN) or r.reason == OUT_OF_TIME
+    )
 
 
 def settle_pending(
@@ -71,17 +74,25 @@ def settle_pending(
     gated: list[TrialResult] = []
     known = list(known)
     default = plan.cands[0]
+    tried: set[str] = set()
+    out_of_time = False
     while True:
         results = [memory_checked(r, max_memory_mb, default) for r in first_results(plan.study)]
         bar = _bar(results, min_gain)
         open_ = sorted((r for r in results if open_verdict(r)), key=lambda r: r.median_ms)
         if bar is None:
             return gated  # no accepted baseline: the outcome says so
-        nxt = next((r for r in open_ if r.measurement and r.measurement.ci_low_ms <= bar), None)
-        if nxt is None:
+        nxt = next((r for r in open_ if r.measurement and r.measurement.ci_low_ms <= bar
+                    and r.settings.label() not in tried), None)  # fmt: skip
+        if nxt is None or out_of_time:
             break
+        tried.add(nxt.settings.label())
         verdict = evaluator.gate(nxt.settings, time_left_s=max(0.0, deadline - time.perf_counter()))
         done = settle(nxt, verdict)
+        if verdict.status == "stopped" and verdict.reason == OUT_OF_TIME:
+            # the budget is spent: said as a trial's check cut short is, and left to a later run
+            done = done.model_copy(update={"reason": OUT_OF_TIME})
+            out_of_time = True
         if done.precision_check is not None and done.precision_check.own_path != Settings():
             record(done.precision_check)
             known.append(done.precision_check)
@@ -91,6 +102,8 @@ def settle_pending(
             on_gated(done)
     for r in open_:  # above the final bar: never picked, so never gated
         assert r.measurement is not None
+        if r.measurement.ci_low_ms <= bar:
+            continue  # the budget ran out before its gate: open to a later run of the study
         unjudged = None if _judged(r, known) else r.precision
         if r.status == "stopped" and r.reason == cannot_win(r.measurement, bar, unjudged):
             continue
