@@ -211,11 +211,13 @@ class Race:
     limit_ms: float
     alpha: float = 0.05
     min_samples: int = 5
-    # A candidate at a precision not judged yet on this model has its training check (seconds
-    # of training runs, advisor/gate/precision.py) paid only when, measured in full, its
-    # interval's low end is at or below this: the best accepted candidate's CI upper end plus
-    # min_gain. Above it, it cannot win the pick (the leader only gets faster, and
-    # `advisor.execute.retime.finalists` drops it by the same rule), so it is stopped unjudged.
+    # A candidate measured in full whose interval's low end is above this cannot win the pick
+    # (`advisor.execute.retime.finalists` drops it by the same rule): it is stopped before its
+    # gate and, at a precision not judged yet on this model, before its training check (seconds
+    # of training runs, advisor/gate/precision.py). The search's bar is the fastest candidate
+    # measured so far (its gate pending or not) plus min_gain; with `defer_gate` a candidate at
+    # an unjudged precision below it is judged once the search ends
+    # (`advisor.search.deferred_gates`), elsewhere (the twins) at once.
     judge_below_ms: float | None = None
     # A compiled candidate's payback check (`advisor.execute.payback`): the eager settings it
     # is billed against (as JSON: the race travels to a worker as plain values) and the steps
