@@ -122,20 +122,20 @@ def leaders(
     bar a candidate is gated (one it stops stays open to `settle_pending`)."""
     ok = [r for r in (memory_checked(r, max_memory_mb, default) for r in first_results(study))
           if r.status == "ok" and r.measurement is not None]  # fmt: skip
-    accepted = [r for r in ok if not r.gate_pending]
-    return (min(accepted, key=lambda r: r.median_ms, default=None),
-            min(ok, key=lambda r: r.median_ms, default=None))  # fmt: skip
+    return _fastest([r for r in ok if not r.gate_pending]), _fastest(ok)
+
+
+def _fastest(results: list[TrialResult]) -> TrialResult | None:
+    return min(results, key=lambda r: r.median_ms, default=None)
 
 
 def _bar(results: list[TrialResult], min_gain: float) -> float | None:
     """Below this a candidate could be picked: the fastest accepted one's CI upper end plus
     min_gain (`SearchSpace.race_against`'s gate bar)."""
-    accepted = [r for r in results
-                if r.status == "ok" and not r.gate_pending and r.measurement is not None]  # fmt: skip
-    if not accepted:
+    best = _fastest([r for r in results if r.status == "ok" and not r.gate_pending
+                     and r.measurement is not None])  # fmt: skip
+    if best is None or best.measurement is None:
         return None
-    best = min(accepted, key=lambda r: r.median_ms)
-    assert best.measurement is not None
     return best.measurement.ci_high_ms * (1 + min_gain)
 
 
