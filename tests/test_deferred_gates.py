@@ -18,31 +18,21 @@ from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
-from advisor.measure.timing import TimingPolicy
 from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME, PRECISION_PENDING, PrecisionCheck
 from advisor.search.deferred_gates import settle_pending
 from advisor.search.outcome import unsettled
 from advisor.search.study import first_results
-from advisor.space import SearchSpace
-from advisor.workload.build import layer_workload
-from advisor.workload.layer_spec import layer_spec
+from tests.test_lazy_precision_check import BF16, QUICK, SPACE, _workload
 
 CPU = torch.device("cpu")
-QUICK = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=5, max_time_s=0.05)
-SPACE = SearchSpace(name="t", knobs={}, precision_check={"steps": 8, "batches": 2})
 # every step is under an hour: each candidate could win against such a leader
 DEFERRED = Race(limit_ms=1e9, judge_below_ms=3.6e6, defer_gate=True)
 
 DEFAULT = Settings()
-BF16 = Settings(amp="bf16")
 CL = Settings(memory_format="channels_last")
 FP16 = Settings(amp="fp16")
 CL_BF16 = Settings(memory_format="channels_last", amp="bf16")
 KNOBS = {"memory_format": ["contiguous", "channels_last"], "amp": ["off", "fp16", "bf16"]}
-
-
-def _workload():  # noqa: ANN202 - a layer workload
-    return layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8"))
 
 
 def test_a_search_race_measures_an_unjudged_precision_without_its_gate() -> None:

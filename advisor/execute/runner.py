@@ -296,10 +296,6 @@ def _cannot_win_unjudged(
     m = combine(per_shape, [c.weight for c in workload.shape_cases])
     if m.ci_low_ms <= judge_below_ms:
         return None
-    return _unjudged_why(gate, settings, m, judge_below_ms)
-
-
-def _unjudged_why(gate: Gate, settings: Settings, m: Measurement, judge_below_ms: float) -> str:
     return cannot_win(m, judge_below_ms, gate.precision(settings))
 
 
@@ -332,7 +328,7 @@ def _cannot_win_ungated(
     if judge_below_ms is None or m.ci_low_ms <= judge_below_ms:
         return None
     if not gate.judged(settings):  # the advice says which precision went unjudged, and why
-        return _unjudged_why(gate, settings, m, judge_below_ms)
+        return cannot_win(m, judge_below_ms, gate.precision(settings))
     return cannot_win(m, judge_below_ms)
 
 

@@ -39,7 +39,13 @@ from advisor.gate.metrics import global_rel_error, max_rel_error
 from advisor.gate.precision import Fp32Runs, check_precision
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Candidate, Captured, ConvInput, Mode
-from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings, own_path, path_name
+from advisor.measure.verdict import (
+    PrecisionCheck,
+    PrecisionCheckSettings,
+    judged,
+    own_path,
+    path_name,
+)
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
@@ -308,12 +314,7 @@ class Gate:
     def judged(self, settings: Settings) -> bool:
         """Whether the candidate's precision needs no training check here: the fp32 class,
         PyTorch's default on the device, or a precision judged already."""
-        own = self.own_path(settings)
-        return (
-            self.precision(settings) == "fp32"
-            or own == Settings()
-            or own.model_dump_json() in self._checks
-        )
+        return judged(self.precision(settings), settings, (c.own_path for c in self.checks))
 
     def precision_check(
         self, settings: Settings, deadline: float | None = None

@@ -3,6 +3,7 @@ pydantic models, stored with trial results and in search spaces."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,7 @@ __all__ = [
     "OUT_OF_TIME",
     "PrecisionCheck",
     "PrecisionCheckSettings",
+    "judged",
     "own_path",
     "path_name",
 ]
@@ -52,6 +54,13 @@ def own_path(settings: Settings) -> Settings:
     if settings.amp != "off":
         return Settings(amp=settings.amp)
     return Settings(tf32=settings.tf32, cpu_fp32=settings.cpu_fp32)
+
+
+def judged(precision: str | None, settings: Settings, known: Iterable[Settings]) -> bool:
+    """Whether a candidate at `precision` needs no training check: the fp32 class, PyTorch's
+    own default path, or a precision whose own path has a verdict in `known`."""
+    own = own_path(settings)
+    return precision in (None, "fp32") or own == Settings() or own in known
 
 
 def path_name(own: Settings, precision: str) -> str:

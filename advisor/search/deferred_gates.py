@@ -37,7 +37,7 @@ from advisor.execute.gating import settle
 from advisor.execute.runner import cannot_win
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME, PrecisionCheck, own_path
+from advisor.measure.verdict import CANNOT_WIN, OUT_OF_TIME, PrecisionCheck, judged
 from advisor.search.outcome import memory_checked
 from advisor.search.study import Plan, first_results, store_settled
 
@@ -104,7 +104,8 @@ def settle_pending(
         assert r.measurement is not None
         if r.measurement.ci_low_ms <= bar:
             continue  # the budget ran out before its gate: open to a later run of the study
-        unjudged = None if _judged(r, known) else r.precision
+        paths = [c.own_path for c in known]
+        unjudged = None if judged(r.precision, r.settings, paths) else r.precision
         if r.status == "stopped" and r.reason == cannot_win(r.measurement, bar, unjudged):
             continue
         store_settled(plan.study, r.model_copy(update={
@@ -138,13 +139,3 @@ def _bar(results: list[TrialResult], min_gain: float) -> float | None:
         return None
     return best.measurement.ci_high_ms * (1 + min_gain)
 
-
-def _judged(r: TrialResult, known: list[PrecisionCheck]) -> bool:
-    """Whether a result's precision needs no training check: the fp32 class, PyTorch's own
-    default path, or a verdict known (`Gate.judged`)."""
-    own = own_path(r.settings)
-    return (
-        r.precision in (None, "fp32")
-        or own == Settings()
-        or any(c.own_path == own for c in known)
-    )
