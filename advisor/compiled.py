@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from advisor.device.ops import placement
 from advisor.knobs import Settings
 
 __all__ = [
@@ -182,11 +183,20 @@ def start_folder() -> Path:
     return training_cache()
 
 
-def start_inductor() -> float:
-    """Inductor's one-off start in a process (its imports, the C++ compiler's checks), paid on a
-    trivial function in `start_folder()`: every measured compile is then the model's own,
+def start_inductor(device: torch.device | None = None) -> float:
+    """Inductor's one-off start in a process, paid on a trivial function on the run's device
+    (the CPU when None) in `start_folder()`: every measured compile is then the model's own,
     whichever candidate comes first, and its cold cache holds the model's artifacts alone.
-    Returns the seconds it took (0 when this process had started it)."""
+    Returns the seconds it took (0 when this process had started it).
+
+    The start is the device's backend's: its imports, then on a CPU the C++ compiler's checks
+    of each instruction set and the precompiled header (15.7 s and 7.2 s of a 25 s cold start
+    on a 2-core Xeon: benchmarks/results/inductor_start_cpu.md), on a GPU Triton's start and
+    its first kernel. A GPU graph is Triton's and Python's: Inductor picks an instruction set
+    only for C++ kernels and AOT builds, so a CPU function started a GPU run with work its
+    compiles never read: at a99c6a2, which started on the CPU, the start took 54.4 s on an H200
+    against 7.8 s of cold compiles (benchmarks/results/effort_levels_cuda_h200.md; how much of
+    it was the C++ compiler's was not measured there)."""
     global _STARTED
     if _STARTED:
         return 0.0
@@ -194,8 +204,9 @@ def start_inductor() -> float:
     t0 = time.perf_counter()
     folder = start_folder()
     folder.mkdir(parents=True, exist_ok=True)
+    on = placement(device) if device is not None else torch.device("cpu")
     with inductor_caches(folder):
-        torch.compile(lambda x: x + 1)(torch.ones(2))
+        torch.compile(lambda x: x + 1)(torch.ones(2, device=on))
     torch.compiler.reset()
     return time.perf_counter() - t0
 

@@ -164,7 +164,7 @@ def gate_only(
         result = _gate_only(workload, settings, device, mode, gate, time_left_s)
     else:
         try:
-            start_inductor()
+            start_inductor(device)
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
             return failed(settings, f"torch.compile cannot start: {first_line(e)}", precision)
         # The run's caches, which hold the trial's artifacts: the capture's graph is another

@@ -111,7 +111,7 @@ class RetimeSession:
             # fresh compiler state, and fail rather than recompile on every call. Inductor's
             # start comes first, kept apart from the first call and added to the first compiled
             # one's (`first_ms`: what a training step pays first in a fresh process).
-            start_s = start_inductor()
+            start_s = start_inductor(device)
             self._stack.enter_context(recompile_guard(len(workload.shape_cases)))
             self._stack.enter_context(inductor_caches(measurement_cache()))
         self.pristine = global_state()  # what each sample starts from (threads, flags, ...)

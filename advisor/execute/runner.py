@@ -131,7 +131,7 @@ def _evaluate_any(
 ) -> TrialResult:
     if settings.compiled:
         try:
-            start_s = start_inductor()  # not the candidate's cost: once per process
+            start_s = start_inductor(device)  # not the candidate's cost: once per process
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
             return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
                            gate.precision(settings))  # fmt: skip

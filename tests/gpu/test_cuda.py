@@ -157,3 +157,22 @@ def test_triton_kernels_compiled_match_cudnn_in_every_precision() -> None:
         impls.swap(conv, "native")
         for a, b in zip(outs["triton"], outs["native"], strict=True):
             assert ((a - b).norm() / b.norm()).item() < tol[name], name
+
+
+def test_inductor_starts_on_the_gpu_without_the_cpu_compilers_checks() -> None:
+    # A GPU run's start compiles a Triton kernel; the C++ backend's instruction-set checks (most
+    # of a CPU start) are never picked. A fresh process: another test may have started Inductor.
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from advisor.compiled import start_inductor\n"
+        "from torch._inductor import cpu_vec_isa\n"
+        "assert start_inductor(torch.device('cuda', 0)) > 0\n"
+        "print(cpu_vec_isa.pick_vec_isa.cache_info().currsize)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0"

@@ -1,0 +1,69 @@
+"""Inductor's start runs on the run's device: on a GPU a Triton kernel, not the C++ backend's
+instruction-set checks and precompiled header that a CPU function pays (and a GPU graph never
+reads). On a GPU, tests/gpu/test_cuda.py checks that no instruction set was picked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor import compiled
+from advisor.device import ops
+from advisor.execute import runner
+from advisor.execute.runner import Gate, evaluate
+from advisor.knobs import Settings
+from advisor.space import load_space
+from advisor.workload.args import make_workload
+from tests.standins.cuda_on_cpu import CudaOnCpu
+
+DATA = Path(__file__).parent / "data"
+
+
+def _recording(seen: list[torch.device]) -> object:
+    def placement(device: torch.device) -> torch.device:
+        seen.append(device)
+        return ops.placement(device)
+
+    return placement
+
+
+def test_start_compiles_on_the_devices_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[torch.device] = []
+    monkeypatch.setattr(compiled, "_STARTED", False)
+    monkeypatch.setattr(compiled, "placement", _recording(seen))
+    monkeypatch.setattr(ops, "cuda_ops", lambda: CudaOnCpu())
+    assert compiled.start_inductor(torch.device("cuda", 0)) > 0
+    assert seen == [torch.device("cuda", 0)]
+    assert compiled.start_inductor(torch.device("cuda", 0)) == 0.0  # once a process
+    assert seen == [torch.device("cuda", 0)]
+
+
+def test_a_cpu_start_stays_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[torch.device] = []
+    monkeypatch.setattr(compiled, "_STARTED", False)
+    monkeypatch.setattr(compiled, "placement", _recording(seen))
+    assert compiled.start_inductor(torch.device("cpu")) > 0
+    assert seen == [torch.device("cpu")]
+
+
+def test_a_compiled_candidate_starts_inductor_on_its_runs_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker's first compiled candidate pays the start, on the device it measures on.
+    asked: list[torch.device | None] = []
+    real = compiled.start_inductor
+
+    def start(device: torch.device | None = None) -> float:
+        asked.append(device)
+        return real(device)
+
+    monkeypatch.setattr(runner, "start_inductor", start)
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    device = torch.device("cpu")
+    space = load_space(str(DATA / "fast_cpu.yaml"), device)
+    gate = Gate(workload, device, "infer", space)
+    result = evaluate(workload, Settings(compile="default"), device, "infer", space, gate)
+    assert result.status == "ok", result.reason
+    assert asked == [device]
