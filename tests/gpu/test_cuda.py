@@ -165,6 +165,8 @@ def test_inductor_starts_on_the_gpu_without_the_cpu_compilers_checks() -> None:
     import subprocess
     import sys
 
+    from tests.conftest import run_env
+
     code = (
         "import torch\n"
         "from advisor.compiled import start_inductor\n"
@@ -173,6 +175,6 @@ def test_inductor_starts_on_the_gpu_without_the_cpu_compilers_checks() -> None:
         "print(cpu_vec_isa.pick_vec_isa.cache_info().currsize)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+                         timeout=600, env=run_env())  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0"
