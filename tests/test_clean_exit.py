@@ -6,7 +6,9 @@ cleaned up "leaked semaphore objects")."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy
 from advisor.stages.final_check import FreshProcess, final_check
 from advisor.workload.args import make_workload
-from tests.hostile._cli import advisor_cli
+from tests.conftest import run_env
+from tests.hostile._cli import advisor_cli, one_line_error
 
 DATA = Path(__file__).parent / "data"
 HOLDS = str(DATA / "holds_a_semaphore.py")
@@ -105,3 +108,55 @@ def test_the_readme_example_ends_with_its_wrote_line(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     _last_line_is_wrote(r.stderr, out)
     assert out.exists()
+
+
+def test_the_command_waits_for_its_threads_and_runs_its_exit_handlers_then_exits(
+    tmp_path: Path,
+) -> None:
+    # The command leaves without the interpreter's teardown (`advisor.cli.run`), but the steps
+    # before it are kept: a thread still running is waited for, every exit handler runs, and
+    # the exit code is the command's. The model here is imported in the command's own process.
+    model = tmp_path / "leaves_work.py"
+    model.write_text(
+        textwrap.dedent(f"""
+        import atexit, os, threading, time
+        import torch
+        from torch import nn
+
+        FOLDER = {str(tmp_path)!r}
+
+        def _write(name):
+            with open(os.path.join(FOLDER, f"{{name}}-{{os.getpid()}}"), "w") as f:
+                f.write("done")
+
+        def _late():
+            time.sleep(1.0)
+            _write("thread")
+
+        threading.Thread(target=_late).start()  # not a daemon: an exit waits for it
+        atexit.register(_write, "atexit")
+
+        def build_model():
+            return nn.Conv2d(3, 4, 3, padding=1)
+
+        def example_inputs():
+            return (torch.randn(1, 3, 16, 16),)
+        """)
+    )
+    out = tmp_path / "tuned.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "advise", str(model), "--mode", "infer", "--device",
+         "cpu", "--space", str(DATA / "fast_cpu.yaml"), "--storage", "memory", "--in-process",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=ROOT,
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    _last_line_is_wrote(err, out)
+    for name in ("thread", "atexit"):
+        assert (tmp_path / f"{name}-{proc.pid}").read_text() == "done", name
+
+    # A bad input's exit code survives the same exit.
+    bad = subprocess.run([sys.executable, "-m", "advisor", "advise", str(tmp_path / "none.py")],
+                         capture_output=True, text=True, env=run_env(), cwd=ROOT, timeout=300)  # fmt: skip
+    one_line_error(bad, "model file not found")

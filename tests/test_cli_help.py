@@ -94,8 +94,8 @@ def test_the_command_freezes_what_it_imported_and_made_before_its_exit() -> None
 
 
 def test_with_triton_loaded_the_command_exits_without_a_leak_report() -> None:
-    """Triton's nanobind extension prints each of its objects still alive at exit as a leak:
-    where it is loaded, `run` puts the frozen objects back for the exit's collection."""
+    """Triton's nanobind extension prints each of its objects still alive at the interpreter's
+    teardown as a leak (dozens of lines after the run's last): `run` leaves without it."""
     code = "import sys, triton\nimport advisor.cli\nsys.argv = ['advisor', 'schema']\nadvisor.cli.run()\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
