@@ -167,8 +167,8 @@ def test_bad_input_is_one_line_exit_2_and_no_file(
     out, runs = bad_input_runs
     r, needle = runs[case], BAD_INPUTS[case][1]
     assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
+    lines = r.stderr.splitlines()  # no blank line before or after it
+    assert len(lines) == 1 and r.stderr.endswith("\n"), r.stderr
     assert needle in lines[0] and "Traceback" not in r.stderr
     assert not out.exists()
 

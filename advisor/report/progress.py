@@ -57,8 +57,15 @@ class ProgressReporter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
+        if self._bar is None:
+            return
+        if self._bar.tasks:
             self._bar.__exit__(None, None, None)
+            return
+        # Nothing was drawn (bad input found before the search): the bar's own stop would end
+        # its empty display with a newline off a terminal, a blank line before the error's one.
+        self._bar.live.transient = True
+        self._bar.live.stop()
 
     def update(self, p: SearchProgress) -> None:
         if p.ended_s is not None:

@@ -29,8 +29,8 @@ def one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
     """The single stderr line of a bad-input exit, checked to name every needle."""
     assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr[-3000:]
+    lines = r.stderr.splitlines()  # a blank line before or after it counts: one line is one
+    assert len(lines) == 1 and r.stderr.endswith("\n"), r.stderr[-3000:]
     assert lines[0].startswith("advisor: error: "), lines[0]
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
