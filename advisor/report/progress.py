@@ -64,7 +64,6 @@ class ProgressReporter:
             return
         # Nothing was drawn (bad input found before the search): the bar's own stop would end
         # its empty display with a newline off a terminal, a blank line before the error's one.
-        self._bar.live.transient = True
         self._bar.live.stop()
 
     def update(self, p: SearchProgress) -> None:

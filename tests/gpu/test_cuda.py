@@ -12,6 +12,7 @@ from advisor.measure.gpu_clock import l2_flusher
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
+from tests.conftest import run_env
 from advisor.workload.layer_spec import layer_spec
 
 pytestmark = pytest.mark.gpu
@@ -164,8 +165,6 @@ def test_inductor_starts_on_the_gpu_without_the_cpu_compilers_checks() -> None:
     # of a CPU start) are never picked. A fresh process: another test may have started Inductor.
     import subprocess
     import sys
-
-    from tests.conftest import run_env
 
     code = (
         "import torch\n"
