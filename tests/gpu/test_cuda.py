@@ -12,8 +12,8 @@ from advisor.measure.gpu_clock import l2_flusher
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
-from tests.conftest import run_env
 from advisor.workload.layer_spec import layer_spec
+from tests.conftest import run_env
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda") if torch.cuda.is_available() else None
