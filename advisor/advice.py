@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, FinalCheck, Result, Timing, atomic_write_all, output_paths
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.measure.verdict import OUT_OF_TIME, own_path, path_name
+from advisor.measure.verdict import own_path, path_name
 from advisor.search import SearchOutcome
-from advisor.search.compile_bill import compile_note, first_call_s, searched_by
-from advisor.search.pick import Pick, pick_for_steps, speedup_over
+from advisor.search.compile_bill import benchmark_note, benchmark_search_s, compile_note
+from advisor.search.pick import Kept, Pick, decide, speedup_over
 from advisor.stages.confirm import after_challenge, after_final_check, first_step_note, runner_held
 from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
@@ -46,11 +47,13 @@ class Advice:
         config: Config,
         pick: Pick,
         layer_choices: list[LayerChoice] | None = None,
+        stages_done: bool = True,
     ) -> None:
         self.outcome = outcome
         self.config = config
         self.pick = pick
         self.layer_choices = layer_choices or []
+        self.stages_done = stages_done  # False: the budget cut a stage short
 
     @property
     def settings(self):  # noqa: ANN201 - Settings; kept light for readers
@@ -153,7 +156,7 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
     row["layers"] = ";".join(f"{k}={v}" for k, v in r.settings.layers.items())
     row.update(
         label=r.settings.label(),
-        status=r.status,
+        status=r.shown_status,
         reason=r.reason or "",
         median_ms=m.median_ms if m else math.nan,
         ci_low_ms=m.ci_low_ms if m else math.nan,
@@ -212,47 +215,6 @@ def payback(
     )
 
 
-def benchmark_search_s(results: list[TrialResult], chosen: TrialResult) -> float:
-    """What cudnn.benchmark's search costs the pick at a training run's start: its first call
-    in a process where no candidate had run its convolutions with the flag on
-    (`compile_bill.searched_by`), less its twin's without the flag. 0 without the flag."""
-    if not chosen.settings.cudnn_benchmark or chosen.settings.compiled:
-        return 0.0
-    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
-    r_off = next((r for r in results if r.settings == off and r.measurement is not None), None)
-    paid = first_call_s(searched_by(chosen, results))
-    return max(0.0, paid - (first_call_s(r_off) if r_off is not None else 0.0))
-
-
-def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
-    """Whether cudnn.benchmark pays for this pick: its per-step saving against the search a
-    training run pays at its start, in a fresh process (`benchmark_search_s`). Said only where
-    both twins were measured in the same time window (both re-timed, or neither): on an H200 a
-    pick with it re-timed at 2.51 ms was compared with its twin's 2.32 ms from the search, where
-    the pick had run 1.89 ms, and the advice recommended cudnn.benchmark while saying it did not
-    pay."""
-    on = chosen.settings.model_copy(update={"cudnn_benchmark": True})
-    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
-    r_on = next((r for r in results if r.settings == on and r.status == "ok"), None)
-    r_off = next((r for r in results if r.settings == off and r.status == "ok"), None)
-    if r_on is None or r_off is None or r_on.retimed != r_off.retimed:
-        return None
-    shapes = len(r_on.per_shape or [r_on.measurement])
-    cost = benchmark_search_s(results, r_on)
-    saving = r_off.median_ms - r_on.median_ms
-    search = f"its search costs {cost:.1f} s over {shapes} shape(s) in a fresh process"
-    if saving <= 0:
-        return (
-            f"cudnn.benchmark does not pay here: no faster per step ({r_on.median_ms:.3f} vs "
-            f"{r_off.median_ms:.3f} ms) and {search}"
-        )
-    steps = math.ceil(cost * 1e3 / saving) if cost > 0 else 0
-    return (
-        f"cudnn.benchmark saves {saving:.3f} ms per step and {search}: it pays after about "
-        f"{steps:,} steps"
-    )
-
-
 def rejected_faster(results: list[TrialResult], chosen: TrialResult) -> list[str]:
     """Candidates faster than the pick that the numeric gate rejected, fastest first: what each
     would have given, its error, and the setting that would accept it."""
@@ -279,13 +241,14 @@ def precision_verdicts(results: list[TrialResult]) -> list[str]:
         if check is not None:
             was = " (judged by an earlier run on this machine, not trained again)"
             seen.setdefault(check.own_path.label(), check.summary + (was if check.reused else ""))
-    for r in results:  # a precision whose every candidate stopped before it was judged
+    for r in results:  # a precision none of whose candidates the pick needed judged
         own = own_path(r.settings)
-        if r.status != "stopped" or r.precision in (None, "fp32") or own == Settings():
+        waited = r.status == "stopped" or r.pending is not None
+        if not waited or r.precision in (None, "fp32") or own == Settings():
             continue
         why = (
             "the budget ran out during its training check"
-            if r.reason == OUT_OF_TIME
+            if r.stop is not None and r.stop.kind == "out_of_time"
             else "no candidate at it could win (slower than the best: its training check is "
             "paid only for one that could be picked)"
         )
@@ -300,49 +263,54 @@ def build_advice(
     workload_info: WorkloadInfo,
     mode: str,
     space_name: str,
-    min_gain: float = 0.02,
     layer_choices: list[LayerChoice] | None = None,
     retimed: int = 0,
     retime_error: str | None = None,
     notes: list[str] | None = None,
     unsettled: str | None = None,
     *,
-    steps: int | None = None,
+    contest: Contest = Contest(),  # noqa: B008 - frozen: one value shared is safe
     final: FinalCheck | None = None,
     final_error: str | None = None,
     other_load: float | None = None,
     stage_s: dict[str, float] | None = None,
     effort: str = "default",
     answer: str = "final",
+    stages_done: bool = True,
 ) -> Advice:
-    """The recommendation from the outcome. PyTorch's default stays when the finalists' re-time
-    failed (`retime_error`: never a pick not re-timed against the default), when the machine
-    changed under the measurements (`unsettled`, unless the caller accepted that), or when the
-    final check where the user runs it did not confirm the change (`final`, `final_error`).
-    With `steps`, a compiled candidate competes only if its compile pays within them."""
-    pick, eager = pick_for_steps(outcome.results, outcome.baseline, min_gain, steps)
-    keep = None
+    """The recommendation from the outcome (`pick.decide` under `contest`). PyTorch's default
+    stays when the finalists' re-time failed (`retime_error`: never a pick not re-timed against
+    the default), when the machine changed under the measurements (`unsettled`, unless the
+    caller accepted that), or when the final check where the user runs it did not confirm the
+    change (`final`, `final_error`)."""
+    min_gain = contest.min_gain
+    pick = decide(outcome.results, outcome.baseline, contest)
+    eager = pick.eager or pick.chosen
+    label = pick.chosen.settings.label()
+    keep: tuple[Kept, str] | None = None
     if retime_error is not None:
-        keep = (
-            f"the finalists' interleaved re-time failed ({retime_error}): keeping PyTorch's "
-            "default rather than {label}, which was not re-timed against it"
-        )
+        keep = ("retime_failed", f"the finalists' interleaved re-time failed ({retime_error}): "
+                f"keeping PyTorch's default rather than {label}, which was not re-timed against it")  # fmt: skip
     elif unsettled is not None:
-        keep = f"{unsettled}: keeping PyTorch's default rather than {{label}} (--accept-noisy to override)"
+        keep = ("unsteady", f"{unsettled}: keeping PyTorch's default rather than {label} "
+                "(--accept-noisy to override)")  # fmt: skip
+    elif pick.chosen.pending is not None:  # never recommended ungated
+        keep = ("ungated", f"{label} was not gated (its {pick.chosen.pending} not paid before "
+                "the run ended): keeping PyTorch's default")  # fmt: skip
     elif final_error is not None:
-        keep = (
-            f"the final check of {{label}} against the default could not be made "
-            f"({final_error}): keeping PyTorch's default"
-        )
+        keep = ("check_failed", f"the final check of {label} against the default could not be "
+                f"made ({final_error}): keeping PyTorch's default")  # fmt: skip
     elif (final is not None and final.challenger is None and not final.held
           and runner_held(final, outcome.results) is None):  # fmt: skip
         lo, hi = final.speedup_ci
-        short = f", a gain under the {min_gain:.0%} a change must bring" if lo > 1.0 and hi < 1 + min_gain else ""
-        keep = f"{{label}} did not hold in the final check {final.place} ({final.figures()}{short}): keeping PyTorch's default"
+        short = (f", a gain under the {min_gain:.0%} a change must bring"
+                 if lo > 1.0 and hi < 1 + min_gain else "")  # fmt: skip
+        keep = ("did_not_hold", f"{label} did not hold in the final check {final.place} "
+                f"({final.figures()}{short}): keeping PyTorch's default")  # fmt: skip
     if keep is not None:
         if pick.chosen is not outcome.baseline:
-            label = pick.chosen.settings.label()
-            pick = Pick(outcome.baseline, pick.fastest, keep.format(label=label))
+            kind, why = keep
+            pick = Pick(outcome.baseline, pick.fastest, why, (pick.text(),), pick.eager, kind)
     elif final is not None and final.challenger is not None:  # the search kept the default
         pick = after_challenge(pick, final, outcome.results)
     elif final is not None:
@@ -350,6 +318,8 @@ def build_advice(
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)
+    path = list(pick.path) + ([f"after an interleaved re-time of {retimed} finalists"]
+                              if retimed else [])  # fmt: skip
     result = Result(
         baseline=timing_of(base.measurement),
         tuned=timing_of(chosen.measurement),
@@ -360,8 +330,8 @@ def build_advice(
         precision=chosen.precision,
         tolerance=chosen.tolerance or 0.0,
         peak_memory_mb=chosen.peak_memory_mb,
-        why=pick.why
-        + (f" (after an interleaved re-time of {retimed} finalists)" if retimed else ""),
+        why=pick.why,
+        path=path,
         min_gain=min_gain,
         benchmark_note=benchmark_note(outcome.results, chosen),
         rejected_faster=rejected_faster(outcome.results, chosen),
@@ -375,9 +345,9 @@ def build_advice(
                         benchmark_search_s(outcome.results, chosen)),
         notes=(notes or []) + kept_layers_notes(layer_choices or []),
         compile_note=first_step_note(
-            compile_note(outcome.results, chosen, eager, steps), chosen, final
+            compile_note(outcome.results, chosen, eager, contest), chosen, final
         ),
-        steps=steps,
+        steps=contest.steps,
         other_load=other_load,
         final_check=final,
         stage_s=stage_s or {},
@@ -393,4 +363,4 @@ def build_advice(
         space=space_name,
         result=result,
     )
-    return Advice(outcome, config, pick, layer_choices)
+    return Advice(outcome, config, pick, layer_choices, stages_done)

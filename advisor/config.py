@@ -138,7 +138,12 @@ class Result(BaseModel):
     precision: str
     tolerance: float
     peak_memory_mb: float | None = None
-    why: str = Field(description="why these settings were picked")
+    why: str = Field(
+        description="what was picked and the measurement that decided it, in one sentence"
+    )
+    path: list[str] = Field(
+        default_factory=list, description="how the pick got there, a sentence a step"
+    )
     min_gain: float = Field(0.02, description="the space's min_gain the pick was made with")
     warnings: list[str] = Field(
         default_factory=list, description="what may make these measurements less reliable"

@@ -45,7 +45,9 @@ from pydantic import BaseModel, ConfigDict
 from advisor.advice import Advice
 from advisor.config import Config, atomic_write
 from advisor.device.environment import Environment, cache_dir, current_environment
+from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.search.ledger import Entry, Ledger
 from advisor.search.options import SearchOutcome
 from advisor.search.pick import Pick
 from advisor.space import Dropped, SearchSpace
@@ -58,7 +60,7 @@ __all__ = ["AdviceReuse", "reuse_key"]
 
 log = logging.getLogger("advisor")
 
-ENTRY_FORMAT: Final = 1
+ENTRY_FORMAT: Final = 2
 # Arguments that do not change the answer: callbacks, and what decides whether to reuse at all.
 UNKEYED = frozenset({"progress", "on_eager", "fresh", "storage"})
 # Arguments keyed by what they resolve to (the device, the space's content after the tolerances):
@@ -68,18 +70,8 @@ RESOLVED = frozenset({"device", "space", "tolerances"})
 ENV_PREFIXES = ("ADVISOR_", "TORCH", "PYTORCH_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_",
                 "KMP_", "DNNL_", "ONEDNN_")  # fmt: skip
 
-# `build_advice`'s words for a pick kept at the default because a step failed: a rerun may not
-# fail, so such an answer is not stored.
-FAILED_STEP = ("interleaved re-time failed", "could not be made")
-
-
 class NotReusable(Exception):
     """This run's question has no key: it is answered afresh and nothing is stored."""
-
-
-# A result the outcome holds (its index: the same object, as the pick and the tables compare
-# by identity), or one of its own.
-Ref = int | TrialResult
 
 
 class StoredChoice(BaseModel):
@@ -101,22 +93,23 @@ class StoredAdvice(BaseModel):
     """One run's `Advice`, as stored for reuse."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    format: Literal[1] = ENTRY_FORMAT
+    format: Literal[2] = ENTRY_FORMAT
     key: str
     stored: str  # when the first run ended (UTC, ISO 8601)
     model_file: bool  # its note says that imported modules are not compared
     config: Config
-    results: list[TrialResult]
-    baseline: Ref
-    chosen: Ref
-    fastest: Ref
+    entries: list[Entry]  # the run's ledger: every standing is read from it again
+    default: Settings
+    run: str
+    chosen: Settings
+    fastest: Settings
     why: str
-    pareto: list[Ref]
+    path: list[str]
+    multi: bool
     dropped: list[tuple[str, str]]
     study_name: str
     environment: Environment
     elapsed_s: float
-    trial_numbers: list[int]
     not_measured: list[str]
     screen_note: str | None
     layer_choices: list[StoredChoice]
@@ -284,45 +277,36 @@ def partial(advice: Advice) -> str | None:
     result = advice.config.result
     if result is None or result.answer != "final":
         return "not the run's final answer"
-    if advice.outcome.not_measured:
-        return f"the budget left {len(advice.outcome.not_measured)} candidate(s) unmeasured"
-    if any("budget ran out" in n for n in result.notes):
+    cut = [*advice.outcome.not_measured, *(r for r in advice.outcome.results
+                                            if r.stop is not None and r.stop.kind == "out_of_time")]
+    if cut:
+        return f"the budget left {len(cut)} candidate(s) unmeasured"
+    if not advice.stages_done:
         return "the budget left a stage unfinished"
-    if any(words in advice.pick.why for words in FAILED_STEP):
+    if advice.pick.kept in ("retime_failed", "check_failed"):
         return "a failed step kept the default"
     return None
 
 
-def _ref(r: TrialResult, results: list[TrialResult]) -> Ref:
-    return next((i for i, x in enumerate(results) if x is r), r)
-
-
-def _deref(ref: Ref, results: list[TrialResult]) -> TrialResult:
-    if isinstance(ref, TrialResult):
-        return ref
-    if not 0 <= ref < len(results):
-        raise IndexError(f"result {ref} of {len(results)}")
-    return results[ref]
-
-
 def _entry_of(advice: Advice, key: str, model_file: bool) -> StoredAdvice:
-    o, results = advice.outcome, advice.outcome.results
+    o = advice.outcome
     return StoredAdvice(
         key=key,
         stored=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model_file=model_file,
         config=advice.config,
-        results=results,
-        baseline=_ref(o.baseline, results),
-        chosen=_ref(advice.pick.chosen, results),
-        fastest=_ref(advice.pick.fastest, results),
+        entries=o.ledger.entries,
+        default=o.ledger.default,
+        run=o.ledger.run,
+        chosen=advice.pick.chosen.settings,
+        fastest=advice.pick.fastest.settings,
         why=advice.pick.why,
-        pareto=[_ref(r, results) for r in o.pareto],
+        path=list(advice.pick.path),
+        multi=o.multi,
         dropped=[(d.what, d.reason) for d in o.dropped],
         study_name=o.study_name,
         environment=o.environment,
         elapsed_s=o.elapsed_s,
-        trial_numbers=o.trial_numbers,
         not_measured=o.not_measured,
         screen_note=o.screen_note,
         layer_choices=[
@@ -345,22 +329,21 @@ def _entry_of(advice: Advice, key: str, model_file: bool) -> StoredAdvice:
 def _advice_of(e: StoredAdvice) -> Advice:
     if e.config.result is None:
         raise ValueError("it holds no result")  # stored only with one (`AdviceReuse.store`)
-    results = list(e.results)
+    ledger = Ledger(None, e.default, run=e.run, entries=e.entries)
     outcome = SearchOutcome(
-        results=results,
-        baseline=_deref(e.baseline, results),
         dropped=[Dropped(what, reason) for what, reason in e.dropped],
         study_name=e.study_name,
         environment=e.environment,
         elapsed_s=e.elapsed_s,
-        trial_numbers=list(e.trial_numbers),
-        pareto=[_deref(r, results) for r in e.pareto],
+        pareto=e.multi,
         not_measured=list(e.not_measured),
         screen_note=e.screen_note,
+        ledger=ledger,
     )
-    if len(outcome.trial_numbers) != len(results):
-        raise ValueError("trial numbers and results differ in length")
-    pick = Pick(_deref(e.chosen, results), _deref(e.fastest, results), e.why)
+    chosen, fastest = ledger.standing(e.chosen), ledger.standing(e.fastest)
+    if chosen is None or fastest is None or ledger.baseline() is None:
+        raise ValueError("its pick is not in its ledger")
+    pick = Pick(chosen, fastest, e.why, tuple(e.path))
     choices = [
         LayerChoice(
             LayerGroup(c.key, c.names, c.description, None, c.kept, c.recipe),

@@ -24,10 +24,12 @@ from advisor.errors import AdvisorError
 from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.probe import hand_over, launch_worker, probe_model
+from advisor.measure.contest import Contest
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
-from advisor.search.pick import Pick, paired, pick_final, pick_for_steps, speedup_over
+from advisor.search.pick import Pick, decide, measured_in, speedup_over
+from advisor.search.pick_gates import gated_pick
 from advisor.search.storage import open_storage
 from advisor.space import (
     SearchSpace,
@@ -42,8 +44,7 @@ from advisor.stages.compiling import compile_candidates, compile_race, run_compi
 from advisor.stages.confirm import challenger, check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
-from advisor.stages.finalists import after_compile, machine_moved, retime_finalists, settled
-from advisor.stages.gate_winner import gate_the_pick
+from advisor.stages.finalists import after_compile, machine_moved, retime_finalists
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
@@ -103,6 +104,7 @@ def run_advise(
         raise AdvisorError(f"--steps must be a positive number of training steps, got {steps}")
     dev = resolve_device(device)
     sp = level.space(with_tolerances(load_space(space, dev), tolerances or {}), dev)
+    contest = sp.contest(steps)
     # The same question asked again (the default storage, not fresh) is answered from the
     # stored advice, before anything is probed or loaded; the key reads run_advise's arguments.
     from advisor.reuse import AdviceReuse
@@ -199,9 +201,9 @@ def run_advise(
             unsettled = None if accept_noisy else moved
             check, check_error = None, None
             if retime_error is None and unsettled is None:
-                pick = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)[0]
+                pick = decide(outcome.results, outcome.baseline, contest)
                 key = pick.chosen.settings.model_dump_json()
-                clear = None if level.check_always else beyond_noise(outcome, pick, sp.min_gain)
+                clear = None if level.check_always else beyond_noise(outcome, pick, contest)
                 if clear is not None:
                     notes.append(clear)
                 elif key in checks:
@@ -214,11 +216,13 @@ def run_advise(
                     checks[key] = (check, check_error)
             outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
             share = usage.others_share()
-            advice = build_advice(outcome, workload.info, mode, sp.name, sp.min_gain, choices,
+            advice = build_advice(outcome, workload.info, mode, sp.name, choices,
                                   retimed, retime_error=retime_error, notes=notes,
-                                  unsettled=unsettled, steps=steps, final=check,
+                                  unsettled=unsettled, contest=contest, final=check,
                                   final_error=check_error, other_load=share, effort=level.name,
                                   answer=answer,
+                                  stages_done=not (stats.get("unmeasured")
+                                                   or stats.get("combination")),
                                   stage_s=breakdown(clock.spans, outcome.results,
                                                     outcome.elapsed_s, clock.paid))  # fmt: skip
             warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
@@ -231,7 +235,7 @@ def run_advise(
             with clock.stage("global knobs"):
                 outcome = search(workload, dev, sp, options, evaluator=evaluator)
                 run_benchmark_twins(outcome, sp, dev, level.benchmark_finalists, evaluator,
-                                    options.storage, plan.search, progress)  # fmt: skip
+                                    plan.search, contest, progress)  # fmt: skip
             trial_baseline = outcome.baseline
             compiling = plan.compile is not None and not workload.is_layer
             retimed, retime_error, choices, stats = _eager_stages(workload, outcome, dev, sp,
@@ -292,7 +296,8 @@ def _eager_stages(
     first = plan.layers if per_layer else (plan.compile or plan.layers)
     eager_end = plan.layers if compiling else plan.retime  # the compile stage comes after
     retimed, retime_error = 0, None
-    deferred = per_layer and settled(outcome, sp)
+    contest = sp.contest(options.steps)
+    deferred = per_layer and contest.clear_lead(outcome.results, outcome.baseline, sp.retime_top)
     if not deferred:
         with clock.stage("re-time"):
             retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
@@ -301,6 +306,8 @@ def _eager_stages(
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
     new: list[TrialResult] = []
+    with clock.stage("global knobs"):  # the per-layer stage tunes the layers of a gated pick
+        gated_pick(outcome, evaluator, contest, first, options.progress)
     if per_layer and retime_error is None:
         options.deadline = plan.layers
         with clock.stage("per-layer"):
@@ -308,8 +315,8 @@ def _eager_stages(
                                                 evaluator=evaluator)  # fmt: skip
         if combined is not None:
             new.append(combined)
-    if workload.is_layer:
-        compile_candidates(outcome, sp, dev, False, layer=True)  # says why none is measured
+    if workload.is_layer:  # says why no compiled candidate is measured
+        compile_candidates(outcome, sp, dev, False, contest, layer=True)
     if (new or deferred) and retime_error is None:
         with clock.stage("re-time"):
             again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
@@ -317,6 +324,8 @@ def _eager_stages(
                                                    deadline=eager_end,
                                                    evaluator=evaluator)  # fmt: skip
         retimed = again or retimed
+        with clock.stage("global knobs"):
+            gated_pick(outcome, evaluator, contest, eager_end, options.progress)
     return retimed, retime_error, choices, stats
 
 
@@ -335,11 +344,12 @@ def _compile_stage(
     re-timed with the finalists, interleaved, before one can be picked: how many were re-timed,
     and why the re-time failed."""
     options.deadline = plan.compile
-    todo = compile_candidates(outcome, sp, dev, len(workload.shape_weights) > 1)
-    eager = pick_final(outcome.results, outcome.baseline, sp.min_gain)  # no compiled one yet
+    contest = sp.contest(steps)
+    todo = compile_candidates(outcome, sp, dev, len(workload.shape_weights) > 1, contest)
+    eager = decide(outcome.results, outcome.baseline, contest)  # no compiled one yet
     with clock.stage("compile"):
-        new = run_compile_stage(outcome, todo, evaluator, options.storage, plan.compile,
-                                options.progress, compile_race(outcome, sp, steps))  # fmt: skip
+        new = run_compile_stage(outcome, todo, evaluator, plan.compile,
+                                options.progress, compile_race(outcome, contest))  # fmt: skip
     if not new:
         return 0, None
     with clock.stage("re-time"):
@@ -350,16 +360,16 @@ def _compile_stage(
     # (after a failed re-time too: whatever is picked from here on is gated). That capture is a
     # compile: it counts with the stage's.
     with clock.stage("compile"):
-        gate_the_pick(outcome, evaluator, sp.min_gain, steps, options.storage)
+        gated_pick(outcome, evaluator, contest, plan.end, options.progress)
     return retimed, why
 
 
-def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | None:
+def beyond_noise(outcome: SearchOutcome, pick: Pick, contest: Contest) -> str | None:
     """At quick effort, why the pick needs no final check: its margin over the default in the
-    interleaved re-time lies beyond noise (the interval's low end above 1 + min_gain); or,
-    where the default is the pick, its challenger (`confirm.challenger`) was measured slower
-    than the default beyond noise (the interval's high end below 1.0x). None where it does not,
-    or where there is nothing to check."""
+    interleaved re-time lies beyond noise (`Contest.beyond_noise`); or, where the default is
+    the pick, its challenger (`confirm.challenger`) was measured slower than the default beyond
+    noise (the interval's high end below 1.0x). None where it does not, or where there is
+    nothing to check."""
     chosen = pick.chosen
     if chosen.settings == outcome.baseline.settings:
         other = challenger(outcome.results, outcome.baseline)
@@ -368,14 +378,14 @@ def beyond_noise(outcome: SearchOutcome, pick: Pick, min_gain: float) -> str | N
         ratio, lo, hi = speedup_over(outcome.baseline, other)
         if hi >= 1.0:
             return None
-        where = "the interleaved re-time" if paired(outcome.baseline, other) else "the search"
         return (f"no final check (quick effort): the fastest alternative accepted, "
                 f"{other.settings.label()}, was slower than the default beyond noise, "
-                f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] its speed in {where}")  # fmt: skip
-    if not paired(outcome.baseline, chosen):
+                f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] its speed in "
+                f"{measured_in(outcome.baseline, other)}")  # fmt: skip
+    if measured_in(outcome.baseline, chosen) != "the interleaved re-time":
         return None
-    ratio, lo, hi = speedup_over(outcome.baseline, chosen)
-    if lo <= 1 + min_gain:
+    ratio, lo, hi = figures = speedup_over(outcome.baseline, chosen)
+    if not contest.beyond_noise(figures):
         return None
     return (f"no final check (quick effort): the pick's margin is beyond noise, {ratio:.2f}x "
             f"[{lo:.2f}, {hi:.2f}] the default's speed in the interleaved re-time")  # fmt: skip

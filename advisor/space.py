@@ -27,7 +27,7 @@ from pydantic import (
 from advisor import impls as conv_impls
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
-from advisor.measure.stats import Race
+from advisor.measure.contest import Contest
 from advisor.measure.timing import TimingPolicy
 from advisor.measure.verdict import PrecisionCheckSettings
 
@@ -155,21 +155,11 @@ class SearchSpace(BaseModel):
         "null: every base of the compile stage is compiled",
     )
 
-    def race_limit_ms(self, leader_ci_high_ms: float) -> float:
-        """Where racing stops a candidate: the best accepted candidate's CI upper end, plus
-        `min_gain`, times `race_margin`."""
-        return leader_ci_high_ms * (1 + self.min_gain) * self.race_margin
-
-    def race_against(
-        self, leader_ci_high_ms: float, judge_ci_high_ms: float | None = None
-    ) -> Race:
-        """The race a candidate runs against the best accepted one so far: stopped beyond
-        `race_limit_ms`; not gated (nor its precision judged) when it cannot win. The bar for
-        that is `judge_ci_high_ms` where given (the fastest candidate measured, its gate still
-        pending: a candidate above it is gated later if that one is rejected), plus min_gain."""
-        bar = leader_ci_high_ms if judge_ci_high_ms is None else judge_ci_high_ms
-        return Race(self.race_limit_ms(leader_ci_high_ms),
-                    judge_below_ms=bar * (1 + self.min_gain))  # fmt: skip
+    def contest(self, steps: int | None = None) -> Contest:
+        """The rule that decides whether a candidate can still win, with this space's margins
+        and the horizon `steps` (--steps; `HORIZON_STEPS` when not told)."""
+        return Contest(min_gain=self.min_gain, race_margin=self.race_margin,
+                       compile_max_gain=self.compile_max_gain, racing=self.race, steps=steps)  # fmt: skip
 
     @field_validator("knobs")
     @classmethod

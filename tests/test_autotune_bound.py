@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.stages.autotune_bound import AutotuneBound
@@ -23,7 +24,7 @@ def _layer(impl: str, median_ms: float, first_ms: float) -> TrialResult:
 
 
 def test_a_group_is_tried_until_its_autotuning_is_known_then_only_where_it_can_pay() -> None:
-    bound = AutotuneBound(horizon_steps=10_000)
+    bound = AutotuneBound(Contest(steps=10_000))
     native = _layer("native", 0.05, 2.0)
     assert bound.why_not("triton", native, layers=1) is None  # nothing measured yet: try it
     bound.measured("triton", _layer("triton", 0.04, 3_002.0), native)
@@ -34,7 +35,7 @@ def test_a_group_is_tried_until_its_autotuning_is_known_then_only_where_it_can_p
     # four layers share the group: 2 s at most, still short; ten: 5 s, it could
     assert bound.why_not("triton", native, layers=4) is not None
     assert bound.why_not("triton", native, layers=10) is None
-    assert AutotuneBound(100_000, bound.cost_ms).why_not("triton", native, layers=1) is None
+    assert AutotuneBound(Contest(steps=100_000), bound.cost_ms).why_not("triton", native, layers=1) is None
     # implementations without autotuning are never held back
     assert bound.why_not("unfold_gemm", native, layers=1) is None
     # a cheaper autotuning measured later (kernels cached) lowers the cost
@@ -79,7 +80,7 @@ def test_triton_is_measured_on_the_first_group_and_skipped_where_it_cannot_pay(
                                   lambda wl: make_evaluator(wl, CPU, space, options),
                                   open_storage(url), "x", bound=bound)  # fmt: skip
 
-    short = AutotuneBound(horizon_steps=10)
+    short = AutotuneBound(Contest(steps=10))
     choices = choose(short)
     assert len(choices) == 3
     tried = [c for c in choices if "triton" in c.results]

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from advisor.advice import benchmark_note, benchmark_search_s, payback
+from advisor.advice import payback
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.search.compile_bill import paying, searched_by
+from advisor.search.compile_bill import benchmark_note, benchmark_search_s, paying, searched_by
 from advisor.space import candidates, load_space
 from tests.conftest import DATA
 from tests.hostile._cli import advisor_cli
@@ -94,8 +95,8 @@ def test_the_search_cost_is_the_first_call_of_the_twin_that_searched() -> None:
 def test_a_search_that_does_not_pay_within_the_horizon_is_not_picked() -> None:
     off = _result(Settings(), 10.0, 30.0)
     twin = _result(Settings(cudnn_benchmark=True), 9.5, 12_530.0)  # 0.5 ms a step for 12.5 s
-    kept, costly = paying([off, twin], off, steps=None)
+    kept, costly = paying([off, twin], off, Contest())
     assert kept == [off] and [r for r, _ in costly] == [twin]
     assert costly[0][1].steps == 25_000
-    kept, costly = paying([off, twin], off, steps=200_000)  # the user trains long enough
+    kept, costly = paying([off, twin], off, Contest(steps=200_000))  # the user trains long enough
     assert kept == [off, twin] and not costly

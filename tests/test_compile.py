@@ -23,11 +23,12 @@ from advisor.execute.runner import Gate, evaluate
 from advisor.gate.numeric import compare
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import alternative, bill, compile_note, paying
-from advisor.search.pick import pick_for_steps
+from advisor.search.pick import decide
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race
@@ -89,7 +90,7 @@ def test_compiled_candidates_are_the_best_eager_ones_and_the_default() -> None:
     results = [_r(base, 10.0), _r(cl, 9.0), _r(fast, 5.0)]
     outcome = SearchOutcome(results, results[0], [], "s", current_environment(CPU), 0.0)
     space = SearchSpace(name="s", knobs={"compile": ["off", "default", "reduce-overhead"]})
-    got = compile_candidates(outcome, space, CPU, shape_set=False)
+    got = compile_candidates(outcome, space, CPU, False, space.contest())
     # the eager pick (per-layer swaps left out: native convs under compile), then the default:
     # an eager win need not carry into a compiled graph
     assert got == [
@@ -97,12 +98,12 @@ def test_compiled_candidates_are_the_best_eager_ones_and_the_default() -> None:
         Settings(compile="default"),
     ]
     assert [d.what for d in outcome.dropped] == ["compile=reduce-overhead"]
-    shape_set = compile_candidates(outcome, space, CPU, shape_set=True)
+    shape_set = compile_candidates(outcome, space, CPU, True, space.contest())
     assert [s.compile_dynamic for s in shape_set] == [False, True, False, True]
     # where the default is the eager pick, it is what gets compiled
     alone = [_r(base, 10.0), _r(cl, 10.1)]
     outcome = SearchOutcome(alone, alone[0], [], "s", current_environment(CPU), 0.0)
-    assert compile_candidates(outcome, space, CPU, shape_set=False) == [Settings(compile="default")]
+    assert compile_candidates(outcome, space, CPU, False, space.contest()) == [Settings(compile="default")]
 
 
 def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_one() -> None:
@@ -124,7 +125,7 @@ def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_
 
     def got(results: list[TrialResult], baseline: int = 0) -> tuple[list[Settings], list[str]]:
         outcome = SearchOutcome(results, results[baseline], [], "s", current_environment(CPU), 0.0)
-        return compile_candidates(outcome, space, CPU, shape_set=False), [
+        return compile_candidates(outcome, space, CPU, False, space.contest()), [
             d.what for d in outcome.dropped
         ]
 
@@ -149,7 +150,7 @@ def test_on_a_cpu_the_channels_last_twin_is_compiled_in_place_of_the_contiguous_
     outcome = SearchOutcome([_r(base, 33.8), _r(bf16, 30.0)], _r(base, 33.8), [], "s",
                             current_environment(CPU), 0.0)  # fmt: skip
     assert all(s.memory_format == "contiguous"
-               for s in compile_candidates(outcome, only, CPU, shape_set=False))  # fmt: skip
+               for s in compile_candidates(outcome, only, CPU, False, only.contest()))  # fmt: skip
 
 
 def test_the_default_is_not_compiled_where_no_compile_could_rescue_it() -> None:
@@ -160,7 +161,7 @@ def test_the_default_is_not_compiled_where_no_compile_could_rescue_it() -> None:
     space = SearchSpace(name="s", knobs={"compile": ["off", "default"]}, compile_max_gain=1.6)
     far = [_r(base, 40.2), _r(pick, 19.8)]
     outcome = SearchOutcome(far, far[0], [], "s", current_environment(CPU), 0.0)
-    assert compile_candidates(outcome, space, CPU, shape_set=False) == [
+    assert compile_candidates(outcome, space, CPU, False, space.contest()) == [
         pick.model_copy(update={"compile": "default"})
     ]
     (dropped,) = [d for d in outcome.dropped if "default settings" in d.what]
@@ -168,12 +169,12 @@ def test_the_default_is_not_compiled_where_no_compile_could_rescue_it() -> None:
     # within reach (MobileNetV3-Small train: 1.2x), the default is compiled too
     near = [_r(base, 31.6), _r(pick, 26.4)]
     outcome = SearchOutcome(near, near[0], [], "s", current_environment(CPU), 0.0)
-    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, shape_set=False)
+    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, False, space.contest())
     # beyond the factor only by the point estimates, not beyond both intervals: compiled
     noisy = TrialResult(settings=base, status="ok",
                         measurement=Measurement(samples_ms=[20.0, 45.0, 33.0, 36.0, 60.0, 25.0]))  # fmt: skip
     outcome = SearchOutcome([noisy, far[1]], noisy, [], "s", current_environment(CPU), 0.0)
-    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, shape_set=False)
+    assert Settings(compile="default") in compile_candidates(outcome, space, CPU, False, space.contest())
 
 
 def test_apply_compiles_last_and_keeps_the_model_itself(tmp_path: Path) -> None:
@@ -202,10 +203,10 @@ def test_break_even_is_the_compile_over_the_saving_per_step() -> None:
     assert b.overhead_s == pytest.approx(20.0) and b.saving_ms == pytest.approx(2.0)
     assert b.steps == 10_000 and b.warm_steps == 1_000
     assert bill(_r(Settings(compile="default"), 11.0, cold=5.0), eager).steps == math.inf
-    kept, out = paying([eager, compiled], eager, steps=9_999)
+    kept, out = paying([eager, compiled], eager, Contest(steps=9_999))
     assert kept == [eager] and out[0][0] is compiled
-    assert paying([eager, compiled], eager, steps=10_000)[0] == [eager, compiled]
-    assert paying([eager, compiled], eager, steps=None)[0] == [eager, compiled]
+    assert paying([eager, compiled], eager, Contest(steps=10_000))[0] == [eager, compiled]
+    assert paying([eager, compiled], eager, Contest())[0] == [eager, compiled]
 
 
 def test_a_compile_wins_only_if_it_pays_within_the_steps() -> None:
@@ -213,16 +214,17 @@ def test_a_compile_wins_only_if_it_pays_within_the_steps() -> None:
     cl = _r(Settings(memory_format="channels_last"), 9.0)
     compiled = _r(Settings(compile="default"), 5.0, cold=30.0, warm=3.0)
     results = [base, cl, compiled]
-    pick, eager = pick_for_steps(results, base, steps=None)
+    pick = decide(results, base, Contest())
+    eager = pick.eager
     assert pick.chosen is compiled and eager is cl  # fastest per step; billed against cl
-    pick, _ = pick_for_steps(results, base, steps=1_000)  # 30 s / 4 ms = 7,500 steps
+    pick = decide(results, base, Contest(steps=1_000))  # 30 s / 4 ms = 7,500 steps
     assert pick.chosen is cl
-    assert "7,500 steps, more than the 1,000 steps" in pick.why
-    assert pick_for_steps(results, base, steps=7_500)[0].chosen is compiled
-    note = compile_note(results, compiled, cl, steps=None)
+    assert "7,500 steps, more than the 1,000 steps" in pick.text()
+    assert decide(results, base, Contest(steps=7_500)).chosen is compiled
+    note = compile_note(results, compiled, cl, Contest())
     assert note is not None and "4.000 ms per step" in note and "7,500 steps (750 with warm" in note
     slower = _r(Settings(compile="default"), 12.0, cold=30.0)
-    note = compile_note([base, slower], base, base, steps=None)
+    note = compile_note([base, slower], base, base, Contest())
     assert note is not None and "no faster per step" in note
 
 
@@ -301,7 +303,7 @@ def test_graph_breaks_are_named_by_place_once_each() -> None:
         update={"status": "failed", "measurement": None, "reason": "boom",
                 "graph_breaks": breaks + ["other.py:9: Unsupported"]})  # fmt: skip
     note = compile_note([_r(Settings(), 10.0), slow], _r(Settings(), 10.0), _r(Settings(), 10.0),
-                        steps=None)  # fmt: skip
+                        Contest())  # fmt: skip
     assert note is not None and note.startswith("torch.compile (compile=default) was not accepted")
     assert f"(Dynamo broke its graph at 2 places; the first: {breaks[0]})" in note
 
@@ -406,7 +408,7 @@ def test_a_compiled_candidate_that_loses_the_race_stops_before_the_capture(
         raise AssertionError("captured a candidate that cannot win")
 
     monkeypatch.setattr(gating, "capture", no_capture)
-    race = Race(limit_ms=1e-6, judge_below_ms=1e-6)  # every sample far above the bar
+    race = Race(limit_ms=1e-6, bar_ms=1e-6)  # every sample far above the bar
     result = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
                       race=race)  # fmt: skip
     assert result.status == "stopped" and "slower than" in (result.reason or "")
@@ -415,7 +417,7 @@ def test_a_compiled_candidate_that_loses_the_race_stops_before_the_capture(
     assert result.compile_cold_s is not None and result.compile_cold_s > 0
     assert result.rel_error is None  # not gated
     eager = _r(Settings(), m.median_ms / 2)
-    note = compile_note([eager, result], eager, eager, steps=None)
+    note = compile_note([eager, result], eager, eager, Contest())
     assert note is not None and "was slower per step than default" in note
     assert "it never pays" in note
 
@@ -424,15 +426,16 @@ def test_a_compiled_candidate_that_loses_the_race_stops_before_the_capture(
 def test_a_compiled_candidate_above_a_bar_from_another_window_is_gated() -> None:
     """Slower than the eager leader's interval from the search, but within the race's margin:
     MobileNetV3-Small train's compile stopped at 27.1 ms against a bar of 22.7 ms, and the
-    re-time then measured that eager leader at 29.5 ms. It is gated, and the re-time decides."""
+    re-time then measured that eager leader at 29.5 ms. It is not stopped by the bar: under
+    dropout its capture (a second compile) waits for the pick, and the re-time decides."""
     workload = make_workload(model_file=str(DATA / "dropout_cnn.py"))
     space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
     gate = Gate(workload, CPU, "train", space)
     assert gate.dropout
-    race = Race(limit_ms=1e9, judge_below_ms=1e-6)  # the race never stops it; the bar is below
+    race = Race(limit_ms=1e9, bar_ms=1e-6)  # the race never stops it; the bar is below
     result = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
                       race=race)  # fmt: skip
-    assert result.status == "ok" and result.rel_error is not None
+    assert result.status == "ok" and result.stop is None and result.pending == "capture"
 
 
 @pytest.mark.slow
@@ -444,7 +447,7 @@ def test_without_dropout_a_compiled_candidate_is_gated_and_left_to_the_retime() 
     space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
     gate = Gate(workload, CPU, "train", space)
     assert not gate.dropout
-    race = Race(limit_ms=1e9, judge_below_ms=1e-6)
+    race = Race(limit_ms=1e9, bar_ms=1e-6)
     result = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
                       race=race)  # fmt: skip
     assert result.status == "ok" and result.rel_error is not None
@@ -475,7 +478,7 @@ def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default(
     assert alternative(compiled, results, base) is twin
     b = bill(compiled, twin)
     assert b.saving_ms == pytest.approx(0.98) and b.steps == 6_939  # (7.0 - 0.2) s / 0.98 ms
-    note = compile_note(results, compiled, base, steps=None)
+    note = compile_note(results, compiled, base, Contest())
     assert (
         note is not None
         and "over memory_format=channels_last, amp=bf16;" in note
@@ -483,11 +486,11 @@ def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default(
     )
     # Within the default horizon it competes; with a slower compile it does not, and says why.
     slow = _r(compiled.settings, 20.40, cold=12.0)  # 11.8 s / 0.98 ms = 12,041 steps
-    kept, out = paying([base, twin, slow], base, steps=None)
+    kept, out = paying([base, twin, slow], base, Contest())
     assert kept == [base, twin] and out[0][1].steps == 12_041
-    pick, _ = pick_for_steps([base, twin, slow], base)
-    assert pick.chosen is twin and "10,000-step horizon" in pick.why
-    note = compile_note([base, twin, slow], twin, twin, steps=None)
+    pick = decide([base, twin, slow], base, Contest())
+    assert pick.chosen is twin and "10,000-step horizon" in pick.text()
+    note = compile_note([base, twin, slow], twin, twin, Contest())
     assert note is not None and "10,000-step horizon" in note and "not recommended" in note
 
 
@@ -496,11 +499,11 @@ def test_a_compiled_candidate_races_the_fastest_eager_one() -> None:
     compiled = _r(Settings(compile="default"), 1.0, cold=5.0)  # not its own yardstick
     outcome = SearchOutcome([base, cl, compiled], base, [], "s", current_environment(CPU), 0.0)
     space = SearchSpace(name="s", knobs={"compile": ["off", "default"]})
-    race = compile_race(outcome, space)
-    assert race is not None and race.judge_below_ms == pytest.approx(8.0 * (1 + space.min_gain))
-    assert race.limit_ms == pytest.approx(space.race_limit_ms(8.0))
+    race = compile_race(outcome, space.contest())
+    assert race is not None and race.bar_ms == pytest.approx(8.0 * (1 + space.min_gain))
+    assert race.limit_ms == pytest.approx(8.0 * (1 + space.min_gain) * space.race_margin)
     off = SearchSpace(name="s", knobs={"compile": ["off", "default"]}, race=False)
-    assert compile_race(outcome, off) is None
+    assert compile_race(outcome, off.contest()) is None
 
 
 @pytest.mark.slow

@@ -15,11 +15,13 @@ import torch
 import advisor
 from advisor.errors import AdvisorError
 from advisor.knobs import Settings
+from advisor.measure.contest import SCREEN_SAMPLES, Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
+from advisor.measure.stop import Stop
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.search import SearchOptions, search
-from advisor.search.screen import SCREEN_SAMPLES, inversion, record_dropped, screen
+from advisor.search.screen import inversion, record_dropped, screen
 from advisor.search.study import open_plan
 from advisor.space import compile_modes, load_space
 from advisor.stages.effort import effort_of
@@ -101,7 +103,7 @@ def test_a_screen_takes_its_samples_and_stops() -> None:
     policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, race=Race(float("inf"), screen=3))
-    assert len(m.samples_ms) == 3 and m.stopped is not None and m.stopped.startswith("screened")
+    assert len(m.samples_ms) == 3 and m.stop == "screened"
     assert m.median_ms == pytest.approx(10.0)
 
 
@@ -120,9 +122,9 @@ def test_a_screen_above_the_drop_line_stops_once_its_median_is_known(
     policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms, screen=3))
-    assert len(m.samples_ms) == samples and m.stopped is not None
+    assert len(m.samples_ms) == samples and m.stop is not None
     assert m.warmup_runs == (1 if step_ms > 2 * limit_ms else 2)
-    assert m.stopped.startswith("screened") and m.median_ms == pytest.approx(step_ms)
+    assert m.stop == "screened" and m.median_ms == pytest.approx(step_ms)
 
 
 def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:
@@ -155,9 +157,9 @@ class ScriptedEvaluator:
         clock = Clock((self.screen_ms if screening else self.full_ms)[label] / 1e3)
         # full timing is timed whole here (no race): these tests check what screening sends on
         m = measure(clock.step, CPU, self.policy, clock=clock, race=race if screening else None)
-        status = "stopped" if m.stopped else "ok"
-        return TrialResult(settings=settings, status=status, reason=m.stopped, measurement=m,
-                           precision="fp32", rel_error=0.0)  # fmt: skip
+        stop = Stop(kind="screened", ms=m.median_ms, samples=len(m.samples_ms)) if m.stop else None
+        return TrialResult(settings=settings, status="stopped" if stop else "ok", stop=stop,
+                           measurement=m, precision="fp32", rel_error=0.0)  # fmt: skip
 
     def retime(self, results: list[TrialResult], *, time_left_s: float | None = None) -> list:
         return results
@@ -184,7 +186,8 @@ def test_screening_drops_the_slow_and_times_the_rest_fastest_first(tmp_path: Pat
     screen_ms = {label: 200.0 for label in labels}
     screen_ms["default"], screen_ms[labels[2]] = 100.0, 50.0
     ev = ScriptedEvaluator(screen_ms, screen_ms)
-    out = screen(plan, ev, options, deadline=time.perf_counter() + 60, start=time.perf_counter())
+    out = screen(plan, ev, options, deadline=time.perf_counter() + 60, start=time.perf_counter(),
+                 contest=Contest())
     assert out is not None and out.best_ms == pytest.approx(50.0)
     assert [c for c, screening in ev.calls if screening] == labels  # every candidate screened
     # the default always survives; the fastest comes next; 4x the fastest does not
@@ -262,7 +265,8 @@ def test_the_guard_weighs_the_screens_error_against_the_cut(tmp_path: Path) -> N
     screen_ms = {label: 200.0 for label in labels}
     screen_ms.update({"default": 100.0, labels[1]: 110.0, labels[2]: 160.0})
     out = screen(plan, ScriptedEvaluator(screen_ms, {}), options,
-                 deadline=time.perf_counter() + 60, start=time.perf_counter())  # fmt: skip
+                 deadline=time.perf_counter() + 60, start=time.perf_counter(),
+                 contest=Contest())  # fmt: skip
     assert out is not None and [s.label() for s in plan.cands] == ["default", labels[1]]
 
     def full(label: str, ms: float) -> TrialResult:
@@ -288,7 +292,7 @@ def test_a_short_step_is_not_screened(tmp_path: Path) -> None:
     before = list(plan.cands)
     ms = {s.label(): 5.0 for s in plan.cands}  # a launch-bound GPU step: a screen cannot pay
     ev = ScriptedEvaluator(ms, ms)
-    assert screen(plan, ev, options, time.perf_counter() + 60, 0.0) is None
+    assert screen(plan, ev, options, time.perf_counter() + 60, 0.0, Contest()) is None
     assert plan.cands == before and len(ev.calls) == 1  # the default's screen told it
 
 
@@ -296,11 +300,13 @@ def test_a_resumed_study_is_not_screened(tmp_path: Path) -> None:
     plan, options = _plan(tmp_path)
     labels = [s.label() for s in plan.cands]
     ms = {label: 100.0 for label in labels}
-    first = screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0)
+    first = screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0,
+                   Contest())
     assert first is not None
     first.dropped = plan.cands[1:2]
-    record_dropped(first, plan)  # the study now holds a result
-    assert screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0) is None
+    record_dropped(first, plan, Contest())  # the study now holds a result
+    assert screen(plan, ScriptedEvaluator(ms, ms), options, time.perf_counter() + 60, 0.0,
+                  Contest()) is None
 
 
 # ---- whole runs ----------------------------------------------------------------------------------

@@ -41,6 +41,11 @@ CL = Settings(memory_format="channels_last")
 POLICY = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=9, max_samples=9, max_time_s=5)
 
 
+
+def _said(result: object) -> str:
+    """The advice's why and the path to it, as the report shows them."""
+    return "; ".join((result.why, *result.path))  # type: ignore[attr-defined]
+
 def _r(settings: Settings, ms: float) -> TrialResult:
     return TrialResult(settings=settings, status="ok", retimed=True,
                        measurement=Measurement(samples_ms=[ms] * 7))  # fmt: skip
@@ -92,7 +97,7 @@ def test_an_isolated_run_keeps_the_default_when_the_win_does_not_carry_over(
     assert result is not None and result.final_check is not None
     assert result.final_check.where == "fresh process" and not result.final_check.held
     assert advice.settings == Settings()
-    assert "did not hold in the final check in a fresh process" in result.why, result.why
+    assert "did not hold in the final check in a fresh process" in _said(result), _said(result)
 
 
 def _outcome(results: list[TrialResult]) -> SearchOutcome:
@@ -109,23 +114,35 @@ def test_the_advice_follows_the_final_check() -> None:
     info = make_workload(model_file=str(DATA / "tiny_cnn.py")).info
     results = [_r(Settings(), 20.0), _r(CL, 10.0)]
     held = build_advice(_outcome(results), info, "infer", "s", final=_check(True))
-    assert held.settings == CL and "it held in the final check" in held.config.result.why
+    assert held.settings == CL and "it held in the final check" in _said(held.config.result)
     assert held.config.result.final_check == _check(True)
     busy = _check(False, one_thread=(0.97, 0.9, 1.05))
     kept = build_advice(_outcome(results), info, "infer", "s", final=busy)
-    why = kept.config.result.why
+    why = _said(kept.config.result)
     assert kept.settings == Settings() and "did not hold" in why and "one thread 0.97x" in why
     # faster beyond noise, but surely by less than min_gain (2%): kept, and the advice says so
     short = FinalCheck(where="fresh process", speedup=1.01, speedup_ci=(1.005, 1.015), rounds=9,
                        held=False)  # fmt: skip
-    small = build_advice(_outcome(results), info, "infer", "s", final=short).config.result.why
+    small = _said(build_advice(_outcome(results), info, "infer", "s", final=short).config.result)
     assert "did not hold" in small and "a gain under the 2% a change must bring" in small, small
     assert "under the 2%" not in why  # the busy check failed at one thread, not by its size
     failed = build_advice(_outcome(results), info, "infer", "s", final_error="it crashed")
     assert (
         failed.settings == Settings()
-        and "could not be made (it crashed)" in failed.config.result.why
+        and "could not be made (it crashed)" in _said(failed.config.result)
     )
+
+
+@pytest.mark.parametrize("step", ["retime_error", "final_error", "unsettled"])
+def test_an_error_text_with_braces_is_said_as_it_is(step: str) -> None:
+    """An error's own text may hold braces (a shape, a dict, a format string of the library's):
+    the advice quotes it, and keeps the default, instead of raising on it."""
+    info = make_workload(model_file=str(DATA / "tiny_cnn.py")).info
+    results = [_r(Settings(), 20.0), _r(CL, 10.0)]
+    error = "shapes {2, 3} and {label} do not match: {0}"
+    advice = build_advice(_outcome(results), info, "infer", "s", **{step: error})  # type: ignore[arg-type]
+    assert advice.settings == Settings() and error in advice.config.result.why
+    assert "memory_format=channels_last" in advice.config.result.why  # what was not kept
 
 
 @pytest.mark.slow
@@ -248,17 +265,17 @@ def test_the_advice_recommends_the_runner_up_that_beat_the_pick_and_says_a_tie()
     # the search picked channels_last (bf16 measured slower there); bf16 beat it in the check
     searched = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
     advice = build_advice(_outcome(searched), info, "train", "s", final=won)
-    why = advice.config.result.why
+    why = _said(advice.config.result)
     assert advice.settings == BF16 and "beat it in the final check" in why, why
     tie = won.model_copy(update={"order": "undecided", "versus_runner_up": (1.01, 0.95, 1.07)})
     cl_only = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
     advice = build_advice(_outcome(cl_only), info, "train", "s", final=tie)
-    why = advice.config.result.why
+    why = _said(advice.config.result)
     assert advice.settings == CL and "within what this machine can decide" in why, why
     # the pick did not hold where the runner-up did: the runner-up is recommended
     lost = tie.model_copy(update={"held": False, "speedup_ci": (0.8, 1.3)})
     advice = build_advice(_outcome(cl_only), info, "train", "s", final=lost)
-    assert advice.settings == BF16 and "recommended instead" in advice.config.result.why
+    assert advice.settings == BF16 and "recommended instead" in _said(advice.config.result)
 
 
 @pytest.mark.slow
@@ -272,7 +289,7 @@ def test_a_runner_up_that_beats_the_pick_where_the_user_runs_it_is_recommended()
     info = workload.info
     results = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
     advice = build_advice(_outcome(results), info, "train", "s", final=check)
-    assert advice.settings == BF16, advice.config.result.why
+    assert advice.settings == BF16, _said(advice.config.result)
 
 
 def test_a_compiled_runner_up_recommended_instead_names_its_own_first_step() -> None:
@@ -309,12 +326,12 @@ def test_a_kept_default_follows_its_challengers_final_check() -> None:
     advice = build_advice(_outcome(searched), info, "infer", "s", final=won)
     result = advice.config.result
     assert advice.settings == CL and result.final_check == won
-    assert "beat the default in the final check in a fresh process (1.30x" in result.why
+    assert "beat the default in the final check in a fresh process (1.30x" in _said(result)
     assert result.final_check.summary().startswith("memory_format=channels_last in a fresh")
     lost = _check(False).model_copy(update={"challenger": CL})
     kept = build_advice(_outcome(searched), info, "infer", "s", final=lost)
-    why = kept.config.result.why
-    assert kept.settings == Settings() and why.startswith("PyTorch's default is the fastest")
+    why = _said(kept.config.result)
+    assert kept.settings == Settings() and why.startswith("PyTorch's default: memory_format=channels_last, the fastest alternative")
     assert "channels_last, the fastest alternative the search accepted, did not beat" in why
     assert kept.config.result.final_check.summary().endswith("it did not beat the default")
     # a runner-up of another family beside the challenger held where the challenger did not
@@ -322,8 +339,8 @@ def test_a_kept_default_follows_its_challengers_final_check() -> None:
                                      "runner_up_held": True, "order": "runner-up"})  # fmt: skip
     three = [*searched, _rp(BF16, 30.0, "bf16")]
     advice = build_advice(_outcome(three), info, "infer", "s", final=runner)
-    why = advice.config.result.why
-    assert advice.settings == BF16 and "but amp=bf16 beat the default in the final check" in why
+    why = _said(advice.config.result)
+    assert advice.settings == BF16 and "amp=bf16 beat the default in the final check" in why
     assert "(1.50x [1.40, 1.60] the default's speed), timed beside memory_format" in why, why
     # the machine moved under the search: the default stays, whatever the check said
     unsettled = build_advice(_outcome(searched), info, "infer", "s", final=won, unsettled="moved")
@@ -372,7 +389,7 @@ def test_an_isolated_run_recommends_a_win_its_worker_hid(
     check = result.final_check
     assert check.challenger == CL and check.where == "fresh process" and check.held, check
     assert advice.settings == CL
-    assert "beat the default in the final check in a fresh process" in result.why, result.why
+    assert "beat the default in the final check in a fresh process" in _said(result), _said(result)
 
 
 def test_a_cudnn_benchmark_challenger_is_not_checked_again_in_one_process() -> None:

@@ -20,9 +20,9 @@ import torch
 
 from advisor.device.global_state import global_state
 from advisor.execute.evaluators import InProcessEvaluator
-from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed, classify
+from advisor.execute.gating import failed
+from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed
 from advisor.knobs import Settings
-from advisor.measure.results import TrialResult
 from advisor.space import SearchSpace
 from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import layer_workload, model_workload
@@ -145,11 +145,17 @@ def test_in_process_evaluator_restores_global_state(plugins: None) -> None:
          "out of memory (out of memory. Tried to allocate 20.00 GiB)"),
         ("out of memory", "out of memory"),
         ("RuntimeError: shapes do not match", "RuntimeError: shapes do not match"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered",
+         "RuntimeError: CUDA error: an illegal memory access was encountered"),
     ],
 )  # fmt: skip
-def test_out_of_memory_is_named(reason: str, expected: str) -> None:
-    r = TrialResult(settings=Settings(), status="failed", reason=reason)
-    assert classify(r).reason == expected
+def test_a_failure_is_named_by_its_kind_where_the_harness_acts_on_it(
+    reason: str, expected: str
+) -> None:
+    r = failed(Settings(), reason)
+    assert r.status == "failed" and r.reason == expected
+    kind = "oom" if expected.startswith("out of memory") else None
+    assert r.failure == ("device" if "CUDA error" in reason else kind)
 
 
 @pytest.mark.slow  # a crash and a 6 s hang in a re-time, each a new worker (16 s)

@@ -15,12 +15,12 @@ import torch
 from advisor.device.environment import current_environment
 from advisor.device.global_state import global_state
 from advisor.execute import gating
-from advisor.execute.payback import payback_verdict
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
-from advisor.measure.verdict import CANNOT_PAY
+from advisor.measure.stop import Stop
 from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note
 from advisor.space import SearchSpace, load_space
@@ -37,37 +37,9 @@ def _m(*samples: float) -> Measurement:
     return Measurement(samples_ms=list(samples))
 
 
-def _r(settings: Settings, ms: float, status: str = "ok", reason: str | None = None) -> TrialResult:
-    return TrialResult(settings=settings, status=status, reason=reason,  # type: ignore[arg-type]
+def _r(settings: Settings, ms: float, status: str = "ok", stop: Stop | None = None) -> TrialResult:
+    return TrialResult(settings=settings, status=status, stop=stop,  # type: ignore[arg-type]
                        measurement=Measurement(samples_ms=[ms] * 7, first_call_ms=50.0))  # fmt: skip
-
-
-def test_a_compile_that_saves_a_millisecond_cannot_pay_a_minute_back() -> None:
-    # MobileNetV3-Small train, 2-core CPU: compiled 25.1 ms beside its eager rival at 28.1 ms,
-    # cold compile 65.3 s: at most ~3-5 ms a step, paid after 13,000+ steps: beyond 10,000.
-    compiled = _m(25.0, 25.1, 25.1, 25.2, 25.3, 25.0, 25.1, 25.2)
-    rival = _m(28.0, 28.1, 28.1, 28.2, 28.0, 28.3, 28.1, 28.1)
-    why = payback_verdict(compiled, rival, 65.3, 0.3, 10_000, "memory_format=channels_last")
-    assert why is not None and why.startswith(CANNOT_PAY)
-    assert "within 10,000 steps" in why and "memory_format=channels_last" in why
-    saving = rival.ci_high_ms - compiled.ci_low_ms
-    assert f"at most {saving:.3f} ms a step" in why and "65.3 s" in why
-    # The same figures with a horizon long enough for them: it may pay, so it goes on.
-    steps = int((65.3 - 0.3) * 1e3 / saving) + 1
-    assert payback_verdict(compiled, rival, 65.3, 0.3, steps, "x") is None
-    assert payback_verdict(compiled, rival, 65.3, 0.3, steps - 2, "x") is not None
-
-
-def test_the_bound_is_the_most_favourable_end_of_both_intervals() -> None:
-    # Medians 1 ms apart, intervals wide: the bound is the rival's high end against the
-    # compiled one's low end, not the medians' gap; a slower compile saves nothing at all.
-    compiled = _m(10.0, 12.0, 11.0, 9.0, 13.0, 11.0, 10.0)
-    rival = _m(12.0, 14.0, 11.0, 13.0, 15.0, 12.0, 12.0)
-    gap = rival.ci_high_ms - compiled.ci_low_ms
-    assert gap > rival.median_ms - compiled.median_ms
-    assert payback_verdict(compiled, rival, 10.0, 0.0, int(10e3 / gap) + 1, "x") is None
-    slower = payback_verdict(_m(20.0, 20.5, 21.0, 20.2, 20.1), rival, 0.5, 0.0, 10**9, "x")
-    assert slower is not None and "saves nothing per step" in slower
 
 
 def test_the_rival_is_the_fastest_accepted_eager_candidate() -> None:
@@ -81,20 +53,21 @@ def test_the_rival_is_the_fastest_accepted_eager_candidate() -> None:
     outcome = SearchOutcome([base, cl, layers, rejected, compiled], base, [], "s",
                             current_environment(CPU), 0.0)  # fmt: skip
     space = SearchSpace(name="s", knobs={"compile": ["off", "default"]})
-    race = compile_race(outcome, space, steps=500)
+    race = compile_race(outcome, space.contest(steps=500))
     assert race is not None and race.horizon_steps == 500
     assert Settings.model_validate_json(race.rival or "") == layers.settings
-    assert race.judge_below_ms == pytest.approx(27.0 * (1 + space.min_gain))
-    assert compile_race(outcome, space).horizon_steps == 10_000  # type: ignore[union-attr]
+    assert race.bar_ms == pytest.approx(27.0 * (1 + space.min_gain))
+    assert compile_race(outcome, space.contest()).horizon_steps == 10_000  # type: ignore[union-attr]
 
 
 def test_the_advice_says_why_the_compile_was_not_checked_and_reuses_only_its_horizon() -> None:
-    why = payback_verdict(_m(25.0, 25.1, 25.2, 25.0, 25.1), _m(28.0, 28.1, 28.2, 28.0, 28.1),
-                          65.3, 0.3, 10_000, "memory_format=channels_last")  # fmt: skip
-    compiled = _r(CL.model_copy(update={"compile": "default"}), 25.1, "stopped", why)
+    stop = Contest().payback(_m(25.0, 25.1, 25.2, 25.0, 25.1), _m(28.0, 28.1, 28.2, 28.0, 28.1),
+                             65.3, 0.3, "memory_format=channels_last")  # fmt: skip
+    assert stop is not None
+    compiled = _r(CL.model_copy(update={"compile": "default"}), 25.1, "stopped", stop)
     eager = _r(CL, 28.1)
-    note = compile_note([eager, compiled], eager, eager, steps=None)
-    assert note is not None and "is not recommended" in note and CANNOT_PAY in note
+    note = compile_note([eager, compiled], eager, eager, Contest())
+    assert note is not None and "is not recommended" in note and stop.text() in note
     assert "never pays" not in note  # not the race's "slower per step" note
     # a stored verdict is reused for the same horizon, measured again for another
     assert _reusable(compiled, Race(limit_ms=1.0, horizon_steps=10_000)) is compiled
@@ -122,12 +95,13 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
     before = global_state()
     with monkeypatch.context() as m:
         m.setattr(gating, "capture", no_capture)
-        race = Race(limit_ms=1e9, judge_below_ms=1e-6, rival=Settings().model_dump_json(),
+        race = Race(limit_ms=1e9, bar_ms=1e-6, rival=Settings().model_dump_json(),
                     horizon_steps=1)  # fmt: skip
         stopped = evaluate(workload, Settings(compile="default"), CPU, "train", space, gate,
                            race=race)  # fmt: skip
     assert stopped.status == "stopped", stopped.reason
-    assert (stopped.reason or "").startswith(CANNOT_PAY) and "beside default" in stopped.reason
+    assert stopped.stop is not None and stopped.stop.kind == "cannot_pay"
+    assert "beside default" in stopped.stop.text()
     assert stopped.compile_cold_s is not None and stopped.compile_cold_s > 0
     assert stopped.measurement is not None and len(stopped.measurement.samples_ms) >= 3
     assert stopped.rel_error is None  # not gated

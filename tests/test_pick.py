@@ -7,9 +7,10 @@ import random
 import pytest
 
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, clearly_faster, paired_speedup, speedup
-from advisor.search.pick import pick_best, pick_final
+from advisor.search.pick import choose, decide
 
 
 def _r(settings: Settings, samples: list[float], retimed: bool = False) -> TrialResult:
@@ -34,15 +35,15 @@ def test_a_change_whose_speedup_interval_includes_one_is_not_recommended() -> No
     ratio, lo, hi = speedup(base.measurement, layers.measurement)
     assert ratio > 1.02 and lo <= 1.0 < hi
     assert clearly_faster(layers.measurement, base.measurement)  # the old rule would take it
-    pick = pick_best([base, layers], base)
+    pick = choose([base, layers], base)
     assert pick.chosen is base
-    assert "includes 1.0x" in pick.why and "not recommended" in pick.why
+    assert "includes 1.0x" in pick.text() and "not recommended" in pick.text()
 
 
 def test_a_clear_win_is_still_recommended() -> None:
     base = _r(Settings(), _noisy(10.0, 0.02, 30, 3))
     cl = _r(Settings(memory_format="channels_last"), _noisy(6.0, 0.02, 30, 4))
-    pick = pick_best([base, cl], base)
+    pick = choose([base, cl], base)
     assert pick.chosen is cl
     assert speedup(base.measurement, cl.measurement)[1] > 1.0
 
@@ -51,9 +52,9 @@ def test_an_unsure_fastest_does_not_hide_a_sure_win() -> None:
     base = _r(Settings(), _noisy(10.0, 0.02, 30, 5))
     sure = _r(Settings(memory_format="channels_last"), _noisy(7.0, 0.02, 30, 6))
     wild = _r(Settings(amp="bf16"), [2.0] * 5 + [30.0] * 4)  # fastest median, huge spread
-    pick = pick_best([base, sure, wild], base)
+    pick = choose([base, sure, wild], base)
     assert pick.chosen is sure
-    assert "amp=bf16" in pick.why and "includes 1.0x" in pick.why
+    assert "amp=bf16" in pick.text() and "includes 1.0x" in pick.text()
 
 
 def test_the_final_pick_is_made_among_the_re_timed_finalists_only() -> None:
@@ -61,11 +62,11 @@ def test_the_final_pick_is_made_among_the_re_timed_finalists_only() -> None:
     cl = _r(Settings(memory_format="channels_last"), _noisy(8.0, 0.02, 30, 8), retimed=True)
     # measured alone, on a quieter moment of the machine: looks fastest, was never re-timed
     stale = _r(Settings(amp="bf16"), _noisy(5.0, 0.02, 30, 9))
-    assert pick_best([base, cl, stale], base).chosen is stale
-    assert pick_final([base, cl, stale], base).chosen is cl
+    assert choose([base, cl, stale], base).chosen is stale
+    assert decide([base, cl, stale], base, Contest()).chosen is cl
     # without a re-time, every measured candidate competes
     plain = [r.model_copy(update={"retimed": False}) for r in (base, cl)]
-    assert pick_final([*plain, stale], plain[0]).chosen is stale
+    assert decide([*plain, stale], plain[0], Contest()).chosen is stale
 
 
 def _drifting(n: int, seed: int) -> list[float]:
@@ -86,7 +87,7 @@ def test_finalists_retimed_together_are_compared_round_by_round() -> None:
         b, c = _r(base, drift, retimed), _r(cl, faster, retimed)
         lo_unpaired = speedup(b.measurement, c.measurement)[1]
         assert lo_unpaired < 1.0
-        pick = pick_final([b, c], b)
+        pick = decide([b, c], b, Contest())
         assert pick.chosen.settings == expected, pick.why
     ratio, lo, hi = paired_speedup(b.measurement, c.measurement)
     assert 1.04 < lo < ratio < hi < 1.08 and ratio == pytest.approx(1.06, abs=0.01)
@@ -100,6 +101,6 @@ def test_no_difference_stays_no_difference_when_paired() -> None:
     for gain in (1.0, 1.01):
         same = [x / gain * (1 + rng.uniform(-0.03, 0.03)) for x in drift]
         b, c = _r(Settings(), drift, True), _r(Settings(memory_format="channels_last"), same, True)
-        assert pick_final([b, c], b).chosen is b
+        assert decide([b, c], b, Contest()).chosen is b
     with pytest.raises(ValueError):
         paired_speedup(Measurement(samples_ms=drift), Measurement(samples_ms=drift[:10]))

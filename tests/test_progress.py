@@ -13,6 +13,7 @@ from rich.console import Console
 
 import advisor
 from advisor.report.progress import failure_kind, kind_beside, status_text, summary_tables
+from advisor.search.options import SearchOutcome
 from tests.conftest import run_env
 from tests.test_report import strict_bf16_space
 
@@ -117,10 +118,11 @@ def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
 
     i, single = next((i, r) for i, r in enumerate(advice.results)
                      if len(r.settings.changes()) == 1 and r.status == "ok")  # fmt: skip
+    results = list(advice.results)
+    results[i] = single.model_copy(update={"status": "stopped", "reason": SLOWER})
     raced = copy.copy(advice)
-    raced.outcome = copy.copy(advice.outcome)
-    raced.outcome.results = list(advice.results)
-    raced.outcome.results[i] = single.model_copy(update={"status": "stopped", "reason": SLOWER})
+    raced.outcome = SearchOutcome(results, advice.baseline,
+                                  environment=advice.outcome.environment)  # fmt: skip
     rows = [line for line in render(raced).splitlines() if single.settings.label() in line]
     stopped = [row for row in rows if "stopped" in row]
     assert len(stopped) == 1 and "stopped: slower (raced out)" in stopped[0], rows

@@ -52,16 +52,16 @@ def test_a_slow_candidate_is_stopped_after_five_samples() -> None:
     policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms=5.0))
-    assert len(m.samples_ms) == 5 and m.stopped is not None and "sign test" in m.stopped
+    assert len(m.samples_ms) == 5 and m.stop == "raced"
     # 4x the limit: its two warm-up runs (each over twice the limit) count, three samples do
     slow = Clock(0.020)
     fast_stop = measure(slow.step, CPU, policy, clock=slow, race=Race(limit_ms=5.0))
-    assert len(fast_stop.samples_ms) == 3 and fast_stop.stopped is not None
+    assert len(fast_stop.samples_ms) == 3 and fast_stop.stop == "raced"
     assert Race(5.0).lost([20.0] * 3, [20.0, 20.0]) and not Race(5.0).lost([20.0] * 3, [9.0, 9.0])
     # a candidate as fast as the limit is never stopped: its samples are not all above
     same = Clock(0.005)
     even = measure(same.step, CPU, policy, clock=same, race=Race(limit_ms=5.0))
-    assert even.stopped is None
+    assert even.stop is None
 
 
 def test_the_deadline_cuts_sampling() -> None:
@@ -69,7 +69,7 @@ def test_the_deadline_cuts_sampling() -> None:
     policy = TimingPolicy(warmup_runs=0, warmup_s=0.0, min_samples=50, max_samples=100,
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, deadline=0.05)
-    assert 3 <= len(m.samples_ms) <= 6 and "budget" in (m.stopped or "")
+    assert 3 <= len(m.samples_ms) <= 6 and m.stop == "budget"
 
 
 @pytest.fixture
@@ -103,6 +103,7 @@ def test_a_first_call_past_the_budget_stops_a_raced_candidate(slow_impl: None) -
                  time_left_s=0.3)  # fmt: skip
     took = time.perf_counter() - t0
     assert r.status == "stopped" and r.measurement is None and r.rel_error is None
+    assert r.stop is not None and r.stop.kind == "budget"
     assert r.reason is not None and r.reason.startswith("stopped after its first call (1.")
     assert r.reason.endswith("the time budget ran out")
     assert COLD_S <= took < COLD_S + 0.5, took  # the sleep, and hardly anything after it
@@ -119,7 +120,6 @@ def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
     check (16 steps x several runs: seconds on a real model, past any budget's end): it stops,
     unjudged and unpickable, the check is not kept, and with time left it is judged in full."""
     from advisor.execute.runner import Gate, evaluate
-    from advisor.measure.verdict import OUT_OF_TIME
     from advisor.space import SearchSpace
     from advisor.workload.build import layer_workload
     from advisor.workload.layer_spec import layer_spec
@@ -131,7 +131,7 @@ def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
     policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_time_s=0.05)
     t0 = time.perf_counter()
     r = evaluate(w, bf16, CPU, "train", space, gate, policy=policy, time_left_s=1e-3)
-    assert r.status == "stopped" and r.reason == OUT_OF_TIME, r
+    assert r.status == "stopped" and r.stop is not None and r.stop.kind == "out_of_time", r
     assert r.measurement is not None and len(r.measurement.samples_ms) >= 3  # it was timed
     assert r.precision_check is None and gate.checks == []
     assert time.perf_counter() - t0 < 5.0

@@ -20,6 +20,7 @@ import torch
 import advisor
 from advisor.device.environment import current_environment
 from advisor.search import study_name_for
+from advisor.search.ledger import RECORD_FORMAT
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
@@ -111,6 +112,7 @@ def test_dead_worker_elsewhere_is_retried_after_its_heartbeat_stops(tmp_path: Pa
     name = study_name_for(workload, "infer", space, current_environment(cpu), "remote")
     storage = open_storage(url)
     study = optuna.create_study(study_name=name, storage=storage)
+    study.set_user_attr("record_format", RECORD_FORMAT)  # as the advisor makes it
     default = {"memory_format": "contiguous", "amp": "off", "conv_impl": "native"}
     study.enqueue_trial(default)
     trial = study.ask()  # the remote worker takes the default point...
@@ -142,6 +144,7 @@ def test_a_trial_taken_by_a_process_killed_before_naming_itself_is_retried(
     workload = layer_workload(layer_spec("Conv2d(3, 4, 3)", input_shape="1,3,16,16"))
     name = study_name_for(workload, "infer", space, current_environment(cpu), "unnamed")
     study = optuna.create_study(study_name=name, storage=open_storage(url))
+    study.set_user_attr("record_format", RECORD_FORMAT)  # as the advisor makes it
     study.enqueue_trial({"memory_format": "channels_last", "amp": "off", "conv_impl": "native"})
     taken = study.ask()  # popped: RUNNING, and its process "dies" before naming itself
     start = time.monotonic()

@@ -153,8 +153,9 @@ def test_a_corrupt_foreign_or_partial_entry_is_not_reused(model_file: Path) -> N
     first = advisor.advise(**kw)
     path = entry_path(_lookup(**kw).key or "")
     good = path.read_text()
-    for bad in ("{not json", good[: len(good) // 2], '{"format": 1, "key": "x"}',
-                good.replace('"format":1', '"format":2'), ""):  # fmt: skip
+    for bad in ("{not json", good[: len(good) // 2], '{"format": 2, "key": "x"}',
+                good.replace('"format":2', '"format":3'), good.replace('"format":2', '"format":1'),
+                ""):  # fmt: skip
         path.write_text(bad)
         assert _lookup(**kw).advice is None  # no traceback: answered afresh
     path.write_text(good.replace(f'"key":"{path.stem}"', '"key":"another"'))

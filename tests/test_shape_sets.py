@@ -81,8 +81,8 @@ def test_model_workload_rebuilds_from_info(small_model_file: str) -> None:
 
 
 def test_benchmark_note_counts_the_per_shape_search() -> None:
-    from advisor.advice import benchmark_note
     from advisor.measure.results import TrialResult
+    from advisor.search.compile_bill import benchmark_note
 
     off = TrialResult(
         settings=Settings(),

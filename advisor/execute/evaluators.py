@@ -10,7 +10,6 @@ import torch
 
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.execute.gating import gate_only
-from advisor.execute.isolate import classify
 from advisor.execute.park import Park
 from advisor.execute.retime import retime, retime_policy
 from advisor.execute.runner import Gate, evaluate
@@ -83,7 +82,7 @@ class InProcessEvaluator:
             )
         finally:
             restore_global_state(saved)
-        return classify(result)
+        return result
 
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
@@ -109,7 +108,7 @@ class InProcessEvaluator:
                                time_left_s)  # fmt: skip
         finally:
             restore_global_state(saved)
-        return classify(result)
+        return result
 
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on (its references are computed on first use;

@@ -24,7 +24,8 @@ from advisor.gate.numeric import Errors, Gate, compare, round_up
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode
-from advisor.measure.results import Status, TrialResult
+from advisor.measure.results import Failure, Status, TrialResult
+from advisor.measure.stop import Stop
 from advisor.workload.build import Workload
 
 __all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "settle", "verdict"]
@@ -60,8 +61,30 @@ def close_candidate(cand: Candidate) -> str | None:
     return None
 
 
-def failed(settings: Settings, reason: str, precision: str) -> TrialResult:
-    return TrialResult(settings=settings, status="failed", reason=reason, precision=precision)
+# How libraries word an out-of-memory error (not always torch.OutOfMemoryError), and the errors
+# after which a CUDA context cannot be trusted: the error's own text is all there is to read.
+_OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
+_DEVICE = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_STATUS",
+           "cuDNN error", "CUDNN_STATUS")  # fmt: skip
+
+
+def failed(settings: Settings, error: str, precision: str = "fp32") -> TrialResult:
+    """A failed result from an error's first line, its kind named where the harness acts on
+    it: out of memory (said so, whatever library raised it), or a device error (the worker is
+    replaced)."""
+    kind: Failure | None = None
+    reason = error
+    if any(m in error for m in _DEVICE):
+        kind = "device"
+    for marker in _OOM:
+        at = error.find(marker)
+        if at >= 0:
+            kind = kind or "oom"
+            if at > 0:
+                reason = f"out of memory ({error[at:].split('. Error', 1)[0][:160]})"
+            break
+    return TrialResult(settings=settings, status="failed", reason=reason, failure=kind,
+                       precision=precision)  # fmt: skip
 
 
 @dataclass
@@ -208,8 +231,8 @@ def _gate_only(
         return verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
                        check_deadline, compile_check_s=checked.check_s or None,
                        gate_s=gate_s)  # fmt: skip
-    except CheckOutOfTime as e:  # not judged: it is not picked
-        return TrialResult(settings=settings, status="stopped", reason=str(e),
+    except CheckOutOfTime:  # not judged: it is not picked
+        return TrialResult(settings=settings, status="stopped", stop=Stop(kind="out_of_time"),
                            precision=precision)  # fmt: skip
 
 
@@ -218,7 +241,7 @@ def _gate_only(
 _VERDICT_FIELDS = (
     "status", "reason", "rel_error", "grad_error", "tolerance", "grad_tolerance",
     "tolerance_basis", "layer_error", "layer_tolerance", "layer_detail", "rejected_by",
-    "precision_check", "compile_check_s", "gate_s",
+    "precision_check", "compile_check_s", "gate_s", "stop", "failure",
 )  # fmt: skip
 
 
@@ -227,9 +250,12 @@ def settle(pending: TrialResult, verdict: TrialResult) -> TrialResult:
     rejected as the gate said; a gate that failed or was stopped (the budget) leaves it failed
     or stopped, never picked. Its wall time counts the gate's."""
     update = {k: getattr(verdict, k) for k in _VERDICT_FIELDS}
-    update["gate_pending"] = False
+    update["pending"] = None
     if pending.wall_s is not None and verdict.wall_s is not None:
         update["wall_s"] = pending.wall_s + verdict.wall_s
-    if verdict.status not in ("ok", "rejected"):
-        update["reason"] = f"its gate, once it won the pick: {verdict.reason}"
+    if verdict.status == "stopped" and verdict.stop is not None and verdict.stop.kind != "out_of_time":
+        stop = Stop(kind="gate_stopped", detail=verdict.reason)
+        update.update(stop=stop, reason=stop.text())
+    elif verdict.status == "failed":
+        update["reason"] = f"its gate, once it could be picked: {verdict.reason}"
     return pending.model_copy(update=update)

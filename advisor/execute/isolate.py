@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from advisor.execute.children import start_child
+from advisor.execute.gating import failed
 from advisor.execute.profiling import kill
 from advisor.execute.worker_process import LEAVE_S, worker_main
 from advisor.gate.numeric import Gate
@@ -40,41 +41,11 @@ from advisor.workload.info import WorkloadInfo
 if TYPE_CHECKING:
     from advisor.workload.build import Workload
 
-# Messages after which a CUDA context cannot be trusted: the worker is replaced.
-_POISONED = (
-    "CUDA error",
-    "illegal memory access",
-    "device-side assert",
-    "CUBLAS_STATUS",
-    "cuDNN error",
-    "CUDNN_STATUS",
-)
-
-
 class RetimeFailed(RuntimeError):
     """The interleaved re-time of the finalists could not finish; the message says why."""
 
 
-_OOM = ("out of memory", "can't allocate memory", "CUDA_ERROR_OUT_OF_MEMORY", "OutOfMemoryError")
 STARTUP_TIMEOUT_S = 300.0  # importing torch, building the workload and the fp32 reference
-
-
-def classify(result: TrialResult) -> TrialResult:
-    """Name an out-of-memory failure as such, whatever library raised it."""
-    reason = result.reason or ""
-    if result.status != "failed" or reason.startswith("out of memory"):
-        return result
-    for marker in _OOM:
-        at = reason.find(marker)
-        if at >= 0:
-            detail = reason[at:].split(". Error", 1)[0][:160]
-            return result.model_copy(update={"reason": f"out of memory ({detail})"})
-    return result
-
-
-def poisoned(result: TrialResult) -> bool:
-    """Whether the failure may have left the process's CUDA context unusable."""
-    return result.status == "failed" and any(s in (result.reason or "") for s in _POISONED)
 
 
 class IsolatedEvaluator:
@@ -241,12 +212,7 @@ class IsolatedEvaluator:
         self._proc, self._conn, self._adopted, self._pending = None, None, False, False
 
     def _failed(self, settings: Settings, reason: str) -> TrialResult:
-        return TrialResult(
-            settings=settings,
-            status="failed",
-            reason=reason,
-            precision=precision_of(settings, self.device),
-        )
+        return failed(settings, reason, precision_of(settings, self.device))
 
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
@@ -286,8 +252,8 @@ class IsolatedEvaluator:
             return self._failed(settings, f"timed out after {limit:g} s (killed)")
         if not (isinstance(msg, tuple) and msg[0] == "result"):
             return self._crashed(settings)
-        result = classify(TrialResult.model_validate_json(msg[1]))
-        if poisoned(result):
+        result = TrialResult.model_validate_json(msg[1])
+        if result.failure == "device":
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         return result
 

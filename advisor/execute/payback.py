@@ -19,7 +19,6 @@ any compiled finalist.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -27,61 +26,13 @@ import torch
 from advisor.execute.retime import prepare_flags, rounds
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Mode
-from advisor.measure.stats import STRICT_Z, Measurement, Race, median_ci
+from advisor.measure.contest import Contest
+from advisor.measure.stats import Measurement, Race
+from advisor.measure.stop import Stop
 from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
-from advisor.measure.verdict import CANNOT_PAY
 from advisor.workload.build import Workload
 
-__all__ = ["cannot_pay", "payback_verdict", "settled_cannot_pay"]
-
-
-def payback_verdict(
-    compiled: Measurement,
-    rival: Measurement,
-    cold_s: float,
-    rival_first_s: float,
-    horizon_steps: int,
-    rival_label: str,
-) -> str | None:
-    """Why `compiled` (timed beside `rival`, interleaved) cannot pay its cold compile back
-    within `horizon_steps`, or None when it still might. The bound is generous to the compile:
-    the rival's CI high end against the compiled one's low end; the one-off cost is the cold
-    compile less the rival's own first call, as in `compile_bill.bill`."""
-    saving_ms = rival.ci_high_ms - compiled.ci_low_ms
-    overhead_s = max(0.0, cold_s - rival_first_s)
-    if _may_pay(saving_ms, overhead_s, horizon_steps):
-        return None
-    most = (
-        f"it saves at most {saving_ms:.3f} ms a step"
-        if saving_ms > 0
-        else "it saves nothing per step"
-    )
-    return (
-        f"{CANNOT_PAY} within {horizon_steps:,} steps: timed beside {rival_label} in one "
-        f"process, interleaved ({compiled.median_ms:.3f} vs {rival.median_ms:.3f} ms), {most}, "
-        f"and its first call took {cold_s:.1f} s with empty caches; not checked further"
-    )
-
-
-def _may_pay(saving_ms: float, overhead_s: float, horizon_steps: int) -> bool:
-    return saving_ms > 0 and overhead_s * 1e3 / saving_ms <= horizon_steps
-
-
-def settled_cannot_pay(
-    overhead_s: float, horizon_steps: int
-) -> Callable[[list[list[float]]], bool]:
-    """For `interleave`: whether the rounds so far (the compiled candidate's, its rival's)
-    already show that the compile cannot pay back, with intervals at `STRICT_Z` (they are
-    looked at after every round). The 95% intervals of the same rounds lie inside them, so
-    `payback_verdict` then says so too. A compile that may pay gets the full rounds: its
-    bill is made later from the re-time."""
-
-    def settled(samples: list[list[float]]) -> bool:
-        compiled, rival = (sorted(s) for s in samples)
-        saving_ms = median_ci(rival, STRICT_Z)[1] - median_ci(compiled, STRICT_Z)[0]
-        return not _may_pay(saving_ms, overhead_s, horizon_steps)
-
-    return settled
+__all__ = ["cannot_pay"]
 
 
 def cannot_pay(
@@ -97,8 +48,8 @@ def cannot_pay(
     policy: TimingPolicy,
     pristine: dict[str, object],
     clock: Clock | None = None,
-) -> str | None:
-    """Why the live candidate `compiled` stops before the gate's capture (`payback_verdict`),
+) -> Stop | None:
+    """Why the live candidate `compiled` stops before the gate's capture (`Contest.payback`),
     or None: None too for an eager candidate, a race without a rival, or a trial the race or the
     budget already stopped (their own reason says why). Its cold compile is the trial's first
     call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
@@ -106,8 +57,9 @@ def cannot_pay(
     candidate's flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
         return None
-    if not compiled.tuned.settings.compiled or trial.stopped is not None or not trial.samples_ms:
+    if not compiled.tuned.settings.compiled or trial.stop is not None or not trial.samples_ms:
         return None
+    contest = Contest(steps=race.horizon_steps)  # the payback rule reads its horizon
     rival = Settings.model_validate_json(race.rival)
     other = Candidate(workload, rival, device, mode, seed, case=case)
     try:
@@ -125,15 +77,14 @@ def cannot_pay(
         overhead_s = max(0.0, cold_s - first_ms[1] / 1e3)
         samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock,
                              **rounds(policy),
-                             decided=settled_cannot_pay(overhead_s, race.horizon_steps))  # fmt: skip
+                             decided=partial(contest.payback_settled, overhead_s))  # fmt: skip
     finally:
         other.close()
         prepare_flags(pristine, compiled.tuned)
-    return payback_verdict(
+    return contest.payback(
         Measurement(samples_ms=samples[0], reps=trial.reps),
         Measurement(samples_ms=samples[1], reps=trial.reps),
         cold_s=cold_s,
         rival_first_s=first_ms[1] / 1e3,
-        horizon_steps=race.horizon_steps,
         rival_label=rival.label(),
     )

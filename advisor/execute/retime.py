@@ -41,34 +41,6 @@ from advisor.measure.timing import (
 from advisor.workload.build import Workload
 
 
-def finalists(
-    results: Sequence[TrialResult], baseline: TrialResult, top: int, min_gain: float = 0.02
-) -> list[TrialResult]:
-    """The `top` fastest accepted candidates that could still win, plus the baseline.
-
-    A candidate whose whole interval lies above the fastest's interval by more than `min_gain`
-    cannot win the pick, so it is not re-timed (e.g. bf16 on a CPU without bf16 units). Where a
-    compiled candidate is among them, so is the fastest eager one (its compile bill's
-    alternative), whatever its interval."""
-    ok = sorted(
-        (r for r in results if r.status == "ok" and r.measurement), key=lambda r: r.median_ms
-    )
-    if not ok:
-        return [baseline]
-    assert ok[0].measurement is not None
-    limit = ok[0].measurement.ci_high_ms * (1 + min_gain)
-    chosen = [r for r in ok if r.measurement is not None and r.measurement.ci_low_ms <= limit][:top]
-    eager = next((r for r in ok if not r.settings.compiled), None)
-    if any(r.settings.compiled for r in chosen) and eager is not None and eager not in chosen:
-        # A compile is billed against the eager settings the user would run instead: timed in
-        # the same rounds, not taken from an earlier window (MobileNetV3-Small infer: the
-        # compile saved "0.388 ms" against an eager pick from the per-layer stage's window).
-        chosen.append(eager)
-    if all(r.settings != baseline.settings for r in chosen):
-        chosen.append(baseline)
-    return chosen
-
-
 def retime_policy(policy: TimingPolicy, n: int, time_left_s: float | None) -> TimingPolicy:
     """The trials' policy, with the time per finalist cut to fit what is left of the budget
     (and, when that is less than the trials had, one warm-up run and three rounds at least)."""

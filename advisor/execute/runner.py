@@ -35,16 +35,15 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode, flatten_tensors
 from advisor.measure.gpu_clock import l2_flusher, warm_device
 from advisor.measure.memory import PeakMemory
-from advisor.measure.results import TrialResult
+from advisor.measure.results import Pending, TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement, Race, combine
-from advisor.measure.stopping import SCREENED
+from advisor.measure.stop import Stop
 from advisor.measure.timing import TimingPolicy, measure
-from advisor.measure.verdict import CANNOT_WIN, GATE_PENDING, PRECISION_PENDING
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "cannot_win", "evaluate", "flatten_tensors"]
+__all__ = ["Candidate", "Captured", "Gate", "Mode", "TrialResult", "evaluate", "flatten_tensors"]
 
 
 def _stopped(
@@ -52,14 +51,14 @@ def _stopped(
     precision: str,
     per_shape: list[Measurement],
     workload: Workload,
-    why: str,
+    why: Stop,
 ) -> TrialResult:
-    """A candidate raced out: its samples so far, no numeric check (it cannot be picked)."""
+    """A candidate out of the pick: its samples so far, no numeric check."""
     weights = [c.weight for c in workload.shape_cases][: len(per_shape)]
     return TrialResult(
         settings=settings,
         status="stopped",
-        reason=why,
+        stop=why,
         measurement=combine(per_shape, weights),
         per_shape=per_shape if len(per_shape) > 1 else None,
         precision=precision,
@@ -177,18 +176,19 @@ def _evaluate(
     per_shape: list[Measurement] = []
     checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
-    judge_below = race.judge_below_ms if race is not None else None
+    bar = race.bar_ms if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
-    # Gated later, where it could still be picked: a compiled candidate under dropout (its
-    # capture would compile again: `advisor.stages.gate_winner`), or one at a precision not
-    # judged yet (its training check is judged against the search's final leader, not this
-    # moment's: `advisor.search.deferred_gates`)
-    defer = race is not None and race.defer_gate and (
-        (settings.compiled and gate.dropout) or not gate.judged(settings)
-    )
-    pending = False
+    # Under a race, a gate that costs more than the candidate's own checks waits until the
+    # candidate could be picked: a precision not judged yet (its training check), or a compiled
+    # candidate under dropout (its capture compiles the model again)
+    pending: Pending | None = None
+    if race is not None and not gate.judged(settings):
+        pending = "precision"
+    elif race is not None and settings.compiled and gate.dropout:
+        pending = "capture"
+    deferred = False
     screen = parked.screen if parked is not None else None
     for case in range(len(gate.cases)):  # each reference read after its timing
         cand: Candidate | None = None
@@ -213,33 +213,29 @@ def _evaluate(
                 settle=settles(workload, case, settings.memory_format),
             )
             if not m.samples_ms:  # its first call used up the budget: nothing to compare
-                return TrialResult(
-                    settings=settings, status="stopped", reason=m.stopped, precision=precision
-                )
+                first_s = (m.first_call_ms or 0.0) / 1e3
+                return TrialResult(settings=settings, status="stopped", precision=precision,
+                                   stop=Stop(kind="budget", cold_s=first_s))  # fmt: skip
             per_shape.append(m)
             unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
                                 seed=gate.seed, case=case, policy=policy, pristine=pristine,
                                 clock=clock)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
-            elif race is not None and m.stopped is not None and (
-                "slower than" in m.stopped or m.stopped.startswith(SCREENED)
-            ):
-                # Lost the race, or cut by the budget while slower: not gated. A compiled
-                # candidate too, though its capture under dropout masks compiles again: only the
-                # race's margin stops it before, as any candidate (its bar was measured in an
-                # earlier window: MobileNetV3-Small train, stopped at 27.1 ms against the eager
-                # leader's 22.7 ms, which the re-time then measured at 29.5 ms).
-                lost = m.stopped
-                if park is not None and m.stopped.startswith(SCREENED):
+            elif race is not None and (raced := _raced(m, race)) is not None:
+                # Lost the race, or cut by the budget while slower, or screened: not gated
+                lost = raced
+                if park is not None and raced.kind == "screened":
                     kept = Parked(cand, m, max(peak, memory.growth_mb()), memory.first_call_mb)
                     if park.keep(settings, kept):
                         cand = None  # its full timing resumes it
-            elif (slow := _cannot_win_ungated(gate, settings, m, judge_below)) is not None:
-                lost = slow  # measured in full and slower than the leader: never picked
-            elif defer:
+            elif pending is None and _above_bar(gate, settings, m, bar):
+                pending = "checks"  # slower than the fastest so far: its gate waits too
                 peak = max(peak, memory.growth_mb())
-                pending = True  # gated only if it wins the pick (`gate_only`)
+                deferred = True
+            elif pending is not None:
+                peak = max(peak, memory.growth_mb())
+                deferred = True  # gated only where it could be picked (`gate_only`)
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
@@ -258,9 +254,6 @@ def _evaluate(
             return _failed(settings, failure, precision)
         if lost is not None:
             return _stopped(settings, precision, per_shape, workload, lost)
-    unjudged = _cannot_win_unjudged(gate, settings, per_shape, workload, judge_below)
-    if unjudged is not None:
-        return _stopped(settings, precision, per_shape, workload, unjudged)
     weights = [c.weight for c in workload.shape_cases]
     measured: dict[str, object] = {
         "measurement": combine(per_shape, weights),
@@ -269,74 +262,37 @@ def _evaluate(
         "first_call_peak_mb": memory.first_call_mb,
         "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
     }
-    if pending:
-        why = GATE_PENDING if settings.compiled and gate.dropout else PRECISION_PENDING
-        return TrialResult(settings=settings, status="ok", reason=why,
-                           precision=precision, gate_pending=True, **measured)  # fmt: skip
+    if deferred:
+        return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
+                           **measured)  # fmt: skip
     try:
         return _verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
                         check_deadline, compile_check_s=checked.check_s or None,
                         gate_s=gate_s or None,
                         **measured)  # fmt: skip
-    except CheckOutOfTime as e:  # not judged: it cannot be picked, and a later run checks it
-        return _stopped(settings, precision, per_shape, workload, str(e))
+    except CheckOutOfTime:  # not judged: it cannot be picked, and a later run checks it
+        return _stopped(settings, precision, per_shape, workload, Stop(kind="out_of_time"))
 
 
-def _cannot_win_unjudged(
-    gate: Gate,
-    settings: Settings,
-    per_shape: list[Measurement],
-    workload: Workload,
-    judge_below_ms: float | None,
-) -> str | None:
-    """Why a candidate at a precision not judged yet is stopped before its training check is
-    paid (`Race.judge_below_ms`), or None: measured in full, it cannot win the pick."""
-    if judge_below_ms is None or gate.judged(settings):
-        return None
-    m = combine(per_shape, [c.weight for c in workload.shape_cases])
-    if m.ci_low_ms <= judge_below_ms:
-        return None
-    return cannot_win(m, judge_below_ms, gate.precision(settings))
+def _raced(m: Measurement, race: Race) -> Stop | None:
+    """Why sampling left `m` out of the pick: its race lost, its screen taken, or the budget
+    cut it while slower than the race's limit; None where it goes on to its gate."""
+    if m.stop == "screened":
+        return Stop(kind="screened", ms=m.median_ms, samples=len(m.samples_ms))
+    if m.stop == "raced" or (m.stop == "budget" and m.median_ms > race.limit_ms):
+        return Stop(kind="raced", bar_ms=race.limit_ms, samples=len(m.samples_ms),
+                    ms=m.median_ms)  # fmt: skip
+    return None
 
 
-def cannot_win(m: Measurement, judge_below_ms: float, unjudged: str | None = None) -> str:
-    """Why a candidate measured in full is not gated: slower than the leader's bar; `unjudged`,
-    its precision, where that was not judged on this model either."""
-    if unjudged is not None:
-        return (
-            f"{_slower(m, judge_below_ms)}; {unjudged} not judged on this model (its training "
-            "check is paid only for a candidate that could be picked)"
-        )
-    return (
-        f"{_slower(m, judge_below_ms)}; not gated (the gate's checks are paid only for a "
-        "candidate that could be picked)"
-    )
-
-
-def _cannot_win_ungated(
-    gate: Gate, settings: Settings, m: Measurement, judge_below_ms: float | None
-) -> str | None:
-    """Why an eager candidate measured in full is stopped before the gate's capture and layer
-    checks, or None. Above the leader's bar (`Race.judge_below_ms`) it cannot win the pick, as
-    `_cannot_win_unjudged` says, and the re-time's finalists drop it by the same rule: its
-    verdict would never be read (on small_cnn at quick, the layer checks were a second of the
-    global knobs' 5). A compiled candidate is gated still: its bar came from an earlier window
-    (a re-time decides); so is a shape set's case, whose weighted whole is what counts, and
-    PyTorch's default, the baseline every advice reports against."""
-    if settings.compiled or settings == Settings() or len(gate.cases) > 1:
-        return None
-    if judge_below_ms is None or m.ci_low_ms <= judge_below_ms:
-        return None
-    if not gate.judged(settings):  # the advice says which precision went unjudged, and why
-        return cannot_win(m, judge_below_ms, gate.precision(settings))
-    return cannot_win(m, judge_below_ms)
-
-
-def _slower(m: Measurement, judge_below_ms: float) -> str:
-    return (
-        f"{CANNOT_WIN}: {m.ci_low_ms:.3f} ms at best, slower than the best accepted candidate's "
-        f"{judge_below_ms:.3f} ms"
-    )
+def _above_bar(gate: Gate, settings: Settings, m: Measurement, bar_ms: float | None) -> bool:
+    """Whether an eager candidate measured in full lies above the bar of the fastest so far:
+    its gate then waits until the pick needs it (`Contest.cannot_win`'s test). A compiled one is
+    gated still (its bar came from an earlier window: a re-time decides); so is a shape set's
+    case, whose weighted whole is what counts, and PyTorch's default, the baseline."""
+    if settings.compiled or settings == Settings() or len(gate.cases) > 1 or bar_ms is None:
+        return False
+    return m.ci_low_ms > bar_ms
 
 
 def _first_calls_s(per_shape: list[Measurement]) -> float:

@@ -110,7 +110,7 @@ def worker_main(
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     become_child()
     from advisor.execute.first_calls import prime, with_first_calls
-    from advisor.execute.gating import gate_only
+    from advisor.execute.gating import failed, gate_only
     from advisor.execute.park import Park
     from advisor.execute.retime import RetimeSession, retime, retime_policy
     from advisor.execute.runner import Gate, evaluate
@@ -202,7 +202,7 @@ def worker_main(
             try:
                 result = gate_only(workload, settings, dev, mode, gate, time_left_s)
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
-                result = TrialResult(settings=settings, status="failed", reason=first_line(e))
+                result = failed(settings, first_line(e))
             reply = ("result", result.model_dump_json())
         else:
             _, settings_json, race_kw, time_left_s, known = msg
@@ -213,7 +213,7 @@ def worker_main(
                 result = evaluate(workload, settings, dev, mode, space, gate, race=race,
                                   time_left_s=time_left_s, park=park)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
-                result = TrialResult(settings=settings, status="failed", reason=first_line(e))
+                result = failed(settings, first_line(e))
             if settings_json in primed:
                 result = with_first_calls(result, primed.pop(settings_json))
             reply = ("result", result.model_dump_json())

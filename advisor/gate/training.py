@@ -32,8 +32,9 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Mode, flatten_tensors, perturbed
 from advisor.measure.canonical_dropout import canonical_dropout
 from advisor.measure.seeded import seeded
+from advisor.measure.stop import Stop
 from advisor.measure.updates import Adam
-from advisor.measure.verdict import OUT_OF_TIME, PrecisionCheckSettings
+from advisor.measure.verdict import PrecisionCheckSettings
 from advisor.workload.build import Workload
 
 __all__ = [
@@ -64,7 +65,7 @@ class CheckOutOfTime(Exception):
     candidate at it is stopped, not accepted or rejected, and a later run checks it again)."""
 
     def __str__(self) -> str:
-        return OUT_OF_TIME
+        return Stop(kind="out_of_time").text()
 
 
 class Unsteady(Exception):

@@ -11,6 +11,8 @@
 - `candidate`: one candidate ready to run (its model, inputs and training step), with captures.
 - `canonical_dropout`: the same dropout units in every candidate's capture.
 - `seeded`: torch's, Python's and NumPy's generators from one seed for a capture, put back after.
-- `results`: `TrialResult`; `verdict`: a precision check's settings and verdict.
+- `results`: `TrialResult`; `stop`: why a candidate is out of the pick (a kind and its figures);
+  `verdict`: a precision check's settings and verdict.
+- `contest`: the one rule for "can this candidate still win?", with its margins and horizon.
 - `memory`: a trial's own peak memory; `machine_load`: other processes' share of the CPU; `roofline`: floors from measured peaks.
 """

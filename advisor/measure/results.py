@@ -6,15 +6,28 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from advisor.knobs import Settings
 from advisor.measure.stats import Measurement
+from advisor.measure.stop import Stop
 from advisor.measure.verdict import PrecisionCheck
 
-__all__ = ["Status", "TrialResult"]
+__all__ = ["Failure", "Pending", "Status", "TrialResult"]
 
-Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: raced out, not gated
+Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: out of the pick, not gated
+# What a candidate measured without its gate waits for, gated only where the pick needs it:
+# its precision's training check, a compiled candidate's capture under dropout (a second
+# compile), or the checks of one measured above the bar of the fastest candidate of its time
+Pending = Literal["precision", "capture", "checks"]
+# A failure the harness acts on: out of memory, or a device error after which the process's
+# CUDA context cannot be trusted (its worker is replaced)
+Failure = Literal["oom", "device"]
+_WAITS = {
+    "precision": "its precision's training check",
+    "capture": "its gate's capture under dropout (a second compile)",
+    "checks": "its numeric checks (it was slower than the fastest candidate of its time)",
+}
 
 
 class TrialResult(BaseModel):
@@ -24,7 +37,10 @@ class TrialResult(BaseModel):
 
     settings: Settings
     status: Status
+    # What a person reads: a failure's or a rejection's own words, or `stop.text()`
     reason: str | None = None
+    stop: Stop | None = None  # status "stopped": why, as a kind and its figures
+    failure: Failure | None = None  # status "failed": a kind the harness acts on, where one
     measurement: Measurement | None = None
     rel_error: float | None = None  # outputs vs the fp32 reference
     grad_error: float | None = None  # all parameter and input gradients together (train mode)
@@ -58,11 +74,9 @@ class TrialResult(BaseModel):
     # (`advisor.compiled.graph_breaks`); None for an eager candidate
     graph_breaks: list[str] | None = None
     retimed: bool = False  # measured in the interleaved re-time of the finalists
-    # Measured, not gated yet (`stats.Race.defer_gate`): a compiled candidate under dropout,
-    # gated only if it wins the pick (`advisor.stages.gate_winner`); a search candidate at a
-    # precision not judged yet, gated once the search ends if it could be picked
-    # (`advisor.search.deferred_gates`); never recommended, and never a race's leader, while True
-    gate_pending: bool = False
+    # Measured, not gated yet: gated only where it could be picked; never recommended, and
+    # never a race's leader, while set
+    pending: Pending | None = None
     # A survivor of a screen (advisor.search.screen), timed in full on the candidate its screen
     # built (advisor.execute.park): the screen's samples, kept apart from the measurement's
     screen: Measurement | None = None
@@ -71,6 +85,24 @@ class TrialResult(BaseModel):
     # (`advisor.stages.walltime.timed_s`), never compared
     replaced: list[Measurement] = Field(default_factory=list)
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
+
+    @model_validator(mode="after")
+    def _reason_from_stop(self) -> TrialResult:
+        if self.reason is None and self.stop is not None:
+            object.__setattr__(self, "reason", self.stop.text())
+        elif self.reason is None and self.pending is not None:
+            object.__setattr__(self, "reason", f"not gated: the pick never needed its verdict "
+                                               f"({_WAITS[self.pending]} was not paid)")
+        return self
+
+    @property
+    def gate_pending(self) -> bool:
+        return self.pending is not None
+
+    @property
+    def shown_status(self) -> str:
+        """The status a person reads: a candidate measured but never gated says so."""
+        return "not gated" if self.pending is not None else self.status
 
     @property
     def median_ms(self) -> float:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from advisor.measure.stop import Sampling
+
 __all__ = [
     "STRICT_Z",
     "Measurement",
@@ -32,6 +34,8 @@ __all__ = [
 # look) the order-statistic interval of 7 paired ratios is their whole range: a change is
 # decided in 7 rounds only when all 7 agree (1 in 128 by chance for a true median at 1.0).
 STRICT_Z = 3.0
+ALPHA = 0.05  # the race's sign test: how often it may stop a candidate that could win
+RACE_MIN_SAMPLES = 5  # samples (warm-up runs counted) before the sign test can stop one
 
 
 def median_ci(sorted_samples: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -62,7 +66,7 @@ class Measurement(BaseModel):
     first_call_ms: float | None = None
     warmup_runs: int = 0
     reps: int = 1  # calls per sample
-    stopped: str | None = None  # why sampling stopped before the policy's rule (race, budget)
+    stop: Sampling | None = None  # why sampling stopped before the policy's rule did
     # Wall time of the warm-up after the first call, and of the sampling with its untimed calls
     # (a trial's harness, where the trials file shows it; None where not taken by `measure`)
     warmup_s: float | None = None
@@ -183,59 +187,27 @@ def speedup(baseline: Measurement, tuned: Measurement) -> tuple[float, float, fl
 
 @dataclass(frozen=True)
 class Race:
-    """Stop sampling a candidate that cannot win.
+    """What a candidate's measurement is held to, made by `advisor.measure.contest.Contest`.
 
-    `limit_ms` is the best accepted candidate's CI upper end times (1 + min_gain): a candidate
-    can only be recommended over it when its median is below that. Rule: a one-sided sign test
-    at `alpha` that this candidate's median is above the limit. If its true median were at or
-    below the limit, each steady-state sample would exceed the limit with probability at most
-    1/2, so k or more of n samples above it happen with probability at most P(Bin(n, 1/2) >= k):
-    stopping is wrong at most `alpha` of the time (5%), and far less often for a candidate that
-    could really win (its median is below the best's by min_gain). With every sample above the
-    limit that takes 5 samples. The first call (lazy initialisation, autotuning) never counts;
-    on a CPU a warm-up run (its own synchronous time) counts as one more sample above the limit
-    when it took more than twice the limit: a run after the first is not twice the steady state
-    (on a CPU there is no queue to fill), so such a run is above the limit with probability at
-    most 1/2 under the same hypothesis. A candidate 2x slower than the best stops after its two
-    warm-up runs and three samples.
+    `limit_ms`: its samples stop once a one-sided sign test at `ALPHA` says its median is above
+    it. If the true median were at or below the limit, each steady-state sample would exceed it
+    with probability at most 1/2, so k or more of n samples above it happen with probability at
+    most P(Bin(n, 1/2) >= k): stopping is wrong at most 5% of the time. With every sample above
+    the limit that takes 5 samples. The first call never counts; on a CPU a warm-up run over
+    twice the limit counts as one more sample above it (a run after the first is not twice the
+    steady state on a CPU, which has no queue to fill).
 
-    The argument needs steady-state samples, and a candidate's first samples after its warm-up
-    are not always: on the 2-core AVX2 CPU, channels_last on a ReLU/BatchNorm block measured
-    1.05-1.45x *slower* than the default in its first samples and 1.08x *faster* once re-timed,
-    and a limit at the best's CI end stopped it in 2 of 4 runs (the default was then recommended
-    over a real win). The search therefore sets the limit `race_margin` (1.5 in the bundled
-    spaces) times higher (`SearchSpace.race_limit_ms`): racing still stops what it was built for
-    (bf16 on a CPU without bf16 units, 3-20x slower).
+    `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
+    gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
+    `rival` (settings JSON) and `horizon_steps`: a compiled candidate is timed beside its
+    rival and stopped where its cold compile cannot pay back within the horizon.
     """
 
     limit_ms: float
-    alpha: float = 0.05
-    min_samples: int = 5
-    # A candidate measured in full whose interval's low end is above this cannot win the pick
-    # (`advisor.execute.retime.finalists` drops it by the same rule): it is stopped before its
-    # gate and, at a precision not judged yet on this model, before its training check (seconds
-    # of training runs, advisor/gate/precision.py). The search's bar is the fastest candidate
-    # measured so far (its gate pending or not) plus min_gain; with `defer_gate` a candidate at
-    # an unjudged precision below it is judged once the search ends
-    # (`advisor.search.deferred_gates`), elsewhere (the twins) at once.
-    judge_below_ms: float | None = None
-    # A compiled candidate's payback check (`advisor.execute.payback`): the eager settings it
-    # is billed against (as JSON: the race travels to a worker as plain values) and the steps
-    # its cold compile must pay back within. Timed beside them after its samples, a compile
-    # that cannot pay back is stopped before the gate's capture.
+    bar_ms: float | None = None
+    screen: int | None = None
     rival: str | None = None
     horizon_steps: int | None = None
-    # A candidate whose gate needs a check not paid yet is measured without it, and gated only
-    # where it could still be picked; its result says `gate_pending`. A compiled candidate on a
-    # model with dropout (its capture under the masks is a second cold compile): gated if it
-    # wins the pick (`advisor.stages.gate_winner`). In the search, one at a precision not
-    # judged yet (a training check of seconds): gated once the search ends, fastest first,
-    # against the final leader (`advisor.search.deferred_gates`).
-    defer_gate: bool = False
-    # Screening (`advisor.search.screen`): take this many samples after the warm-up and stop,
-    # ungated, whatever they show; the search ranks every candidate by them before timing the
-    # survivors in full.
-    screen: int | None = None
 
     def screened_out(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         """A screened candidate whose screen median is already known to lie above the limit
@@ -254,10 +226,10 @@ class Race:
     def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         counted = [w for w in warmups if w > 2 * self.limit_ms]
         n = len(samples) + len(counted)
-        if n < self.min_samples or len(samples) < 3:
+        if n < RACE_MIN_SAMPLES or len(samples) < 3:
             return False
         above = sum(s > self.limit_ms for s in samples) + len(counted)
-        return sign_test_p(n, above) <= self.alpha
+        return sign_test_p(n, above) <= ALPHA
 
 
 def sign_test_p(n: int, k: int) -> float:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from advisor.measure.stats import Race, median_ci, quantile
+from advisor.measure.stop import Sampling
 
 
 class Policy(Protocol):
@@ -25,9 +26,7 @@ class Policy(Protocol):
     @property
     def max_time_s(self) -> float: ...
 
-__all__ = ["BATCH_MS", "MAX_BATCH", "SCREENED", "batch_size", "enough"]
-
-SCREENED = "screened"  # how a screening measurement's `stopped` begins
+__all__ = ["BATCH_MS", "MAX_BATCH", "batch_size", "enough"]
 
 # A batch of samples on a GPU spans about this long: short enough that the race and the
 # policy's rule, judged per sample, waste little past the sample that stops them
@@ -51,7 +50,7 @@ def enough(
     deadline: float | None,
     clock: Callable[[], float],
     start: float,
-) -> tuple[bool, str | None]:
+) -> tuple[bool, Sampling | None]:
     """Whether sampling stops after the last sample, and why where it is not the policy's
     rule (the race, the screen, the budget)."""
     n = len(samples)
@@ -60,17 +59,11 @@ def enough(
     if race is not None and race.screen is not None and (
         n >= race.screen or race.screened_out(samples, warm_ms[:2])
     ):
-        return True, f"{SCREENED} after {n} samples"
+        return True, "screened"
     if race is not None and race.lost(samples, warm_ms[:2]):
-        return True, (
-            f"stopped after {n} samples: slower than the best candidate's "
-            f"{race.limit_ms:.3f} ms (sign test, p <= {race.alpha:g})"
-        )
+        return True, "raced"
     if deadline is not None and clock() >= deadline and n >= 3:
-        why = f"stopped after {n} samples: the time budget ran out"
-        if race is not None and quantile(sorted(samples), 0.5) > race.limit_ms:
-            why += f", slower than the best candidate's {race.limit_ms:.3f} ms"
-        return True, why
+        return True, "budget"
     if n >= policy.min_samples:
         s = sorted(samples)
         lo, hi = median_ci(s)

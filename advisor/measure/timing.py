@@ -24,6 +24,7 @@ from advisor.device.ops import cuda_ops, device_guard
 from advisor.measure.gpu_clock import hold_gpu
 from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, Race
+from advisor.measure.stop import Sampling
 from advisor.measure.stopping import batch_size, enough
 
 Clock = Callable[[], float]
@@ -316,11 +317,7 @@ def _measure(
         # The first call holds lazy init, cuDNN's benchmark search, Triton's compile and
         # autotune: when that alone used up the budget, a raced candidate is not sampled. (One
         # without a race is a reference the run needs, the default or native: it still is.)
-        why = (
-            f"stopped after its first call ({first_ms / 1e3:.2f} s, compilation and autotuning "
-            "included): the time budget ran out"
-        )
-        return Measurement(samples_ms=[], first_call_ms=first_ms, stopped=why)
+        return Measurement(samples_ms=[], first_call_ms=first_ms, stop="first_call")
 
     warm_start = clock()
     warm = 0
@@ -374,7 +371,7 @@ def _sample(
     clock = sampler.clock
     samples: list[float] = []
     start = clock()
-    stopped: str | None = None
+    stopped: Sampling | None = None
     done = False
     while not done:
         count = batch_size(samples, reps)
@@ -384,6 +381,6 @@ def _sample(
             if done:
                 break
     return Measurement(
-        samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps, stopped=stopped,
+        samples_ms=samples, first_call_ms=first_ms, warmup_runs=warm, reps=reps, stop=stopped,
         warmup_s=warm_s, sampling_s=clock() - start,
     )  # fmt: skip

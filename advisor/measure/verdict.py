@@ -11,41 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.knobs import Settings
 
 __all__ = [
-    "GATE_PENDING",
-    "PRECISION_PENDING",
-    "CANNOT_PAY",
-    "CANNOT_WIN",
-    "OUT_OF_TIME",
     "PrecisionCheck",
     "PrecisionCheckSettings",
     "judged",
     "own_path",
     "path_name",
 ]
-
-
-# the reason of a trial stopped because the run's budget ran out before its precision check ended
-OUT_OF_TIME = "the budget ran out during its precision check"
-# how the reason of a trial stopped unjudged begins: measured in full at a precision not judged
-# yet, it could not win the pick, so its training check was not paid (`stats.Race.judge_below_ms`)
-CANNOT_WIN = "cannot win"
-# how the reason of a compiled trial stopped before the gate begins: timed beside its eager
-# rival, its cold compile could not pay back within the horizon (`advisor.execute.payback`)
-CANNOT_PAY = "its cold compile cannot pay back"
-# A compiled candidate measured without the gate's capture under dropout masks: gated only if
-# it wins the pick (advisor.stages.gate_winner)
-GATE_PENDING = (
-    "not gated: its gate's capture under the dropout masks compiles the model again, paid only "
-    "if it wins the pick"
-)
-
-
-# A candidate measured during the search at a precision not judged yet: gated (its capture, its
-# layers and its precision's training check) once the search ends, only if it could then be
-# picked (advisor.search.deferred_gates)
-PRECISION_PENDING = (
-    "not gated yet: its precision is judged once the search ends, only if it could be picked"
-)
 
 
 def own_path(settings: Settings) -> Settings:

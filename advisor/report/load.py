@@ -189,25 +189,13 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
 
 
 def _results(stored: StoredStudy) -> list[tuple[int, TrialResult]]:
-    """Every measured candidate: the study's trials, then the whole-model measurements of
-    per-layer combinations kept in the companion study (numbered -1: not trials of this study)."""
-    from advisor.measure.results import TrialResult
-    from advisor.search.outcome import unsettled
-    from advisor.search.study import settled_results, trial_result
+    """Every measured candidate's standing, from the study's ledger (`advisor.search.ledger`):
+    the search's trials by number, then the later stages' (numbered -1: not optuna trials)."""
+    from advisor.knobs import Settings
+    from advisor.search.ledger import Ledger
 
-    settled = settled_results(stored.study)  # verdicts given after their trials
-    out = [
-        (t.number, unsettled(trial_result(t, settled)))
-        for t in stored.study.get_trials(deepcopy=False)
-        if "result" in t.user_attrs
-    ]
-    if stored.layers is not None:
-        out += [
-            (-1, TrialResult.model_validate(t.user_attrs["result"]))
-            for t in stored.layers.get_trials(deepcopy=False)
-            if t.user_attrs.get("kind") == "model" and "result" in t.user_attrs
-        ]
-    return out
+    ledger = Ledger(stored.study, Settings())
+    return list(zip(ledger.numbers(), ledger.results(), strict=True))
 
 
 def _baseline_of(results: Sequence[TrialResult]) -> TrialResult:
@@ -262,12 +250,13 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
     """What the search would have recommended from these trials (same pick rule as `advise`,
     with the search space's `min_gain`)."""
     from advisor.advice import precision_verdicts
-    from advisor.search.pick import pick_final, speedup_over
+    from advisor.measure.contest import Contest
+    from advisor.search.pick import decide, speedup_over
 
     base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:
         return None
-    pick = pick_final(results, base, min_gain)
+    pick = decide(results, base, Contest(min_gain=min_gain))
     chosen = pick.chosen
     assert chosen.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)
@@ -282,7 +271,7 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
         rel_error=chosen.rel_error,
         precision=chosen.precision,
         tolerance=chosen.tolerance,
-        why=pick.why,
+        why=pick.text(),
         trials=len(results),
         rejected=sum(r.status == "rejected" for r in results),
         failed=sum(r.status == "failed" for r in results),

@@ -134,7 +134,7 @@ def _ms(m: float | None) -> str:
 def failure_kind(status: str, reason: str) -> str:
     """A rejected or failed candidate's reason, in a few words a reader can scan."""
     r = reason.lower()
-    if status == "ok":
+    if status in ("ok", "not gated"):
         return ""
     if status == "stopped":  # why it was stopped; `status_text` puts "stopped: " before it
         if r.startswith("screened"):
@@ -257,7 +257,7 @@ def _singles_table(base: TrialResult, singles: list[TrialResult]) -> Table:
     t.add_column("vs default [95% CI]", justify="right")
     t.add_column("status")
     for x in sorted(singles, key=lambda x: x.median_ms):
-        status = status_text(x.status, x.reason or "")
+        status = status_text(x.shown_status, x.reason or "")
         t.add_row(x.settings.label(), _ms(x.median_ms), _speedup_text(base, x), status)
     return t
 

@@ -4,11 +4,12 @@ grid), `run` (the trials), `outcome` (what a search found, read back from its st
 (opening storages, the per-layer companion study, records shared between runs), `point_lock`
 (PostgreSQL: one process measures a point), `sqlite_claim` (SQLite: one process owns a popped
 trial), `screen` (a few samples of every candidate before the survivors are timed in full),
-`deferred_gates` (a candidate at a precision not judged yet, gated once the search ends if it
-could be picked),
-`shared_checks` (precision verdicts known to every study of a model on this machine).
-`pick` (the pick rule, the Pareto set) and `compile_bill` (what a compile costs and saves) decide
-from the results.
+`ledger` (the one record of what a run measured: every stage, the pick, the report and the
+reuse read a candidate's standing from it), `shared_checks` (precision verdicts known to every
+study of a model on this machine). `pick` (the pick, a pure function of the ledger's standings and
+the rule), `pick_gates` (the verdicts a pick needs, asked for when it needs them) and
+`compile_bill` (what a one-off cost, a compile or cuDNN's search, costs and saves) decide from
+the results.
 
 PyTorch's default configuration is enqueued first and is the baseline. When the whole grid fits the
 budget every point is enqueued (each evaluated exactly once, even with many workers on one study);

@@ -22,27 +22,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from advisor.knobs import Settings
+from advisor.measure.contest import HORIZON_STEPS, Contest, break_even
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import CANNOT_PAY
 
 __all__ = [
-    "HORIZON_STEPS",
     "Bill",
+    "benchmark_note",
+    "benchmark_search_s",
     "alternative",
     "bill",
     "first_call_s",
     "one_off_text",
     "searched_by",
     "compile_note",
-    "horizon",
     "horizon_text",
     "paying",
 ]
-
-# The steps a compile must pay back within when the user does not say (--steps): a short
-# fine-tuning run. A compile that pays only later is not recommended without --steps.
-HORIZON_STEPS = 10_000
-
 
 @dataclass(frozen=True)
 class Bill:
@@ -53,19 +48,13 @@ class Bill:
     @property
     def steps(self) -> float:
         """Steps until the cold compile is paid back (inf: it never is)."""
-        return _steps(self.overhead_s, self.saving_ms)
+        return break_even(self.overhead_s, self.saving_ms)
 
     @property
     def warm_steps(self) -> float | None:
         if self.warm_overhead_s is None:
             return None
-        return _steps(self.warm_overhead_s, self.saving_ms)
-
-
-def _steps(overhead_s: float, saving_ms: float) -> float:
-    if saving_ms <= 0:
-        return math.inf
-    return math.ceil(max(0.0, overhead_s) * 1e3 / saving_ms)
+        return break_even(self.warm_overhead_s, self.saving_ms)
 
 
 def first_call_s(r: TrialResult) -> float:
@@ -131,12 +120,8 @@ def one_off_text(r: TrialResult, b: Bill) -> str:
     return f"cuDNN's search ({b.overhead_s:.1f} s in a fresh process)"
 
 
-def horizon(steps: int | None) -> int:
-    """The steps a compile must pay back within: the user's, or `HORIZON_STEPS`."""
-    return steps if steps is not None else HORIZON_STEPS
-
-
 def horizon_text(steps: int | None) -> str:
+    """The horizon, as the advice says it: the user's `--steps`, or the default one."""
     if steps is not None:
         return f"the {steps:,} steps it was tuned for"
     return f"the {HORIZON_STEPS:,}-step horizon (--steps to set another)"
@@ -166,11 +151,11 @@ def alternative(
 def paying(
     results: Sequence[TrialResult],
     eager: TrialResult,
-    steps: int | None,
+    contest: Contest,
     plain: TrialResult | None = None,
 ) -> tuple[list[TrialResult], list[tuple[TrialResult, Bill]]]:
     """`results` without the candidates with a one-off cost (a compile, cuDNN's search) that do
-    not pay within `horizon(steps)` against their alternative, and those left out with their
+    not pay within the contest's horizon against their alternative, and those left out with their
     bills. A compile is billed against the eager pick `eager`; cudnn.benchmark against the pick
     without either, `plain` (`eager` when not given)."""
     kept, out = [], []
@@ -178,7 +163,7 @@ def paying(
         if one_off(r.settings) and r.status == "ok" and r.measurement is not None:
             base = eager if r.settings.compiled or plain is None else plain
             b = bill(r, alternative(r, results, base), results)
-            if b.steps > horizon(steps):
+            if b.steps > contest.horizon_steps:
                 out.append((r, b))
                 continue
         kept.append(r)
@@ -194,7 +179,7 @@ def compile_note(
     results: Sequence[TrialResult],
     chosen: TrialResult,
     eager: TrialResult,
-    steps: int | None,
+    contest: Contest,
 ) -> str | None:
     """What the advice says about torch.compile: what the chosen compile costs and when it
     pays; or why none was chosen (slower, failed, or not paying within `steps`)."""
@@ -203,7 +188,7 @@ def compile_note(
         return None
     ok = [r for r in compiled if r.status == "ok" and r.measurement is not None]
     slower = [r for r in compiled if r.status == "stopped" and r.measurement is not None]
-    unpaid = [r for r in slower if CANNOT_PAY in (r.reason or "")]
+    unpaid = [r for r in slower if r.stop is not None and r.stop.kind == "cannot_pay"]
     if not ok and unpaid:  # timed beside its rival, it could not pay (execute.payback)
         best = min(unpaid, key=lambda r: r.median_ms)
         why = f"{best.reason}{_breaks(best)}"
@@ -235,8 +220,8 @@ def compile_note(
         f"torch.compile ({best.settings.label()}) saves {b.saving_ms:.3f} ms per step over "
         f"{eager.settings.label()}; {cost}: {_pays(b)}"
     )
-    if best is not chosen and b.steps > horizon(steps):
-        line += f", more than {horizon_text(steps)}: not recommended"
+    if best is not chosen and b.steps > contest.horizon_steps:
+        line += f", more than {horizon_text(contest.steps)}: not recommended"
     elif best is not chosen:
         line += "; not recommended (see why)"
     return line + _breaks(best)
@@ -250,3 +235,44 @@ def _breaks(r: TrialResult) -> str:
     n = len(r.graph_breaks)
     places = f"{n} place{'s' if n > 1 else ''}" if n < 20 else "20 places or more"
     return f" (Dynamo broke its graph at {places}; the first: {r.graph_breaks[0]})"
+
+
+def benchmark_search_s(results: list[TrialResult], chosen: TrialResult) -> float:
+    """What cudnn.benchmark's search costs the pick at a training run's start: its first call
+    in a process where no candidate had run its convolutions with the flag on
+    (`compile_bill.searched_by`), less its twin's without the flag. 0 without the flag."""
+    if not chosen.settings.cudnn_benchmark or chosen.settings.compiled:
+        return 0.0
+    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
+    r_off = next((r for r in results if r.settings == off and r.measurement is not None), None)
+    paid = first_call_s(searched_by(chosen, results))
+    return max(0.0, paid - (first_call_s(r_off) if r_off is not None else 0.0))
+
+
+def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
+    """Whether cudnn.benchmark pays for this pick: its per-step saving against the search a
+    training run pays at its start, in a fresh process (`benchmark_search_s`). Said only where
+    both twins were measured in the same time window (both re-timed, or neither): on an H200 a
+    pick with it re-timed at 2.51 ms was compared with its twin's 2.32 ms from the search, where
+    the pick had run 1.89 ms, and the advice recommended cudnn.benchmark while saying it did not
+    pay."""
+    on = chosen.settings.model_copy(update={"cudnn_benchmark": True})
+    off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
+    r_on = next((r for r in results if r.settings == on and r.status == "ok"), None)
+    r_off = next((r for r in results if r.settings == off and r.status == "ok"), None)
+    if r_on is None or r_off is None or r_on.retimed != r_off.retimed:
+        return None
+    shapes = len(r_on.per_shape or [r_on.measurement])
+    cost = benchmark_search_s(results, r_on)
+    saving = r_off.median_ms - r_on.median_ms
+    search = f"its search costs {cost:.1f} s over {shapes} shape(s) in a fresh process"
+    if saving <= 0:
+        return (
+            f"cudnn.benchmark does not pay here: no faster per step ({r_on.median_ms:.3f} vs "
+            f"{r_off.median_ms:.3f} ms) and {search}"
+        )
+    steps = math.ceil(cost * 1e3 / saving) if cost > 0 else 0
+    return (
+        f"cudnn.benchmark saves {saving:.3f} ms per step and {search}: it pays after about "
+        f"{steps:,} steps"
+    )

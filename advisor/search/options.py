@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from advisor.device.environment import Environment
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult
+from advisor.search.ledger import Ledger
+from advisor.search.shared_checks import SharedChecks
 from advisor.space import Dropped
 
 WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again
@@ -58,18 +60,63 @@ class SearchOptions:
     every_layer_group: bool = True
 
 
-@dataclass
 class SearchOutcome:
-    results: list[TrialResult]
-    baseline: TrialResult
-    dropped: list[Dropped]
-    study_name: str
-    environment: Environment
-    elapsed_s: float
-    trial_numbers: list[int] = field(default_factory=list)
-    pareto: list[TrialResult] = field(default_factory=list)  # time,memory mode: the Pareto set
-    not_measured: list[str] = field(default_factory=list)  # candidates the budget left out
-    screen_note: str | None = None  # what screening dropped, or why it fell back to full timing
+    """What a run has measured so far (its `ledger`, the one record every stage reads and
+    adds to) and what it knows of the rest: the candidates the space dropped, those the budget
+    left unmeasured, what screening did. `results`, `baseline` and `trial_numbers` are read
+    from the ledger; built from a list of results (a test, a reused advice), the ledger holds
+    them as trials."""
+
+    def __init__(
+        self,
+        results: Sequence[TrialResult] | None = None,
+        baseline: TrialResult | None = None,
+        dropped: list[Dropped] | None = None,
+        study_name: str = "",
+        environment: Environment | None = None,
+        elapsed_s: float = 0.0,
+        trial_numbers: Sequence[int] = (),
+        pareto: bool = False,
+        not_measured: list[str] | None = None,
+        screen_note: str | None = None,
+        *,
+        ledger: Ledger | None = None,
+        shared_checks: SharedChecks | None = None,
+    ) -> None:
+        if ledger is None:
+            assert baseline is not None, "an outcome from results needs its baseline"
+            ledger = Ledger.of(results or [], baseline.settings, trial_numbers)
+        self.ledger = ledger
+        self.dropped = dropped if dropped is not None else []
+        self.study_name = study_name
+        assert environment is not None
+        self.environment = environment
+        self.elapsed_s = elapsed_s
+        self.multi = pareto  # a time,memory search: its Pareto set is reported
+        self.not_measured = not_measured if not_measured is not None else []
+        self.screen_note = screen_note
+        self.shared_checks = shared_checks  # precision verdicts of the model's other studies
+
+    @property
+    def results(self) -> list[TrialResult]:
+        return self.ledger.results()
+
+    @property
+    def baseline(self) -> TrialResult:
+        base = self.ledger.baseline()
+        assert base is not None, "no measurement of PyTorch's default"
+        return base
+
+    @property
+    def trial_numbers(self) -> list[int]:
+        return self.ledger.numbers()
+
+    @property
+    def pareto(self) -> list[TrialResult]:
+        """A time,memory search's Pareto set (empty for a search on time alone)."""
+        from advisor.search.pick import pareto_front
+
+        return pareto_front(self.results) if self.multi else []
 
 
 @dataclass(frozen=True)

@@ -1,74 +1,34 @@
-"""What a search found, read back from its study: every point's result (the memory limit applied
-now), the baseline, the Pareto set and what was not measured; and the precision verdicts the
-study stores beside its trials."""
+"""What a search found, read from its study's ledger: every candidate's standing (the memory
+limit applied now), the baseline and what was not measured."""
 
 from __future__ import annotations
 
 import logging
-
-import optuna
+import time
 
 from advisor.errors import AdvisorError, StorageError
-from advisor.knobs import Settings
-from advisor.measure.results import TrialResult
-from advisor.measure.verdict import OUT_OF_TIME, PRECISION_PENDING, PrecisionCheck
+from advisor.execute.ownership import owner_id
+from advisor.measure.contest import SCREEN_DROP
+from advisor.search.ledger import Ledger
 from advisor.search.options import SearchOptions, SearchOutcome
-from advisor.search.pick import pareto_front
-from advisor.search.screen import SCREEN_DROP
-from advisor.search.study import (
-    Plan,
-    evaluated,
-    point_key,
-    settled_results,
-    trial_params,
-    trial_result,
-)
+from advisor.search.study import Plan, point_key
 
-__all__ = ["CHECK_PREFIX", "check_key", "memory_checked", "read_outcome", "stored_checks", "unsettled"]
+__all__ = ["ledger_of", "read_outcome"]
 
 log = logging.getLogger("advisor")
 
 
-def memory_checked(result: TrialResult, limit: float | None, baseline: Settings) -> TrialResult:
-    """Reject an accepted candidate whose peak memory is over `limit` (never the baseline)."""
-    if limit is None or result.status != "ok" or (result.peak_memory_mb or 0.0) <= limit:
-        return result
-    if result.settings == baseline:
-        return result
-    return result.model_copy(
-        update={
-            "status": "rejected",
-            "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit "
-            f"of {limit:g} MB",
-        }
-    )
-
-
-def unsettled(result: TrialResult) -> TrialResult:
-    """A search result still waiting for its gate where the search stopped before gating it
-    (`advisor.search.deferred_gates`: Ctrl-C, a `work` process's view): stopped, never picked."""
-    if not (result.status == "ok" and result.gate_pending):
-        return result
-    return result.model_copy(update={
-        "status": "stopped", "gate_pending": False,
-        "reason": f"{PRECISION_PENDING}; the search ended before it was gated",
-    })  # fmt: skip
+def ledger_of(plan: Plan, options: SearchOptions, run: str = "") -> Ledger:
+    """The study's ledger, read as run `run` reads it: its re-time rounds, its memory limit."""
+    return Ledger(plan.study, plan.cands[0], run=run, max_memory_mb=options.max_memory_mb)
 
 
 def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
-    """Every point's result (the lowest-numbered trial's), the memory limit applied now, so a
-    resumed study may use another limit without measuring again."""
-    default = plan.cands[0]
-    results, numbers, seen = [], [], set()
-    settled = settled_results(plan.study)
-    for t in sorted(plan.study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if not evaluated(t) or (key := point_key(trial_params(t))) in seen:
-            continue
-        seen.add(key)
-        raw = unsettled(trial_result(t, settled))
-        results.append(memory_checked(raw, options.max_memory_mb, default))
-        numbers.append(t.number)
-    baseline = next((r for r in results if r.settings == default), None)
+    """Every point's standing, the memory limit applied now, so a resumed study may use another
+    limit without measuring again; read as a new run (its own re-time rounds)."""
+    ledger = ledger_of(plan, options, f"{owner_id()}@{time.time():.6f}")
+    results = ledger.results()
+    baseline = ledger.baseline()
     if baseline is None:
         raise StorageError(f"study {plan.name!r} has no measurement of PyTorch's default yet")
     if baseline.status != "ok":
@@ -82,17 +42,16 @@ def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOu
             baseline.peak_memory_mb,
             limit,
         )
-    pareto = pareto_front(results) if plan.multi else []
+    seen = {point_key(plan.params(r.settings)) for r in results}
     if plan.grid:
         missing = [s.label() for s in plan.cands if point_key(plan.params(s)) not in seen]
     else:
         short = plan.budget - len(results)
         missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
-    # measured, but the budget ran out before its precision was judged: it could not be picked
-    missing += [f"{r.settings.label()} (its precision check)" for r in results
-                if r.status == "stopped" and r.reason == OUT_OF_TIME]  # fmt: skip
-    return SearchOutcome(results, baseline, plan.dropped, plan.name, plan.env, elapsed, numbers,
-                         pareto, missing, screen_note(plan))  # fmt: skip
+    return SearchOutcome(dropped=plan.dropped, study_name=plan.name, environment=plan.env,
+                         elapsed_s=elapsed, pareto=plan.multi, not_measured=missing,
+                         screen_note=screen_note(plan), ledger=ledger,
+                         shared_checks=plan.shared_checks)  # fmt: skip
 
 
 def screen_note(plan: Plan) -> str | None:
@@ -112,17 +71,3 @@ def screen_note(plan: Plan) -> str | None:
             f"untimed in full and ungated, above {SCREEN_DROP:g}x the fastest: {shown}")
 
 
-CHECK_PREFIX = "precision_check:"
-
-
-def check_key(check: PrecisionCheck) -> str:
-    return CHECK_PREFIX + check.own_path.label()
-
-
-def stored_checks(study: optuna.Study) -> list[PrecisionCheck]:
-    """The precision verdicts this study has measured (by any process or earlier run)."""
-    return [
-        PrecisionCheck.model_validate(value)
-        for key, value in study.user_attrs.items()
-        if key.startswith(CHECK_PREFIX)
-    ]

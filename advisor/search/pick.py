@@ -1,19 +1,42 @@
-"""Choosing the recommendation from measured candidates: fastest, unless within noise of simpler."""
+"""The pick: a pure function of what was measured and the rule (`Contest`).
+
+`decide` is called by every stage that needs the recommendation; nothing keeps a pick of its
+own. Its `why` says in one sentence what was picked and which measurement decided it; `path`
+holds the rest of the way there (ties, intervals that include 1.0x, one-off costs that do not
+pay, what the final check found), for the report and the trials file.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import clearly_faster, paired_speedup, speedup
+
+__all__ = ["Kept", "Pick", "beats", "choose", "complexity", "decide", "measured_in", "paired",
+           "pareto_front", "speedup_over"]  # fmt: skip
+
+# Why PyTorch's default was kept over a pick: a step that must vouch for a change did not (the
+# re-time or the final check failed), the machine moved under the measurements, the pick did
+# not hold in the final check, or (the run ended first) the pick was never gated.
+Kept = Literal["retime_failed", "unsteady", "check_failed", "did_not_hold", "ungated"]
 
 
 @dataclass(frozen=True)
 class Pick:
     chosen: TrialResult
     fastest: TrialResult
-    why: str
+    why: str  # one sentence: what was picked, and the measurement that decided it
+    path: tuple[str, ...] = ()  # how the pick got there, a sentence a step
+    eager: TrialResult | None = None  # the eager pick: what a one-off cost is billed against
+    kept: Kept | None = None  # where the default was kept over a pick, why
+
+    def text(self) -> str:
+        """The why and its path, for a reader who wants all of it."""
+        return "; ".join((self.why, *self.path))
 
 
 def complexity(result: TrialResult) -> int:
@@ -21,82 +44,18 @@ def complexity(result: TrialResult) -> int:
     return len(result.settings.changes())
 
 
-def pick_best(
-    results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02
-) -> Pick:
-    """The fastest accepted candidate, except that one within measurement noise of a simpler one
-    (fewer changes from default) loses to it. The baseline wins when nothing beats it beyond noise.
-
-    "Beyond noise" means faster by at least `min_gain` with a speedup interval over the
-    baseline that lies above 1.0x: a change that might be no faster than PyTorch's default is
-    never recommended. Candidates re-timed together are compared round by round (the median of
-    per-round ratios and its 95% CI); others by Mann-Whitney U (p < 0.05) and an interval from
-    both medians' 95% CIs."""
-    accepted = [r for r in results if r.status == "ok" and r.measurement is not None]
-    if baseline.status != "ok" or baseline.measurement is None:
-        raise ValueError("the baseline (PyTorch's default) has no valid measurement")
-    if all(r is not baseline for r in accepted):
-        accepted.append(baseline)
-    unsure = [r for r in accepted if r is not baseline and speedup_over(baseline, r)[1] <= 1.0]
-    eligible = [r for r in accepted if all(r is not u for u in unsure)]
-    fastest = min(eligible, key=lambda r: r.median_ms)
-    assert fastest.measurement is not None
-    ties = [r for r in eligible if r.measurement and not beats(fastest, r, min_gain)]
-    chosen = min(ties, key=lambda r: (complexity(r), r.median_ms))
-    if chosen is fastest:
-        if fastest.settings == baseline.settings:
-            why = "PyTorch's default is the fastest accepted configuration"
-        else:
-            ratio = speedup_over(baseline, fastest)[0]
-            why = (
-                f"fastest accepted candidate ({fastest.settings.label()}), "
-                f"{ratio:.2f}x the default's speed"
-            )
-            if len(ties) > 1:
-                why += f"; {len(ties) - 1} other(s) within noise need more changes"
-    elif chosen.settings == baseline.settings:
-        why = (
-            f"the fastest candidate ({fastest.settings.label()}, {fastest.median_ms:.3f} ms) is "
-            f"within measurement noise of PyTorch's default ({chosen.median_ms:.3f} ms): "
-            "keeping the default"
-        )
-    else:
-        why = (
-            f"{chosen.settings.label()} is within measurement noise of the fastest "
-            f"({fastest.settings.label()}, {fastest.median_ms:.3f} ms vs {chosen.median_ms:.3f} ms) "
-            f"with fewer changes from the default"
-        )
-    faster_unsure = [r for r in unsure if r.median_ms < chosen.median_ms]
-    if faster_unsure:
-        best = min(faster_unsure, key=lambda r: r.median_ms)
-        ratio, lo, hi = speedup_over(baseline, best)
-        why += (
-            f"; {best.settings.label()} measured {ratio:.2f}x [{lo:.2f}, {hi:.2f}] the default's "
-            "speed, an interval that includes 1.0x: not recommended"
-        )
-        if len(faster_unsure) > 1:
-            why += f" (nor {len(faster_unsure) - 1} other(s) like it)"
-    return Pick(chosen, fastest, why)
-
-
-def pick_final(
-    results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02
-) -> Pick:
-    """The recommendation. After an interleaved re-time, only the re-timed finalists compete:
-    their samples were taken by one clock in one time window, the trials' were not."""
-    retimed = [r for r in results if r.retimed]
-    if baseline.retimed and len(retimed) > 1:
-        return pick_best(retimed, baseline, min_gain)
-    return pick_best(results, baseline, min_gain)
-
-
 def paired(a: TrialResult, b: TrialResult) -> bool:
-    """Both were measured in the same interleaved re-time (an outcome keeps only the latest
-    re-time's results marked `retimed`), so their samples pair up round by round."""
+    """Both were measured in the same interleaved re-time, so their samples pair up round by
+    round."""
     if not (a.retimed and b.retimed) or a.measurement is None or b.measurement is None:
         return False
     n = len(a.measurement.samples_ms)
     return n >= 5 and n == len(b.measurement.samples_ms)
+
+
+def measured_in(baseline: TrialResult, r: TrialResult) -> str:
+    """Which measurement compares `r` with the default: the re-time's rounds, or the search's."""
+    return "the interleaved re-time" if paired(baseline, r) else "the search"
 
 
 def speedup_over(baseline: TrialResult, r: TrialResult) -> tuple[float, float, float]:
@@ -113,9 +72,89 @@ def beats(fast: TrialResult, slow: TrialResult, min_gain: float = 0.02) -> bool:
     from one interleaved re-time (interval above 1.0x), else a Mann-Whitney test."""
     assert fast.measurement is not None and slow.measurement is not None
     if paired(fast, slow):
-        ratio, lo, _ = paired_speedup(slow.measurement, fast.measurement)
-        return lo > 1.0 and ratio >= 1 + min_gain
+        return Contest(min_gain=min_gain).paired_beats(slow.measurement, fast.measurement)
     return clearly_faster(fast.measurement, slow.measurement, min_gain)
+
+
+def _figures(baseline: TrialResult, r: TrialResult) -> str:
+    ratio, lo, hi = speedup_over(baseline, r)
+    return f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
+
+
+def choose(
+    results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02
+) -> Pick:
+    """The fastest accepted candidate, except that one within noise of a simpler one (fewer
+    changes from the default) loses to it. The baseline wins when nothing beats it beyond noise:
+    faster by at least `min_gain`, with a speedup interval over the baseline above 1.0x.
+    Candidates re-timed together are compared round by round; others by Mann-Whitney U and an
+    interval from both medians' CIs. A pending candidate (its gate not paid yet) competes as
+    measured: `decide`'s caller gates it where it is picked."""
+    accepted = [r for r in results if r.status == "ok" and r.measurement is not None]
+    if baseline.status != "ok" or baseline.measurement is None:
+        raise ValueError("the baseline (PyTorch's default) has no valid measurement")
+    if all(r is not baseline for r in accepted):
+        accepted.append(baseline)
+    unsure = [r for r in accepted if r is not baseline and speedup_over(baseline, r)[1] <= 1.0]
+    eligible = [r for r in accepted if all(r is not u for u in unsure)]
+    fastest = min(eligible, key=lambda r: r.median_ms)
+    ties = [r for r in eligible if r.measurement and not beats(fastest, r, min_gain)]
+    chosen = min(ties, key=lambda r: (complexity(r), r.median_ms))
+    where = measured_in(baseline, chosen if chosen is not baseline else fastest)
+    path: list[str] = []
+    if chosen is fastest and chosen.settings == baseline.settings:
+        why = f"PyTorch's default: no candidate beat it beyond noise in {where}"
+    elif chosen is fastest:
+        why = f"{chosen.settings.label()}, {_figures(baseline, chosen)} in {where}"
+        if len(ties) > 1:
+            path.append(f"{len(ties) - 1} other(s) within noise of it need more changes")
+    elif chosen.settings == baseline.settings:
+        why = (f"PyTorch's default: the fastest candidate, {fastest.settings.label()}, is within "
+               f"noise of it in {where} ({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms)")  # fmt: skip
+    else:
+        why = f"{chosen.settings.label()}, {_figures(baseline, chosen)} in {where}"
+        path.append(f"within noise of the fastest, {fastest.settings.label()} "
+                    f"({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms), with fewer "
+                    "changes from the default")  # fmt: skip
+    faster_unsure = [r for r in unsure if r.median_ms < chosen.median_ms]
+    if faster_unsure:
+        best = min(faster_unsure, key=lambda r: r.median_ms)
+        line = (f"{best.settings.label()} measured {_figures(baseline, best)}, an interval that "
+                "includes 1.0x: not recommended")  # fmt: skip
+        if len(faster_unsure) > 1:
+            line += f" (nor {len(faster_unsure) - 1} other(s) like it)"
+        path.append(line)
+    return Pick(chosen, fastest, why, tuple(path))
+
+
+def _latest(results: Sequence[TrialResult], baseline: TrialResult, min_gain: float) -> Pick:
+    """After an interleaved re-time, only the re-timed finalists compete: their samples were
+    taken by one clock in one time window, the trials' were not."""
+    retimed = [r for r in results if r.retimed]
+    if baseline.retimed and len(retimed) > 1:
+        return choose(retimed, baseline, min_gain)
+    return choose(results, baseline, min_gain)
+
+
+def decide(results: Sequence[TrialResult], baseline: TrialResult, contest: Contest) -> Pick:
+    """The recommendation from everything measured, one-off costs counted: a compiled or
+    cudnn.benchmark candidate competes only if its cold compile or cuDNN's search pays within
+    the horizon against the settings the user would run instead (`compile_bill.paying`)."""
+    from advisor.search.compile_bill import horizon_text, one_off, one_off_text, paying
+
+    mg = contest.min_gain
+    eager = _latest([r for r in results if not r.settings.compiled], baseline, mg)
+    plain = _latest([r for r in results if not one_off(r.settings)], baseline, mg)
+    kept, costly = paying(results, eager.chosen, contest, plain.chosen)
+    pick = _latest(kept, baseline, mg)
+    path = list(pick.path)
+    faster = [(r, b) for r, b in costly if r.median_ms < pick.chosen.median_ms]
+    if faster:
+        r, b = min(faster, key=lambda rb: rb[0].median_ms)
+        path.append(f"{r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but "
+                    f"{one_off_text(r, b)} pays only after about {b.steps:,.0f} steps, more than "
+                    f"{horizon_text(contest.steps)}")  # fmt: skip
+    return replace(pick, path=tuple(path), eager=eager.chosen)
 
 
 def pareto_front(results: list[TrialResult]) -> list[TrialResult]:
@@ -130,31 +169,3 @@ def pareto_front(results: list[TrialResult]) -> list[TrialResult]:
         return ta <= tb and ma <= mb and (ta < tb or ma < mb)
 
     return [r for r in ok if not any(dominates(o, r) for o in ok if o is not r)]
-
-
-def pick_for_steps(
-    results: Sequence[TrialResult],
-    baseline: TrialResult,
-    min_gain: float = 0.02,
-    steps: int | None = None,
-) -> tuple[Pick, TrialResult]:
-    """The recommendation, with one-off costs counted: a compiled or cudnn.benchmark candidate
-    competes only if its cold compile or cuDNN's search pays within the training `steps`
-    expected (or the default horizon) against its alternative (`compile_bill.paying`). Returns
-    the pick and the eager pick (the alternative a compile is billed against)."""
-    from advisor.search.compile_bill import horizon_text, one_off, one_off_text, paying
-
-    eager = pick_final([r for r in results if not r.settings.compiled], baseline, min_gain)
-    plain = pick_final([r for r in results if not one_off(r.settings)], baseline, min_gain)
-    kept, costly = paying(results, eager.chosen, steps, plain.chosen)
-    pick = pick_final(kept, baseline, min_gain)
-    faster = [(r, b) for r, b in costly if r.median_ms < pick.chosen.median_ms]
-    if faster:
-        r, b = min(faster, key=lambda rb: rb[0].median_ms)
-        why = (
-            f"{pick.why}; {r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but "
-            f"{one_off_text(r, b)} pays only after about {b.steps:,.0f} steps, more than "
-            f"{horizon_text(steps)}"
-        )
-        pick = Pick(pick.chosen, pick.fastest, why)
-    return pick, eager.chosen

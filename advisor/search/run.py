@@ -3,7 +3,6 @@ outcome is read back from the study by `advisor.search.outcome`."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import warnings
@@ -20,7 +19,7 @@ from advisor.execute.ownership import owner_id
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.verdict import PrecisionCheck
-from advisor.search.deferred_gates import leaders, settle_pending
+from advisor.search.ledger import Ledger, memory_checked
 from advisor.search.options import (
     CandidateFailed,
     Progress,
@@ -28,7 +27,7 @@ from advisor.search.options import (
     SearchOutcome,
     WorkSummary,
 )
-from advisor.search.outcome import check_key, memory_checked, read_outcome, stored_checks
+from advisor.search.outcome import ledger_of, read_outcome
 from advisor.search.point_lock import PointLocks
 from advisor.search.screen import inversion, record_dropped, screen
 from advisor.search.shared_checks import reused
@@ -38,7 +37,6 @@ from advisor.search.study import (
     enqueue_missing,
     evaluated,
     fail_stale,
-    first_results,
     has_heartbeat,
     open_plan,
     point_key,
@@ -75,12 +73,11 @@ def _run(
     options: SearchOptions,
     evaluator: Evaluator,
     start: float,
-    gate_after: bool = False,
 ) -> tuple[int, int]:
     """Run trials until every point has a result (grid) or the budget is spent, waiting for
-    other processes' trials; returns (evaluated, failed) by this process. `gate_after`: then
-    gate what could be picked and was measured without its gate (`advisor.search.deferred_gates`; the
-    process that answers does, not a `work` process)."""
+    other processes' trials; returns (evaluated, failed) by this process. A candidate measured
+    without its gate stays so: the pick asks for its verdict where it needs it
+    (`advisor.search.pick_gates`)."""
     study, varying, fixed, default = plan.study, plan.varying, plan.fixed, plan.cands[0]
     allowed = {c.model_dump_json() for c in plan.cands}
     owner = owner_id()
@@ -141,14 +138,12 @@ def _run(
                 trial.set_user_attr("reason", f"duplicate of trial {other.number}")
                 raise optuna.TrialPruned()
         race = None
-        if space.race and not plan.multi and settings != default:
-            leader, fastest = leaders(study, options.max_memory_mb, default)
-            if leader is not None and leader.measurement is not None:
-                bar = fastest.measurement.ci_high_ms if fastest and fastest.measurement else None
-                # a precision not judged yet is judged once the search ends (`settle_pending`)
-                race = dataclasses.replace(
-                    space.race_against(leader.measurement.ci_high_ms, bar), defer_gate=True
-                )
+        if not plan.multi and settings != default:
+            # the fastest measured, its gate pending or not, sets the bar below which one is
+            # gated; only an accepted one leads the race (`leaders`)
+            leader, fastest = leaders(Ledger(study, default, max_memory_mb=options.max_memory_mb))
+            race = contest.race(leader.measurement if leader else None,
+                                fastest.measurement if fastest else None)  # fmt: skip
         raw = evaluator(settings, race=race, time_left_s=max(0.0, deadline - time.perf_counter()))
         if raw.precision_check is not None and raw.precision_check.own_path != Settings():
             record(raw.precision_check)
@@ -174,7 +169,7 @@ def _run(
     def record(check: PrecisionCheck) -> None:
         # Judged once per precision per model: kept with the study for every later candidate,
         # process and run of it, and for this workload's other studies.
-        study.set_user_attr(check_key(check), check.model_dump(mode="json"))
+        ledger.precision(check)
         if plan.shared_checks is not None:
             plan.shared_checks.add(check)
         evaluator.know([check])
@@ -189,37 +184,29 @@ def _run(
                 )
             )
 
-    def on_gated(result: TrialResult) -> None:
-        if result.status == "ok":
-            best.append(result.median_ms)
-        if options.progress is not None:
-            options.progress(Progress(_points_done(study), plan.total, min(best, default=None),
-                                      result, time.perf_counter() - start))  # fmt: skip
-
     deadline = options.deadline if options.deadline is not None else start + space.budget.time_s
+    contest = space.contest(options.steps)
     # Verdicts judged before this run: this study's, then other studies' of the workload
     # (`--effort quick` before the default effort); `--fresh` judges again.
-    known = reused(stored_checks(study))
+    ledger = ledger_of(plan, options)
+    known = reused(ledger.checks())
     if plan.shared_checks is not None and not options.fresh:
         known += plan.shared_checks.read()
     evaluator.know(known)
     try:
         # `race: false` promises every candidate measured and gated in full: no screen either
         screening = options.screen and space.race
-        screened = screen(plan, evaluator, options, deadline, start) if screening else None
+        screened = screen(plan, evaluator, options, deadline, start, contest) if screening else None
         _loop(plan, space, device, objective, on_trial, deadline, shared)
         if screened is not None and screened.dropped:
-            full = first_results(study)
+            full = ledger_of(plan, options).results()
             why = inversion(screened, plan, full, space.min_gain)
             if why is None:
-                record_dropped(screened, plan)
+                record_dropped(screened, plan, contest)
             else:  # the guard: the screen's ranking does not hold here; time them all
                 study.set_user_attr("screen_fallback", why)
                 plan.cands = screened.full_plan
                 _loop(plan, space, device, objective, on_trial, deadline, shared)
-        if gate_after:
-            settle_pending(plan, evaluator, space.min_gain, options.max_memory_mb, deadline,
-                           record, known + stored_checks(study), on_gated)  # fmt: skip
     finally:
         locks.close()
     return mine["evaluated"], mine["failed"]
@@ -331,6 +318,19 @@ def _optimize(
         done += 1
 
 
+def leaders(ledger: Ledger) -> tuple[TrialResult | None, TrialResult | None]:
+    """The fastest accepted candidate measured so far in this study (by any process), which a
+    candidate races; and the fastest measured at all, its gate pending or not, below whose bar
+    a candidate is gated (a pending candidate never leads a race: its sign test would stop
+    others for good, and its gate may yet reject it)."""
+    ok = [r for r in ledger.results() if r.status == "ok" and r.measurement is not None]
+
+    def fastest(rs: list[TrialResult]) -> TrialResult | None:
+        return min(rs, key=lambda r: r.median_ms, default=None)
+
+    return fastest([r for r in ok if r.pending is None]), fastest(ok)
+
+
 def _default_done(plan: Plan) -> bool:
     key = point_key(plan.params(plan.cands[0]))
     return any(evaluated(t) and point_key(trial_params(t)) == key
@@ -355,12 +355,11 @@ def _with_evaluator(
     options: SearchOptions,
     evaluator: Evaluator | None,
     start: float,
-    gate_after: bool = False,
 ) -> tuple[int, int]:
     own = evaluator is None
     ev = evaluator or make_evaluator(workload, device, space, options)
     try:
-        return _run(plan, device, space, options, ev, start, gate_after)
+        return _run(plan, device, space, options, ev, start)
     finally:
         if own:
             ev.close()
@@ -376,7 +375,7 @@ def search(
     """Run (or resume, or join) the study for this workload and return every measured candidate."""
     start = time.perf_counter()
     plan = open_plan(workload, device, space, options)
-    _with_evaluator(plan, workload, device, space, options, evaluator, start, gate_after=True)
+    _with_evaluator(plan, workload, device, space, options, evaluator, start)
     return read_outcome(plan, options, time.perf_counter() - start)
 
 

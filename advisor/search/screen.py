@@ -36,15 +36,14 @@ from optuna.trial import TrialState
 
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
+from advisor.measure.contest import SCREEN_SAMPLES, Contest
 from advisor.measure.results import TrialResult
-from advisor.measure.stats import Race
+from advisor.measure.stop import Stop
 from advisor.search.options import Progress, SearchOptions
 from advisor.search.study import Plan, evaluated, point_key
 
-__all__ = ["SCREEN_DROP", "SCREEN_MIN_STEP_MS", "SCREEN_SAMPLES", "Screen", "inversion", "record_dropped", "screen"]
+__all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "record_dropped", "screen"]
 
-SCREEN_SAMPLES = 3
-SCREEN_DROP = 1.5  # TunableOp's first stage drops candidates above 1.5x the best so far
 # Below this step time (PyTorch's default's screen) no candidate is screened: each one's fixed
 # costs (its build, first call and warm-up, paid again by a survivor's full timing) are then
 # about what a gate of a few steps saves, and a launch-bound GPU step has few candidates 1.5x
@@ -70,7 +69,12 @@ class Screen:
 
 
 def screen(
-    plan: Plan, evaluator: Evaluator, options: SearchOptions, deadline: float, start: float
+    plan: Plan,
+    evaluator: Evaluator,
+    options: SearchOptions,
+    deadline: float,
+    start: float,
+    contest: Contest,
 ) -> Screen | None:
     """Screen a fresh grid's candidates and narrow `plan.cands` to the survivors, default first
     and then fastest screen first. None (nothing screened, the plan as it was) for a study that
@@ -84,7 +88,7 @@ def screen(
     best_ms = math.inf
     for i, s in enumerate(plan.cands):
         # A candidate whose screen is already known to be above the drop line stops early.
-        race = Race(SCREEN_DROP * best_ms, screen=SCREEN_SAMPLES)
+        race = contest.screen(best_ms)
         left = deadline - time.perf_counter()
         if left <= 0 and i > 0:
             break  # the rest are timed in full, as far as the budget goes
@@ -108,7 +112,7 @@ def screen(
         if got is None:
             continue
         if got.status == "failed" or (got.measurement is not None and
-                                      got.median_ms > SCREEN_DROP * out.best_ms):  # fmt: skip
+                                      contest.screened_out(got.median_ms, out.best_ms)):  # fmt: skip
             out.dropped.append(s)
     rest = [s for s in plan.cands[1:] if s not in out.dropped]
     rest.sort(key=lambda s: (out.median(s, plan) or math.inf))
@@ -147,7 +151,7 @@ def inversion(
     )
 
 
-def record_dropped(out: Screen, plan: Plan) -> None:
+def record_dropped(out: Screen, plan: Plan, contest: Contest) -> None:
     """The dropped candidates, into the study as finished trials with their screens: stopped
     (not timed in full, not gated), or failed where the screen itself failed."""
     for s in out.dropped:
@@ -155,13 +159,9 @@ def record_dropped(out: Screen, plan: Plan) -> None:
         r = out.results[point_key(params)]
         if r.status != "failed":
             n = len(r.measurement.samples_ms) if r.measurement is not None else SCREEN_SAMPLES
-            why = (
-                f"screened out: {n} sample{'s' if n != 1 else ''} after warm-up gave "
-                f"{r.median_ms:.3f} ms, "
-                f"{r.median_ms / out.best_ms:.2f}x the fastest screen ({out.best_label}, "
-                f"{out.best_ms:.3f} ms), above {SCREEN_DROP:g}x: not timed in full"
-            )
-            r = r.model_copy(update={"status": "stopped", "reason": why})
+            stop = Stop(kind="screened", ms=r.median_ms, bar_ms=out.best_ms, samples=n,
+                        best_label=out.best_label, drop=contest.screen_drop)  # fmt: skip
+            r = r.model_copy(update={"status": "stopped", "stop": stop, "reason": stop.text()})
         failed = r.status == "failed"
         plan.study.add_trial(
             optuna.trial.create_trial(

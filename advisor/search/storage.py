@@ -157,6 +157,11 @@ def _redact(url: str) -> str:
     return url
 
 
+# The shared layer measurements' study; its name carries the record's format (2), so measurements
+# stored by an earlier format are never read as this one's.
+SHARED_LAYERS = "advisor-layers-2"
+
+
 def measured_under(settings: Settings) -> str:
     """The global settings a layer was measured under (its own implementation aside)."""
     return settings.global_only().model_dump_json()
@@ -166,8 +171,7 @@ class LayerStore:
     """Per-layer measurements, kept so they are not repeated.
 
     Two studies in the same storage: the run's companion "<study>/layers" (every layer
-    measurement of this study and the whole-model measurements of per-layer combinations, read by
-    reports), and "advisor-layers@<fingerprint>", shared by every study on this machine and
+    measurement of this study, read by reports), and "advisor-layers-2@<fingerprint>", shared by every study on this machine and
     library versions: a layer group (signature, input shape, dtype, layout, gradient) measured
     with an implementation under the same global settings, mode, timing and gate settings in any
     earlier study is reused instead of measured again (what cuDNN's benchmark cache does within a
@@ -184,7 +188,7 @@ class LayerStore:
         self.context = context  # mode and the space's timing and gate settings
         self.shared = (
             optuna.create_study(
-                storage=storage, study_name=f"advisor-layers@{fingerprint}", load_if_exists=True
+                storage=storage, study_name=f"{SHARED_LAYERS}@{fingerprint}", load_if_exists=True
             )
             if context and "@" in study_name
             else None
@@ -231,24 +235,6 @@ class LayerStore:
         if shared and self.shared is not None and result.status != "failed":
             # A failure may be this run's (a timeout, a crash): not worth keeping for others.
             self._add(self.shared, result, {**attrs, "context": self.context})
-
-    def model_result(self, settings: Settings) -> TrialResult | None:
-        """The whole-model measurement of a per-layer combination or a compiled candidate, if a
-        previous run stored it: the latest (a compiled pick's gate verdict follows its trial)."""
-        key = settings.model_dump_json()
-        for t in reversed(self.study.get_trials(deepcopy=False)):
-            if t.user_attrs.get("kind") == "model" and t.user_attrs.get("settings") == key:
-                return TrialResult.model_validate(t.user_attrs["result"])
-        return None
-
-    def add_model_result(self, result: TrialResult) -> None:
-        """Keep the combination's whole-model measurement (for resuming and for reports)."""
-        attrs = {
-            "kind": "model",
-            "settings": result.settings.model_dump_json(),
-            "label": result.settings.label(),
-        }
-        self._add(self.study, result, attrs)
 
     @staticmethod
     def _add(study: optuna.Study, result: TrialResult, attrs: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
 from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.results import TrialResult
+from advisor.search.ledger import check_format
 from advisor.search.options import SearchOptions
 from advisor.search.shared_checks import SharedChecks
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
@@ -85,39 +86,6 @@ def point_key(params: dict[str, Any]) -> str:
 
 def evaluated(t: FrozenTrial) -> bool:
     return "result" in t.user_attrs
-
-
-# A trial's verdict given after it was told (`advisor.search.deferred_gates`), in the study's attributes
-# under this prefix and the trial's label: optuna keeps a finished trial as it was told.
-SETTLED_PREFIX = "settled:"
-
-
-def settled_results(study: optuna.Study) -> dict[str, Any]:
-    """The verdicts given after their trials, by label (their results' JSON)."""
-    return {k[len(SETTLED_PREFIX):]: v for k, v in study.user_attrs.items()
-            if k.startswith(SETTLED_PREFIX)}  # fmt: skip
-
-
-def trial_result(t: FrozenTrial, settled: dict[str, Any]) -> TrialResult:
-    """An evaluated trial's result, with its verdict where it was given after the trial."""
-    later = settled.get(str(t.user_attrs.get("label")))
-    return TrialResult.model_validate(later if later is not None else t.user_attrs["result"])
-
-
-def first_results(study: optuna.Study) -> list[TrialResult]:
-    """Every point's result (its lowest-numbered evaluated trial's), with later verdicts."""
-    settled = settled_results(study)
-    out, seen = [], set()
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if evaluated(t) and (key := point_key(trial_params(t))) not in seen:
-            seen.add(key)
-            out.append(trial_result(t, settled))
-    return out
-
-
-def store_settled(study: optuna.Study, result: TrialResult) -> None:
-    """Keep a verdict given after its trial (read back by `trial_result`)."""
-    study.set_user_attr(SETTLED_PREFIX + result.settings.label(), result.model_dump(mode="json"))
 
 
 def settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
@@ -233,12 +201,15 @@ def open_plan(
             sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=min(10, budget)),
             directions=["minimize", "minimize"] if multi else ["minimize"],
         )
+        check_format(study, name)
         study.set_user_attr("workload", workload.info.model_dump(mode="json"))
         study.set_user_attr("mode", options.mode)
         study.set_user_attr("space", space.name)
         study.set_user_attr("min_gain", space.min_gain)  # the pick rule, for reports
         study.set_user_attr("environment", env.model_dump(mode="json"))
         shared = SharedChecks(storage, name, workload, options.mode, device, space)
+    except StorageError:
+        raise
     except Exception as e:  # noqa: BLE001 - storage backends raise many kinds
         raise StorageError(
             f"cannot open study {name!r}: {first_line(e, with_type=False)}"

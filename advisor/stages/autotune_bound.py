@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor import impls
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 
 __all__ = ["AutotuneBound"]
@@ -31,7 +32,7 @@ class AutotuneBound:
     """The autotuning cost measured so far in one per-layer stage, and the horizon it must pay
     back within."""
 
-    horizon_steps: int
+    contest: Contest  # its horizon
     cost_ms: float | None = None  # the smallest first call over native's measured so far
 
     def why_not(self, impl: str, native: TrialResult | None, layers: int) -> str | None:
@@ -41,12 +42,11 @@ class AutotuneBound:
             return None
         if native is None or native.status != "ok" or native.measurement is None:
             return None
-        most_ms = native.median_ms * layers * self.horizon_steps
-        if most_ms >= self.cost_ms:
+        if not self.contest.autotune_cannot_pay(self.cost_ms, native.median_ms, layers):
             return None
         return (
             f"its autotuning ({self.cost_ms / 1e3:.1f} s, measured on an earlier layer) cannot "
-            f"pay back within {self.horizon_steps:,} steps: native takes "
+            f"pay back within {self.contest.horizon_steps:,} steps: native takes "
             f"{native.median_ms * layers:.3f} ms a step here, the most it could save"
         )
 

@@ -26,9 +26,9 @@ import torch
 from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOutcome
-from advisor.search.storage import LayerStore, open_storage
 from advisor.space import SearchSpace, benchmark_finalists
 from advisor.stages.later import measure_later, reusable
 
@@ -70,8 +70,8 @@ def run_benchmark_twins(
     device: torch.device,
     count: int,
     evaluator: Evaluator,
-    storage: str | None,
     deadline: float | None,
+    contest: Contest,
     progress: Callable[[Progress], None] | None = None,
 ) -> list[TrialResult]:
     """Measure the finalists' twins (`benchmark_twins`) while the budget allows, each racing
@@ -80,15 +80,13 @@ def run_benchmark_twins(
     if not twins:
         return []
     leader = _accepted(outcome)[0].measurement  # the fastest finalist, whose twin came first
-    race = space.race_against(leader.ci_high_ms) if space.race and leader is not None else None
+    race = contest.race(leader)
     # Those to measure here (not measured or stored already) first run their first calls in
     # the flag's process, before anything else: a fresh process's searches
-    store = LayerStore(open_storage(storage), outcome.study_name)
-    todo = [t for t in twins if not any(r.settings == t for r in outcome.results)
-            and reusable(store.model_result(t), race) is None]  # fmt: skip
+    todo = [t for t in twins if reusable(outcome.ledger.standing(t), race) is None]
     if todo and isinstance(evaluator, BenchmarkSplit):
         why = evaluator.prime(todo)
         if why is not None:
             log.warning("cudnn.benchmark's first calls could not be taken first: %s", why)
-    return measure_later(outcome, twins, evaluator, storage, deadline, progress, race,
-                         stage="cudnn.benchmark", first_s=FIRST_TWIN_S, store=store)  # fmt: skip
+    return measure_later(outcome, twins, evaluator, deadline, progress, race,
+                         stage="cudnn.benchmark", first_s=FIRST_TWIN_S)  # fmt: skip

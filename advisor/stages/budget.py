@@ -70,11 +70,15 @@ def budget_notes(
 ) -> list[str]:
     """What the time budget left out, said plainly; and what was reused from earlier runs."""
     notes = []
-    if outcome.not_measured:
-        shown = ", ".join(outcome.not_measured[:5])
-        more = f" and {len(outcome.not_measured) - 5} more" if len(outcome.not_measured) > 5 else ""
+    # measured, but the budget ran out before its precision was judged: it could not be picked
+    unmeasured = [*outcome.not_measured,
+                  *(f"{r.settings.label()} (its precision check)" for r in outcome.results
+                    if r.stop is not None and r.stop.kind == "out_of_time")]  # fmt: skip
+    if unmeasured:
+        shown = ", ".join(unmeasured[:5])
+        more = f" and {len(unmeasured) - 5} more" if len(unmeasured) > 5 else ""
         notes.append(
-            f"the {budget_s:g} s budget ran out before {len(outcome.not_measured)} "
+            f"the {budget_s:g} s budget ran out before {len(unmeasured)} "
             f"candidate(s) were measured: {shown}{more}"
         )
     if stats.get("unmeasured"):

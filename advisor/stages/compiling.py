@@ -28,7 +28,6 @@ Results are stored and enter the pick as every later candidate's (`advisor.stage
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -38,11 +37,11 @@ import torch
 from advisor.device.flags import onednn_convs
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
 from advisor.search import Progress, SearchOutcome
-from advisor.search.compile_bill import horizon
-from advisor.search.pick import pick_final
+from advisor.search.pick import decide
 from advisor.space import Dropped, SearchSpace, compile_modes
 from advisor.stages.later import measure_later
 
@@ -59,6 +58,7 @@ def compile_candidates(
     space: SearchSpace,
     device: torch.device,
     shape_set: bool,
+    contest: Contest,
     layer: bool = False,
 ) -> list[Settings]:
     """The compiled candidates to measure, in order (see the module's docstring); the modes the
@@ -73,12 +73,12 @@ def compile_candidates(
         _note(outcome, d)
     if not modes:
         return []
-    eager = pick_final(outcome.results, outcome.baseline, space.min_gain)
+    eager = decide(outcome.results, outcome.baseline, contest)
     bases: list[Settings] = []
     for r in (eager.chosen, eager.fastest, outcome.baseline):
         base = r.settings.global_only().eager()
         on = "PyTorch's default settings" if base == Settings() else base.label()
-        out_of_reach = _out_of_reach(r, (eager.chosen, eager.fastest), space.compile_max_gain)
+        out_of_reach = _out_of_reach(r, (eager.chosen, eager.fastest), contest)
         if out_of_reach is not None:
             if base not in bases:
                 _note(outcome, Dropped(f"compile on {on}", out_of_reach))
@@ -158,59 +158,49 @@ def _twin_why(twin: Settings) -> str:
 
 
 def _out_of_reach(
-    base: TrialResult, best: tuple[TrialResult, ...], max_gain: float | None
+    base: TrialResult, best: tuple[TrialResult, ...], contest: Contest
 ) -> str | None:
     """Why compiling `base` could not change the answer, or None: its eager time, beyond its
-    interval, is slower than the best eager candidate's by more than `max_gain` (the space's
-    `compile_max_gain`), the most a compile is assumed to speed up its eager twin."""
+    interval, is slower than the best eager candidate's by more than the most a compile is
+    assumed to speed up its eager twin (`Contest.compile_out_of_reach`)."""
     measured = [r.measurement for r in best if r.measurement is not None]
-    if max_gain is None or base.measurement is None or not measured:
+    if base.measurement is None or not measured:
         return None
     leader = min(measured, key=lambda m: m.ci_high_ms)
-    if base.measurement.ci_low_ms <= max_gain * leader.ci_high_ms:
+    if not contest.compile_out_of_reach(base.measurement, leader):
         return None
     return (
         f"its eager time ({base.measurement.median_ms:.3g} ms) is "
         f"{base.measurement.median_ms / leader.median_ms:.2f}x the best eager candidate's "
         f"({leader.median_ms:.3g} ms): its compile could not win unless it were more than "
-        f"{max_gain:g}x faster than eager (the space's compile_max_gain)"
+        f"{contest.compile_max_gain:g}x faster than eager (the space's compile_max_gain)"
     )
 
 
-def compile_race(
-    outcome: SearchOutcome, space: SearchSpace, steps: int | None = None
-) -> Race | None:
+def compile_race(outcome: SearchOutcome, contest: Contest) -> Race | None:
     """The race a compiled candidate runs: against the fastest accepted eager candidate, as in
     the search. One that provably cannot beat it stops after its first samples, before the
     dearest part of its trial (the gate's capture, which compiles again on a model with
-    dropout): it could not change the answer. One that could beat it is then timed beside that
-    eager candidate, its bill's alternative (as `retime.finalists` re-times them together),
-    and stops there when its cold compile cannot pay back within `horizon(steps)`
-    (`advisor.execute.payback`). The per-layer stage's combination counts: it is what the user
-    would run instead where it is the fastest (MobileNetV3-Small train: billed against
-    channels_last alone, its 72 s compile went on to the gate, and then did not pay)."""
-    if not space.race:
-        return None
+    dropout). One that could beat it is then timed beside that eager candidate, its bill's
+    alternative, and stops there when its cold compile cannot pay back within the horizon
+    (`advisor.execute.payback`)."""
     ok = [r for r in outcome.results if r.status == "ok" and r.measurement is not None
           and not r.settings.compiled]  # fmt: skip
     leader = min(ok, key=lambda r: r.median_ms, default=None)
-    if leader is None or leader.measurement is None:
+    if leader is None:
         return None
-    race = space.race_against(leader.measurement.ci_high_ms)
-    return dataclasses.replace(race, rival=leader.settings.model_dump_json(),
-                               horizon_steps=horizon(steps), defer_gate=True)  # fmt: skip
+    return contest.race(leader.measurement, rival=leader.settings.model_dump_json(), pays=True)
 
 
 def run_compile_stage(
     outcome: SearchOutcome,
     candidates: list[Settings],
     evaluator: Evaluator,
-    storage: str | None,
     deadline: float | None,
     progress: Callable[[Progress], None] | None = None,
     race: Race | None = None,
 ) -> list[TrialResult]:
     """The compiled `candidates`, each in `race` (`compile_race`), measured while the budget
     allows (`advisor.stages.later.measure_later`)."""
-    return measure_later(outcome, candidates, evaluator, storage, deadline, progress, race,
-                         stage="torch.compile", first_s=FIRST_COMPILE_S)  # fmt: skip
+    return measure_later(outcome, candidates, evaluator, deadline, progress, race,
+                         stage="compile", first_s=FIRST_COMPILE_S)  # fmt: skip

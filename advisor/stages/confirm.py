@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -30,7 +31,7 @@ from advisor.execute.ownership import owner_id
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import Pick, pick_for_steps
+from advisor.search.pick import Pick, decide
 from advisor.search.storage import FinalCheckRecord
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
@@ -66,7 +67,7 @@ def runner_up(
     ignores the flag (`advisor.execute.benchmark_processes`)."""
     others = [
         r for r in results
-        if r.status == "ok" and r.retimed and r.measurement is not None
+        if r.status == "ok" and r.pending is None and r.retimed and r.measurement is not None
         and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
         and r.settings.cudnn_benchmark == pick.settings.cudnn_benchmark
     ]  # fmt: skip
@@ -79,8 +80,8 @@ def challenger(results: Sequence[TrialResult], baseline: TrialResult) -> TrialRe
     one competes only through its compile's payback, which the eager answer decides first.)"""
     others = [
         r for r in results
-        if r.status == "ok" and r.measurement is not None and not r.settings.compiled
-        and r.settings != baseline.settings
+        if r.status == "ok" and r.pending is None and r.measurement is not None
+        and not r.settings.compiled and r.settings != baseline.settings
     ]  # fmt: skip
     return min(others, key=lambda r: r.median_ms, default=None)
 
@@ -102,7 +103,7 @@ def check_pick(
     runner-up of another family beside it: the check, or why it could not be made. Where the
     default is the pick, its `challenger` is checked in its place (the check says so); nothing
     is checked where there is none."""
-    pick, _ = pick_for_steps(outcome.results, outcome.baseline, sp.min_gain, steps)
+    pick = decide(outcome.results, outcome.baseline, sp.contest(steps))
     chosen, challenging = pick.chosen, False
     if chosen.settings == outcome.baseline.settings:
         found = challenger(outcome.results, outcome.baseline)
@@ -164,7 +165,7 @@ def runner_held(final: FinalCheck, results: list[TrialResult]) -> TrialResult | 
 def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
     """The pick the final check leaves: the runner-up of another family where it beat the pick
     there beyond noise, or held where the pick did not; else the pick, with the order of the two
-    said where this machine could not decide it."""
+    said where this machine could not decide it. The final check is then what decided it."""
     label = pick.chosen.settings.label()
     runner = runner_held(final, results)
     seen = f"in the final check {final.place}"
@@ -172,14 +173,15 @@ def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult])
         how = "beat it" if final.held else f"held where {label} did not ({final.figures()})"
         why = (f"{runner.settings.label()}, of another family than the search's pick {label}, "
                f"{how} {seen} ({final.runner_up_text()}): recommended instead")  # fmt: skip
-        return Pick(runner, pick.fastest, why)
-    why = f"{pick.why}; it held {seen} ({final.figures()})"
+        return replace(pick, chosen=runner, why=why, path=(pick.text(),))
+    why = f"{label}: it held {seen} ({final.figures()})"
+    path = [pick.why, *pick.path]
     if final.order == "undecided" and final.runner_up is not None:
-        why += (f"; beside it, {final.runner_up_text()}: the order of the two is within what "
-                "this machine can decide")  # fmt: skip
+        path.append(f"beside it, {final.runner_up_text()}: the order of the two is within what "
+                    "this machine can decide")  # fmt: skip
     elif final.order == "pick" and final.runner_up is not None:
-        why += f"; it beat the runner-up {final.runner_up.label()} there"
-    return Pick(pick.chosen, pick.fastest, why)
+        path.append(f"it beat the runner-up {final.runner_up.label()} there")
+    return replace(pick, why=why, path=tuple(path))
 
 
 def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
@@ -197,23 +199,25 @@ def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -
         r, lo, hi = final.runner_up_speedup
         versus = f"{r:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
     if runner is not None and (final.order == "runner-up" or not final.held):
-        why = (f"{pick.why}; but {runner.settings.label()} beat the default {seen} ({versus}), "
-               f"timed beside {label}, the fastest alternative the search accepted "
-               f"({final.figures()}): recommended")  # fmt: skip
-        return Pick(runner, pick.fastest, why)
+        why = (f"{runner.settings.label()} beat the default {seen} ({versus}), timed beside "
+               f"{label}, the fastest alternative the search accepted ({final.figures()}): "
+               "recommended")  # fmt: skip
+        return replace(pick, chosen=runner, why=why, path=(pick.text(),))
     if found is not None and final.held:
-        why = (f"{pick.why}; but {label}, the fastest alternative the search accepted, beat "
-               f"the default {seen} ({final.figures()}): recommended (the search's worker "
-               "process had not measured it faster)")  # fmt: skip
+        why = (f"{label}, the fastest alternative the search accepted, beat the default {seen} "
+               f"({final.figures()}): recommended (the search's worker process had not "
+               "measured it faster)")  # fmt: skip
+        path = [pick.text()]
         if final.order == "undecided" and final.runner_up is not None:
-            why += (f"; beside it, {final.runner_up_text()}: the order of the two is within "
-                    "what this machine can decide")  # fmt: skip
-        return Pick(found, pick.fastest, why)
-    why = (f"{pick.why}; {label}, the fastest alternative the search accepted, did not beat "
-           f"the default {seen} either ({final.figures()})")  # fmt: skip
+            path.append(f"beside it, {final.runner_up_text()}: the order of the two is within "
+                        "what this machine can decide")  # fmt: skip
+        return replace(pick, chosen=found, why=why, path=tuple(path))
+    why = (f"PyTorch's default: {label}, the fastest alternative the search accepted, did not "
+           f"beat it {seen} either ({final.figures()})")  # fmt: skip
+    path = [pick.text()]
     if versus and final.runner_up is not None:
-        why += f"; nor did {final.runner_up.label()} ({versus})"
-    return Pick(pick.chosen, pick.fastest, why)
+        path.append(f"nor did {final.runner_up.label()} ({versus})")
+    return replace(pick, why=why, path=tuple(path))
 
 
 def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | None) -> str | None:

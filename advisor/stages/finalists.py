@@ -20,7 +20,6 @@ import torch
 from advisor.errors import first_line
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.ownership import owner_id
-from advisor.execute.retime import finalists
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import SearchOptions, SearchOutcome, make_evaluator
@@ -29,7 +28,7 @@ from advisor.search.storage import RetimeRecord, SharedRecord, open_storage
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["after_compile", "machine_moved", "retime_finalists", "settled", "shared_record"]
+__all__ = ["after_compile", "machine_moved", "retime_finalists", "shared_record"]
 
 log = logging.getLogger("advisor")
 
@@ -54,8 +53,9 @@ def retime_finalists(
     """
     top = space.retime_top
     pool = outcome.results if among is None else among
-    fin = finalists(pool, outcome.baseline, top, space.min_gain) if top else []
-    if len(fin) < 2 or (only_with is not None and not any(r is w for r in fin for w in only_with)):
+    fin = space.contest(options.steps).finalists(pool, outcome.baseline, top) if top else []
+    wanted = [w.settings for w in only_with] if only_with is not None else None
+    if len(fin) < 2 or (wanted is not None and not any(r.settings in wanted for r in fin)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
     record, key = shared_record(RetimeRecord, options, outcome.study_name, fin)
@@ -79,15 +79,9 @@ def retime_finalists(
                 ev.close()
         if record is not None:
             record.put(key, fresh)
-    # Only this re-time's finalists compete in the pick: an earlier re-time's samples were taken
-    # in another time window.
-    replace = {id(old): new for old, new in zip(fin, fresh, strict=True)}
-    for r in outcome.results:
-        if r.retimed and id(r) not in replace:
-            replace[id(r)] = r.model_copy(update={"retimed": False})
-    outcome.results = [replace.get(id(r), r) for r in outcome.results]
-    outcome.baseline = replace.get(id(outcome.baseline), outcome.baseline)
-    outcome.pareto = [replace.get(id(p), p) for p in outcome.pareto]
+    # A new round: only its finalists compete in the pick now, an earlier round's samples were
+    # taken in another time window
+    outcome.ledger.retime(fresh)
     return len(fin), None
 
 
@@ -97,25 +91,8 @@ def after_compile(eager: Pick, compiled: Sequence[TrialResult]) -> list[TrialRes
     bill alternative). The eager candidates the eager re-time ranked below its pick are settled
     and not timed again (small_cnn train: a per-layer combination within noise of the pick, one
     finalist and about 1 s of rounds on 2 cores)."""
-    return list({id(r): r for r in (*compiled, eager.chosen, eager.fastest)}.values())
-
-
-def settled(outcome: SearchOutcome, space: SearchSpace) -> bool:
-    """Whether a re-time now could only confirm the eager pick: one candidate's interval lies
-    below every other accepted candidate's, PyTorch's default's included, by more than
-    `min_gain`, so the finalists are that one and the default. The per-layer and compile stages
-    then start from it without a re-time of their own, and the finalists are re-timed once, at
-    the end, with what those stages add (small_cnn train on a 2-core CPU: channels_last + bf16
-    at 19.5 ms against 28.2 ms for the next; each re-time of the finalists costs 2-3 s)."""
-    top = space.retime_top
-    if not top:
-        return False
-    fin = finalists(outcome.results, outcome.baseline, top, space.min_gain)
-    lead = [r for r in fin if r.settings != outcome.baseline.settings]
-    base = outcome.baseline.measurement
-    if len(lead) != 1 or lead[0].measurement is None or base is None:
-        return False
-    return lead[0].measurement.ci_high_ms * (1 + space.min_gain) < base.ci_low_ms
+    return list({r.settings.model_dump_json(): r
+                 for r in (*compiled, eager.chosen, eager.fastest)}.values())
 
 
 Record = TypeVar("Record", bound=SharedRecord[Any])

@@ -31,11 +31,10 @@ from advisor.errors import first_line
 from advisor.execute.evaluators import Evaluator, Lent
 from advisor.knobs import Settings
 from advisor.measure.candidate import LAYER_STEP, Mode
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
-from advisor.measure.stats import Race
 from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator
-from advisor.search.compile_bill import horizon
-from advisor.search.pick import pick_best, pick_final
+from advisor.search.pick import choose, decide
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
 from advisor.stages.autotune_bound import AutotuneBound
@@ -123,8 +122,7 @@ def choose_layer_impls(
             stats["shared"] = stats.get("shared", 0) + len(before)
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
                                        make_evaluator, deadline, stats,
-                                       space.race_limit_ms if space.race else None,
-                                       elsewhere, bound, skipped)  # fmt: skip
+                                       space.contest(), elsewhere, bound, skipped)  # fmt: skip
             keys = {name: (g.key, name, measured_under(settings)) for name in usable}
             results = {name: done[k] for name, k in keys.items() if k in done}
             for r in results.values():
@@ -174,7 +172,7 @@ def _measure_group(
     make_evaluator: Callable[[Workload], Evaluator],
     deadline: float | None,
     stats: dict[str, int],
-    race_limit: Callable[[float], float] | None = None,
+    contest: Contest | None = None,
     elsewhere: set[tuple[str, str, str]] | None = None,
     bound: AutotuneBound | None = None,
     skipped: dict[str, str] | None = None,
@@ -211,8 +209,8 @@ def _measure_group(
                 evaluator.use(workload)
             switched = True
             race = None
-            if race_limit is not None and leader is not None and leader.measurement is not None:
-                race = Race(race_limit(leader.measurement.ci_high_ms))
+            if contest is not None and leader is not None:
+                race = contest.race(leader.measurement)
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             res = evaluator(
                 settings.model_copy(update={"conv_impl": name, "layers": {}}),
@@ -236,7 +234,7 @@ def _choose(
     if base.status != "ok":
         return LayerChoice(g, results, "native", f"native failed on this layer ({base.reason}): kept",
                            skipped)  # fmt: skip
-    pick = pick_best(list(results.values()), base, min_gain)
+    pick = choose(list(results.values()), base, min_gain)
     return LayerChoice(g, results, pick.chosen.settings.conv_impl, pick.why, skipped)
 
 
@@ -264,7 +262,8 @@ def per_layer_stage(
     With `evaluator` (the run's own), the layer groups and the combination are measured with it.
 
     Returns the per-layer choices and the combination's result (None when nothing changed)."""
-    best = pick_final(outcome.results, outcome.baseline, space.min_gain).chosen
+    contest = space.contest(options.steps)
+    best = decide(outcome.results, outcome.baseline, contest).chosen
     start = time.perf_counter()
 
     def report(done: int, total: int, last: Any) -> None:
@@ -292,32 +291,24 @@ def per_layer_stage(
         deadline=options.deadline,
         stats=stats,
         every_group=options.every_layer_group,
-        bound=AutotuneBound(horizon(options.steps)),
+        bound=AutotuneBound(contest),
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:
         return choices, None
     combined = best.settings.model_copy(update={"layers": layers})
-    known = [r for r in outcome.results if r.settings == combined]
-    if known:
-        return choices, known[0]
-    store = LayerStore(storage, outcome.study_name)
-    result = store.model_result(combined)
-    if result is None and options.deadline is not None and time.perf_counter() >= options.deadline:
+    known = outcome.ledger.standing(combined)  # measured by this run or an earlier one
+    if known is not None:
+        return choices, known
+    if options.deadline is not None and time.perf_counter() >= options.deadline:
         if stats is not None:
             stats["combination"] = len(layers)  # chosen, but no time left to measure it
         return choices, None
-    if result is None:
-        ev = evaluator or make_evaluator(workload, device, space, options)
-        left = (
-            None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
-        )
-        try:
-            result = ev(combined, time_left_s=left)
-        finally:
-            if ev is not evaluator:
-                ev.close()
-        store.add_model_result(result)
-    outcome.results.append(result)
-    outcome.trial_numbers.append(-1)  # not an optuna trial of the main study
-    return choices, result
+    ev = evaluator or make_evaluator(workload, device, space, options)
+    left = None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
+    try:
+        outcome.ledger.trial(ev(combined, time_left_s=left), "per-layer")
+    finally:
+        if ev is not evaluator:
+            ev.close()
+    return choices, outcome.ledger.standing(combined)

@@ -1,0 +1,108 @@
+"""Why a measured candidate is out of the pick: a kind and its figures.
+
+Control flow reads the kind; the sentence a person reads is made from the figures
+(`Stop.text`), and nothing branches on that sentence (optuna's habit: a trial's fate is a state,
+its reason an attribute).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Sampling", "Stop", "StopKind"]
+
+# Why sampling ended before the timing policy's rule did (`Measurement.stop`): the race's sign
+# test, a screen's few samples, the run's time budget, or the budget spent by the first call.
+Sampling = Literal["raced", "screened", "budget", "first_call"]
+
+StopKind = Literal[
+    "raced",  # its samples are above the race's limit (a sign test): slower than the leader
+    "screened",  # its screen was above the screen's drop line: not timed in full
+    "budget",  # the run's time budget ran out before it was measured in full
+    "cannot_win",  # measured in full, above the bar the pick could take it under: not gated
+    "cannot_pay",  # a cold compile that cannot pay back within the horizon
+    "out_of_time",  # the budget ran out during its precision's training check
+    "gate_stopped",  # its gate, asked for once it could be picked, was stopped (the budget)
+]
+
+
+class Stop(BaseModel):
+    """Why a candidate stopped short of the pick, with the figures the decision read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: StopKind
+    ms: float | None = None  # the candidate's own figure: its CI low end, or its screen median
+    bar_ms: float | None = None  # what it was measured against: the race limit or the pick's bar
+    samples: int | None = None  # the samples it had when it stopped
+    # cannot_win: the precision not judged on this model because of it (its check not paid)
+    unjudged: str | None = None
+    # screened: the fastest screen's figures and the drop factor
+    best_label: str | None = None
+    drop: float | None = None
+    # cannot_pay: the horizon, the rival it was timed beside and what the bound read
+    horizon_steps: int | None = None
+    rival: str | None = None
+    rival_ms: float | None = None
+    saving_ms: float | None = None
+    cold_s: float | None = None  # cannot_pay, budget: its first call (a cold compile)
+    detail: str | None = None  # gate_stopped: what stopped the gate, as it said it
+
+    def text(self) -> str:
+        """The sentence a person reads."""
+        k = self.kind
+        if k == "raced":
+            return (
+                f"stopped after {self.samples} samples: slower than the best candidate's "
+                f"{self.bar_ms:.3f} ms (sign test)"
+            )
+        if k == "screened":
+            n = self.samples or 0
+            took = f"{n} sample{'s' if n != 1 else ''} after warm-up gave {self.ms:.3f} ms"
+            if self.ms is None or self.bar_ms is None or self.drop is None:
+                return f"screened: {took}"
+            return (
+                f"screened out: {took}, {self.ms / self.bar_ms:.2f}x the fastest screen "
+                f"({self.best_label}, {self.bar_ms:.3f} ms), above {self.drop:g}x: not timed "
+                "in full"
+            )
+        if k == "budget" and self.cold_s is not None:
+            return (f"stopped after its first call ({self.cold_s:.2f} s, compilation and "
+                    "autotuning included): the time budget ran out")  # fmt: skip
+        if k == "budget":
+            return "stopped: the time budget ran out before it was measured in full"
+        if k == "cannot_win":
+            slower = (
+                f"cannot win: {self.ms:.3f} ms at best, slower than the best accepted "
+                f"candidate's {self.bar_ms:.3f} ms"
+            )
+            if self.unjudged is not None:
+                return (
+                    f"{slower}; {self.unjudged} not judged on this model (its training check is "
+                    "paid only for a candidate that could be picked)"
+                )
+            return (
+                f"{slower}; not gated (the gate's checks are paid only for a candidate that "
+                "could be picked)"
+            )
+        if k == "cannot_pay":
+            if self.rival is None:  # stopped during its compile, before any sample
+                return (
+                    f"its cold compile cannot pay back within {self.horizon_steps:,} steps: "
+                    f"stopped after {self.cold_s:.1f} s of compiling, more than it could save "
+                    f"at most ({self.saving_ms:.3f} ms a step) over {self.horizon_steps:,} steps"
+                )
+            saving = self.saving_ms or 0.0
+            most = (f"it saves at most {saving:.3f} ms a step" if saving > 0
+                    else "it saves nothing per step")  # fmt: skip
+            return (
+                f"its cold compile cannot pay back within {self.horizon_steps:,} steps: timed "
+                f"beside {self.rival} in one process, interleaved ({self.ms:.3f} vs "
+                f"{self.rival_ms:.3f} ms), {most}, and its first call took {self.cold_s:.1f} s "
+                "with empty caches; not checked further"
+            )
+        if k == "out_of_time":
+            return "the budget ran out during its precision check"
+        return f"its gate, once it could be picked: {self.detail}"

@@ -1,0 +1,75 @@
+"""The verdicts a pick needs, asked for when it needs them.
+
+Under a race, a candidate's gate is paid in its trial only where it is cheap and the candidate
+could be picked: a precision not judged yet on the model (a training check of seconds), a
+compiled candidate's capture under dropout (a second compile), or the checks of one measured
+above the bar of the fastest candidate so far wait, and the result says what it waits for
+(`TrialResult.pending`). `gated_pick` makes the pick (`pick.decide`) and, where a pending
+candidate is the pick, or is the fastest and its verdict would change the pick, asks the
+evaluator for its gate, keeps the verdict in the ledger (a precision's verdict too, for every
+later candidate and study of the model) and decides again. So nothing is recommended ungated,
+and no verdict is paid for a candidate that cannot be picked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from advisor.execute.evaluators import Evaluator
+from advisor.knobs import Settings
+from advisor.measure.contest import Contest
+from advisor.measure.results import TrialResult
+from advisor.search.options import Progress, SearchOutcome
+from advisor.search.pick import Pick, decide
+
+__all__ = ["gated_pick", "needed"]
+
+
+def needed(pick: Pick, results: list[TrialResult], baseline: TrialResult,
+           contest: Contest) -> TrialResult | None:  # fmt: skip
+    """The pending candidate whose verdict the pick needs, or None: the pick itself, or the
+    fastest candidate where the pick without it would be another."""
+    if pick.chosen.pending is not None:
+        return pick.chosen
+    fastest = pick.fastest
+    if fastest.pending is None or fastest.settings == pick.chosen.settings:
+        return None
+    without = [r for r in results if r.settings != fastest.settings]
+    if decide(without, baseline, contest).chosen.settings == pick.chosen.settings:
+        return None
+    return fastest
+
+
+def gated_pick(
+    outcome: SearchOutcome,
+    evaluator: Evaluator,
+    contest: Contest,
+    deadline: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> Pick:
+    """The pick once every verdict it needs is in (see the module's docstring). `deadline`
+    bounds a training check (past it the candidate is stopped, unjudged, and the next pick is
+    made)."""
+    asked: set[str] = set()
+    start = time.perf_counter()
+    while True:
+        results, baseline = outcome.results, outcome.baseline
+        pick = decide(results, baseline, contest)
+        need = needed(pick, results, baseline, contest)
+        if need is None or need.settings.model_dump_json() in asked:
+            return pick
+        asked.add(need.settings.model_dump_json())
+        left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        verdict = evaluator.gate(need.settings, time_left_s=left)
+        check = verdict.precision_check
+        if check is not None and not check.reused and check.own_path != Settings():
+            outcome.ledger.precision(check)
+            evaluator.know([check])
+            if outcome.shared_checks is not None:  # the model's other studies read it too
+                outcome.shared_checks.add(check)
+        outcome.ledger.verdict(verdict)
+        if progress is not None:
+            now = outcome.ledger.standing(need.settings)
+            progress(Progress(len(asked), len(asked), None, now, time.perf_counter() - start,
+                              stage="gates"))  # fmt: skip
