@@ -1,55 +1,15 @@
-"""Published models for benchmarks/published.py, each built from its library's own code with a small
-config and no downloaded weights (random initialisation), as `build_<name>()` and
-`inputs_<name>()` pairs: `advisor advise benchmarks/published_models.py --build build_hubert
---inputs inputs_hubert`. Sizes are small on purpose: a 2-core CPU advises each in minutes.
-
-`MODELS` lists them with their library and what makes each one worth a row. The libraries are
-imported inside the factories, so a missing one fails that model's row alone.
+"""Published models, each built from its library's own code with a small config and no
+downloaded weights (random initialisation), as `build_<name>()` and `inputs_<name>()` pairs:
+`advisor advise benchmarks/models/published.py --build build_hubert --inputs inputs_hubert`.
+Sizes are small on purpose: a 2-core CPU advises each in minutes. The registry's `published`
+set (benchmarks/registry.py) names them with their library and what makes each worth a row.
+The libraries are imported inside the factories, so a missing one fails that model's row alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
-
-
-@dataclass(frozen=True)
-class Published:
-    name: str
-    library: str
-    what: str  # the convs it holds, and its output's kind
-
-
-MODELS = [
-    Published("wav2vec2", "transformers", "audio: 1-D conv front, weight-normed positional conv "
-              "(ParametrizedConv1d); ModelOutput"),
-    Published("hubert", "transformers", "audio: conv front with group norm, weight-normed "
-              "positional conv; ModelOutput"),
-    Published("encodec", "transformers", "audio codec: weight-normed Conv1d/ConvTranspose1d "
-              "throughout, LSTM, vector quantiser; ModelOutput"),
-    Published("hifigan", "transformers", "SpeechT5's HiFi-GAN vocoder, weight-normed by its "
-              "apply_weight_norm(): Conv1d, ConvTranspose1d, dilated residual blocks; a tensor"),
-    Published("convnext", "transformers", "ConvNeXt: depthwise 7x7 convs, layer norm; ModelOutput"),
-    Published("resnet", "transformers", "ResNet: 3x3/1x1 convs, batch norm; ModelOutput"),
-    Published("mobilenet_v2", "transformers", "MobileNetV2: depthwise and 1x1 convs, ReLU6; "
-              "ModelOutput"),
-    Published("efficientnet", "transformers", "EfficientNet: depthwise convs, squeeze-excite, "
-              "swish; ModelOutput"),
-    Published("segformer", "transformers", "SegFormer: overlapping patch convs, attention, "
-              "3x3 depthwise Mix-FFN; ModelOutput"),
-    Published("segresnet", "monai", "3-D SegResNet: Conv3d, group norm, trilinear upsampling"),
-    Published("basic_unet", "monai", "2-D BasicUNet: Conv2d, instance norm, ConvTranspose2d"),
-    Published("dynunet", "monai", "2-D DynUNet (nnU-Net): strided convs, transposed convs, "
-              "deep supervision off"),
-    Published("attention_unet", "monai", "2-D AttentionUnet: attention gates, transposed convs"),
-    Published("var_autoencoder", "monai", "2-D VarAutoEncoder: strided and transposed convs; "
-              "output a tuple (reconstruction, mu, logvar, z)"),
-    Published("timm_nf_resnet", "timm", "NF-ResNet: ScaledStdConv2d throughout"),
-    Published("tv_googlenet", "torchvision", "GoogLeNet: its output a namedtuple in train mode"),
-]
-
 
 # ---- transformers -------------------------------------------------------------------------------
 
