@@ -156,13 +156,6 @@ def _verdict_cell(r) -> str:  # noqa: ANN001 - a TrialResult
 
 def verdicts(argv: list[str]) -> int:
     """`gates verdicts`: the gate's verdicts over input draws (the module's docstring)."""
-    import torch
-
-    from advisor.execute.runner import Gate, evaluate
-    from advisor.space import load_space
-    from advisor.workload.build import model_workload
-
-    CONTROLS, CANDIDATES, QUICK = _verdict_cases()
     p = _parser("gates verdicts")
     p.add_argument("models", nargs="*", default=list(VERDICT_MODELS))
     p.add_argument("--seeds", type=int, default=5)
@@ -172,8 +165,15 @@ def verdicts(argv: list[str]) -> int:
     p.add_argument("--no-controls", dest="controls", action="store_false",
                    help="leave out the training check's negative controls")  # fmt: skip
     args = p.parse_args(argv)
+    import torch
+
     from advisor.device.environment import cpu_description
+    from advisor.execute.runner import Gate, evaluate
+    from advisor.space import load_space
+    from advisor.workload.build import model_workload
     from tests.plugins import faulty_impls  # registers test_scaled and test_tap
+
+    CONTROLS, CANDIDATES, QUICK = _verdict_cases()
 
     faulty_impls.register_all()
     cpu = torch.device("cpu")
