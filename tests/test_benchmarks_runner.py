@@ -8,7 +8,6 @@ runner's clock, its Ctrl-C and its reading of the config are checked in seconds.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import textwrap
 from pathlib import Path
