@@ -177,18 +177,20 @@ def check(opts: plan_mod.Options, out_dir: Path | None) -> int:
     def left() -> float:
         return deadline - (time.perf_counter() - start)
 
-    def rows_step(name: str, part: plan_mod.Part, own_s: float, extra: tuple[str, ...]) -> None:
+    def rows_step(name: str, parts: list[plan_mod.Part], own_s: float,
+                  extra: tuple[str, ...]) -> None:  # fmt: skip
         if left() < 20:
             steps.append({"step": name, "status": "not run: the deadline", "seconds": 0.0})
             return
         t0 = time.perf_counter()
         o = plan_mod.Options(**{**opts.__dict__, "deadline_s": min(own_s, left()),
                                 "extra": (*opts.extra, *extra)})  # fmt: skip
-        rows = plan_mod.run_plan([part], o)
+        rows = plan_mod.run_plan(parts, o)
         ok = [r for r in rows if r.get("status") == "ok"]
         worth = [r.get("worth") for r in rows if r.get("worth")]
         failed = [w["error"] for w in worth if "error" in w]
-        status = "ok" if ok and not failed else f"failed: {(failed or [rows[0]['status']])[0]}"
+        why = failed or [r["status"] for r in rows if r.get("status") != "ok"] or ["no row"]
+        status = "ok" if ok and not failed else f"failed: {why[0]}"
         steps.append({"step": name, "status": status, "seconds": round(time.perf_counter() - t0, 1),
                       "output": "\n".join(f"{r['model']} {r['effort']}: {r.get('wall_s')} s, "
                                           f"{r.get('pick')}" for r in rows)})  # fmt: skip
@@ -196,10 +198,9 @@ def check(opts: plan_mod.Options, out_dir: Path | None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         small = BY_NAME["small_cnn"]
         tuned = Path(tmp) / "tuned.json"
-        rows_step("CLI advise --device cuda (isolated), a row",
-                  plan_mod.Part("advise", small, "train", "default", 1.0), 150,
+        rows_step(f"CLI advise --device {opts.device} (isolated), a row",
+                  [plan_mod.Part("advise", small, "train", "default", 1.0)], 150,
                   ("--budget", "60"))  # fmt: skip
-        # the check's own config for apply: a quick advise, written where the next step reads it
         py = sys.executable
         for name, cmd, own in (
             ("GPU tests (pytest -m gpu tests/gpu)",
@@ -217,8 +218,10 @@ def check(opts: plan_mod.Options, out_dir: Path | None) -> int:
             if name.startswith("advisor.apply") and steps[-1]["status"] == "ok":
                 steps[-1] = {**_step(name, [py, "-c", APPLY_COMPILE, str(tuned)],
                                      min(own, left())), "step": name}  # fmt: skip
-        rows_step("seed_conv2d_3to16 re-timed, a row",
-                  plan_mod.Part("worth", BY_NAME["seed_conv2d_3to16"], "infer", None, 1.0), 240, ())
+        seed = BY_NAME["seed_conv2d_3to16"]
+        rows_step("seed_conv2d_3to16 advised at quick effort and re-timed, a row",
+                  [plan_mod.Part("advise", seed, "infer", "quick", 1.0),
+                   plan_mod.Part("worth", seed, "infer", None, 1.0)], 240, ())  # fmt: skip
     text = ["# GPU check", "", f"Command: `{opts.command}`, {time.perf_counter() - start:.0f} s.",
             "", "| step | result | seconds |", "| --- | --- | ---: |"]  # fmt: skip
     text += [f"| {s['step']} | {s['status']} | {s['seconds']:.0f} |" for s in steps]

@@ -13,12 +13,22 @@ from benchmarks import pages, table
 from benchmarks.registry import ROOT
 
 
+def _history() -> None:
+    """Skip where git does not hold the commit the pages were generated at (a copy of the tree
+    without its history): the pages' ages are counted to it."""
+    head = pages.recorded_head(pages.INDEX.read_text())
+    if pages.commits_old(head, head) is None:
+        pytest.skip(f"needs the git history of commit {head}, which the pages count ages to")
+
+
 def test_the_committed_pages_and_the_readmes_block_are_what_the_table_gives() -> None:
+    _history()
     stale = pages.stale()
     assert not stale, f"regenerate with `python -m benchmarks page`: {stale}"
 
 
 def test_the_readme_block_is_the_tables_newest_zoo_rows() -> None:
+    _history()
     rows = table.read()
     head = pages.recorded_head(pages.INDEX.read_text())
     readme = (ROOT / "README.md").read_text()
@@ -60,7 +70,8 @@ def _worth(pick_ms: float, hand_ms: float) -> dict[str, Any]:
 
 def test_a_page_shows_each_keys_newest_row_its_age_and_where_the_pick_loses() -> None:
     head = pages.head_commit()
-    assert head is not None
+    if head is None or pages.commits_old(f"{head}~3", head) is None:
+        pytest.skip("needs this tree's git history")
     old = f"{head}~3"
     rows = [_row(head, "2026-01-01", wall_s=5.0, pick="memory_format=channels_last",
                  worth=_worth(8.0, 4.0)),
@@ -81,6 +92,7 @@ def test_a_page_shows_each_keys_newest_row_its_age_and_where_the_pick_loses() ->
 
 
 def test_a_changed_table_makes_the_pages_stale(tmp_path: Path) -> None:
+    _history()
     rows = table.read()
     head = pages.recorded_head(pages.INDEX.read_text())
     shown = next(r for r in pages.newest(rows, head).values() if r.get("wall_s"))
