@@ -3,7 +3,7 @@
     python -m benchmarks list                         # the models and their sets
     python -m benchmarks advise --set zoo --efforts quick default --modes train
     python -m benchmarks worth --set zoo --efforts quick default --modes train
-    python -m benchmarks compare HEAD~5 HEAD small_cnn --efforts quick --repeats 2
+    python -m benchmarks compare HEAD~5 HEAD --models small_cnn --efforts quick --repeats 2
     python -m benchmarks gpu --out-dir $OUT --commit <sha>     # on a lent H100/H200
     python -m benchmarks gates verdicts relu_bn_block --seeds 3
     python -m benchmarks profile DIR                  # tables of $ADVISOR_PROFILE_DIR
@@ -97,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
                    "then the models (registry names or files) after --models or --set")  # fmt: skip
     c.add_argument("--models", nargs="+", metavar="MODEL", help="registry names or model files")
     _models(c, positional=False)
+    c.set_defaults(efforts=None)
+    for action in c._actions:  # a revision from before effort levels takes no --effort
+        if action.dest == "efforts":
+            action.choices = [*EFFORTS, "none"]
+            action.help = "advise's --effort, one run each; 'none' leaves the flag out"
     _worth(c)
     c.add_argument("--repeats", type=_count, default=1, help="advise runs per revision")
     c.add_argument("--worth", action="store_true",
@@ -149,7 +154,7 @@ def run(argv: list[str]) -> int:
         from benchmarks.table import TABLE
 
         models = select(args.models, args.sets)
-        efforts: list[str | None] = list(args.efforts or ["default"])
+        efforts: list[str | None] = [None if e == "none" else e for e in args.efforts or ["default"]]
         opts = plan.Options(device=args.device, command=command, deadline_s=args.deadline_s,
                             table=args.table or TABLE, extra=_advise_extra(args),
                             samples=args.samples)  # fmt: skip

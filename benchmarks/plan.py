@@ -284,7 +284,6 @@ def worktrees(revs: list[str]) -> Any:
         for path in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
                            capture_output=True, timeout=300)  # fmt: skip
-        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True, timeout=300)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -137,20 +137,22 @@ def advise(model: Model, mode: str, effort: str | None, device: str, *, limit_s:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        proc.wait(timeout=max(limit_s, 0.1))
-    except subprocess.TimeoutExpired:
-        run["stopped_s"] = round(time.perf_counter() - t0, 2)
-        with contextlib.suppress(ProcessLookupError):  # Ctrl-C, to its whole process group
-            os.killpg(proc.pid, signal.SIGINT)
         try:
-            proc.wait(timeout=GRACE_S)
+            proc.wait(timeout=max(limit_s, 0.1))
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    run["wall_s"] = round(time.perf_counter() - t0, 3)
-    with contextlib.suppress(ProcessLookupError):  # its workers, had any outlived it
-        os.killpg(proc.pid, signal.SIGKILL)
+            run["stopped_s"] = round(time.perf_counter() - t0, 2)
+            with contextlib.suppress(ProcessLookupError):  # Ctrl-C, to its whole process group
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        run["wall_s"] = round(time.perf_counter() - t0, 3)
+    finally:  # its workers, had any outlived it; the run itself, had this one been interrupted
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     reader.join(timeout=5)
     run["eager_s"] = round(eager[0], 3) if eager else None
     run["exit_code"] = proc.returncode
