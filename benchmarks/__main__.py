@@ -161,6 +161,7 @@ def run(argv: list[str]) -> int:
         if args.cmd != "advise":
             opts.roles, opts.round_s = tuple(args.roles), args.round_s
         if args.cmd == "compare":
+            opts.caches = "run"
             with plan.worktrees(args.revisions) as trees:
                 parts = plan.compare_plan(trees, models, args.modes, efforts, args.repeats,
                                           args.worth)  # fmt: skip

@@ -282,8 +282,7 @@ def main(args: argparse.Namespace, command: str) -> int:
             device=args.device, command=command, deadline_s=args.deadline_s, round_s=args.round_s,
             roles=tuple(args.roles), table=out / "runs.jsonl" if out else TABLE, extra=extra,
             commit=args.commit, keep_work=out / "gpu_work.tgz" if out and args.keep_work else None,
-            profile=Path(tmp) / "profile" if args.profile else None,
-            env=plan_mod.child_caches(Path(tmp) / "caches"), judge=targets)  # fmt: skip
+            profile=Path(tmp) / "profile" if args.profile else None, judge=targets)  # fmt: skip
         if args.check:
             return check(opts, out)
         opts.deadline_s = opts.deadline_s or DEADLINE_S

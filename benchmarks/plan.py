@@ -74,6 +74,10 @@ class Options:
     profile: Path | None = None  # a folder for each advise run's cProfile output
     env: dict[str, str] = field(default_factory=dict)  # for the advise runs (fresh caches)
     judge: Callable[[dict[str, Any]], Any] | None = None  # a row's targets (the GPU command)
+    # Fresh advisor, Inductor and Triton caches for the advise runs, as on a new user's machine:
+    # one folder for the command ("command": what one run leaves, the next reads), or one for
+    # each run ("run": compare's revisions on an equal footing). `env` can name others.
+    caches: str = "command"
 
 
 def limit_for(left_s: float, share_s: float, later_s: float) -> float:
@@ -148,7 +152,8 @@ def run_plan(plan: list[Part], opts: Options, log: Callable[[str], None] = print
                 else:
                     log(f"[benchmarks] {part.name}: advise, {limit:.0f} s at most")
                     usage = CpuUsage()
-                    extra_env = dict(opts.env)
+                    fresh = work / "caches" / (f"run{i}" if opts.caches == "run" else "all")
+                    extra_env = {**child_caches(fresh), **opts.env}
                     if opts.profile is not None:
                         extra_env["ADVISOR_PROFILE_DIR"] = str(opts.profile / _slug(part))
                     run = advise(part.model, part.mode, part.effort, opts.device, limit_s=limit,
@@ -179,7 +184,7 @@ def run_plan(plan: list[Part], opts: Options, log: Callable[[str], None] = print
                                        time.perf_counter() - t0, 1), "limit_s": round(limit, 1),
                                    "other_cpu_share": usage.others_share()}  # fmt: skip
             if opts.keep_work is not None:
-                _keep(work, opts.keep_work)
+                _keep(work, opts.keep_work)  # the files in `work`, not the caches' folders
             if all((p.model.name, p.mode) != key for p in plan[i + 1:]):  # the model's last part
                 new = [_row(p, r, worths.get(key), env, machine, opts, states)
                        for p, r in done.get(key, [])]  # fmt: skip
