@@ -132,6 +132,8 @@ def run_plan(plan: list[Part], opts: Options, log: Callable[[str], None] = print
     states: dict[Path, tuple[str | None, bool | None]] = {}
     log(f"[benchmarks] {machine} | torch {env.get('torch')} | {len(plan)} parts"
         + (f" | deadline {opts.deadline_s:.0f} s" if opts.deadline_s else ""))  # fmt: skip
+    # Why each model cannot be built here, once: a model that is skipped plans no time
+    missing = {p.model.name: p.model.missing() for p in plan}
     rows: list[dict[str, Any]] = []
     done: dict[tuple[str, str], list[tuple[Part, dict[str, Any]]]] = {}
     worths: dict[tuple[str, str], dict[str, Any]] = {}
@@ -143,8 +145,9 @@ def run_plan(plan: list[Part], opts: Options, log: Callable[[str], None] = print
                 limit = NO_DEADLINE_S
             else:
                 left = opts.deadline_s - (time.perf_counter() - start)
-                limit = limit_for(left, part.share_s, sum(p.share_s for p in plan[i + 1:]))
-            why = part.model.missing()
+                later = sum(p.share_s for p in plan[i + 1:] if not missing[p.model.name])
+                limit = limit_for(left, part.share_s, later)
+            why = missing[part.model.name]
             if part.kind == "advise":
                 if why or limit < 5:
                     run = {"status": f"skipped: {why}" if why else "not run: the deadline"}
