@@ -308,7 +308,8 @@ def readme_block(rows: list[dict[str, Any]], head: str | None) -> str:
                 f"| [{machine_label(env)}](benchmarks/results/{machine}.md) | {effort} "
                 f"| {_s(small['wall_s']) + ' s' if small else '-'} "
                 f"| {_s(small.get('eager_s')) + ' s' if small and small.get('eager_s') else '-'} "
-                f"| {_range(walls)} ({len(at)} of {len(zoo)}) | {when} |"
+                f"| {_range(walls) + f' ({len(at)} of {len(zoo)})' if len(at) > 1 else '-'} "
+                f"| {when} |"
             )
     return "\n".join([*lines, "", END])
 
