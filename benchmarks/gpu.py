@@ -187,7 +187,7 @@ def check(opts: plan_mod.Options, out_dir: Path | None) -> int:
                                 "extra": (*opts.extra, *extra)})  # fmt: skip
         rows = plan_mod.run_plan(parts, o)
         ok = [r for r in rows if r.get("status") == "ok"]
-        worth = [r.get("worth") for r in rows if r.get("worth")]
+        worth: list[dict[str, Any]] = [r["worth"] for r in rows if r.get("worth")]
         failed = [w["error"] for w in worth if "error" in w]
         why = failed or [r["status"] for r in rows if r.get("status") != "ok"] or ["no row"]
         status = "ok" if ok and not failed else f"failed: {why[0]}"

@@ -150,7 +150,8 @@ def run_plan(plan: list[Part], opts: Options, log: Callable[[str], None] = print
             why = missing[part.model.name]
             if part.kind == "advise":
                 if why or limit < 5:
-                    run = {"status": f"skipped: {why}" if why else "not run: the deadline"}
+                    run: dict[str, Any] = {"status": f"skipped: {why}" if why
+                                           else "not run: the deadline"}  # fmt: skip
                     log(f"[benchmarks] {part.name}: {run['status']}")
                 else:
                     log(f"[benchmarks] {part.name}: advise, {limit:.0f} s at most")

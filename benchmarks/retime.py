@@ -91,7 +91,7 @@ def build_variant(raw: dict[str, Any], mode: str, device: str, setting: dict[str
     dev = torch.device(device)
     rival = set(setting) == {"compile"}
     settings = advisor.Settings() if rival else advisor.Settings.model_validate(setting)
-    cfg = Config(advisor_version=advisor.__version__, mode=mode, settings=settings,  # type: ignore[arg-type]
+    cfg = Config(advisor_version=advisor.__version__, mode=mode, settings=settings,
                  environment=current_environment(dev), workload=raw["workload"], space="none")  # fmt: skip
     workload = workload_from_info(cfg.workload)
     x, kw = workload.make_call(dev, seed=7)
