@@ -17,7 +17,27 @@ from advisor.apply import AdvisorWarning
 from advisor.knobs import GlobalFlags, Settings
 from tests.conftest import cpu_config
 
-transformers = pytest.importorskip("transformers")
+
+def _framework() -> Any:
+    """transformers with the parts these tests use, or a skip of this file that says why: an
+    ImportError or any other error at import (a torchvision whose compiled ops do not load
+    beside this torch raises RuntimeError). transformers imports lazily, so `Trainer` is
+    touched here: that is where its dependencies load."""
+    try:
+        import transformers
+
+        transformers.Trainer, transformers.TrainingArguments  # noqa: B018 - the lazy imports
+    except Exception as e:  # noqa: BLE001 - whatever the import raised is the reason to skip
+        root: BaseException = e  # transformers re-raises a dependency's error as its cause
+        while root.__cause__ is not None:
+            root = root.__cause__
+        lines = str(root).strip().splitlines()
+        why = f"{type(root).__name__}: {lines[0] if lines else ''}"
+        pytest.skip(f"transformers does not import here: {why}", allow_module_level=True)
+    return transformers
+
+
+transformers = _framework()
 from advisor.integrations.hf import AdvisorCallback, prepare, training_args_kwargs  # noqa: E402
 
 TUNED = Settings(

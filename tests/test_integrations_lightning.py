@@ -18,7 +18,21 @@ from advisor.config import save_config
 from advisor.knobs import GlobalFlags, Settings
 from tests.conftest import cpu_config
 
-pl = pytest.importorskip("lightning.pytorch")
+
+def _framework() -> Any:
+    """lightning.pytorch, or a skip of this file that says why: an ImportError or any other
+    error at import (a torchvision whose compiled ops do not load beside this torch raises
+    RuntimeError, through torchmetrics)."""
+    try:
+        import lightning.pytorch
+    except Exception as e:  # noqa: BLE001 - whatever the import raised is the reason to skip
+        lines = str(e).strip().splitlines()
+        why = f"{type(e).__name__}: {lines[0] if lines else ''}"
+        pytest.skip(f"lightning does not import here: {why}", allow_module_level=True)
+    return lightning.pytorch
+
+
+pl = _framework()
 from advisor.integrations.lightning import AdvisorCallback, networks  # noqa: E402
 
 TUNED = Settings(

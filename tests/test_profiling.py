@@ -1,5 +1,6 @@
 """`$ADVISOR_PROFILE_DIR`: every advisor process leaves a cProfile (advisor/execute/profiling.py),
-also a child its parent ends, and benchmarks/profile_summary.py tables them. Real processes, real
+also a child its parent ends, and `python -m benchmarks profile` (benchmarks/studies.py) tables
+them. Real processes, real
 runs: nothing of the measurement is mocked."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from advisor.execute import children, profiling
 from advisor.execute.worker_process import leave
-from tests.conftest import DATA, load_script, run_env
+from tests.conftest import DATA, run_env
 from tests.hostile._cli import advisor_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,10 +44,11 @@ race: false
 
 
 def _summary(folder: Path) -> str:
-    mod = load_script(ROOT / "benchmarks" / "profile_summary.py", "profile_summary_under_test")
+    from benchmarks.__main__ import run
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert mod.main([str(folder), "--top", "5"]) == 0
+        assert run(["profile", str(folder), "--top", "5"]) == 0
     return out.getvalue()
 
 
@@ -182,26 +184,26 @@ def test_an_advise_run_profiles_the_command_and_its_workers_and_the_summary_name
 
 
 @posix_only
-@pytest.mark.slow  # a second advise run, through benchmarks/gpu_acceptance.py (about 10 s)
-def test_the_acceptance_scripts_profile_option_brings_back_tables_and_one_archive(
+@pytest.mark.slow  # a second advise run, through the GPU command on the CPU (about 10 s)
+def test_the_gpu_commands_profile_option_brings_back_tables_and_one_archive(
     tmp_path: Path,
 ) -> None:
+    from benchmarks.__main__ import run
+
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     out = tmp_path / "out"
-    mod = load_script(ROOT / "benchmarks" / "gpu_acceptance.py", "gpu_acceptance_profiled")
-    argv = ["--device", "cpu", "--model-file", str(DATA / "tiny_cnn.py"), "--efforts", "quick",
-            "--space", str(space), "--no-retime", "--profile", "--deadline-s", "100",
+    argv = ["gpu", "--device", "cpu", "--model-file", str(DATA / "tiny_cnn.py"), "--efforts",
+            "quick", "--space", str(space), "--no-retime", "--profile", "--deadline-s", "100",
             "--out-dir", str(out)]  # fmt: skip
-    assert mod.main(argv) == 0
-    (run,) = json.loads((out / "gpu_acceptance_cpu.json").read_text())["runs"]
-    assert run["exit_code"] == 0 and run["profile"] == "tiny_cnn_quick"
-    text = (out / "gpu_acceptance_cpu_profile.md").read_text()
-    assert "## tiny_cnn_quick" in text and "### advisor (pid " in text and "worker" in text
-    with tarfile.open(out / "gpu_acceptance_cpu_profiles.tgz") as tar:
+    assert run(argv) == 0
+    (row,) = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert row["status"] == "ok" and row["profile"] == "tiny_cnn_train_quick"
+    text = (out / "gpu_profile.md").read_text()
+    assert "## tiny_cnn_train_quick" in text and "### advisor (pid " in text and "worker" in text
+    with tarfile.open(out / "gpu_profiles.tgz") as tar:
         names = tar.getnames()
-    assert any(n.startswith("tiny_cnn_quick/advisor-") and n.endswith(".prof") for n in names)
+    assert any(n.startswith("tiny_cnn_train_quick/advisor-") and n.endswith(".prof") for n in names)
     # Few files come back from the device tool: the profiles add two, whatever the processes
-    assert sorted(p.name for p in out.iterdir()) == [
-        "gpu_acceptance_cpu.json", "gpu_acceptance_cpu.md", "gpu_acceptance_cpu_profile.md",
-        "gpu_acceptance_cpu_profiles.tgz"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "runs.jsonl", f"{row['machine']}.md", "gpu_profile.md", "gpu_profiles.tgz"])  # fmt: skip

@@ -23,6 +23,7 @@ from advisor.measure.gpu_clock import l2_flusher
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
+from advisor.workload.build import model_workload
 from tests.conftest import DATA, run_env
 from tests.hostile._cli import advisor_cli
 
@@ -53,11 +54,11 @@ def test_cli_advise_runs_isolated_on_the_gpu(tmp_path: Path, device: str) -> Non
     assert cfg.environment.device_type == "cuda" and cfg.result is not None
 
 
-def _suite_cases() -> list:  # noqa: ANN202 - benchmarks/suite_models.Case
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from suite_models import CASES
+def _suite_cases() -> list:  # noqa: ANN202 - benchmarks.registry.Model
+    """The benchmarks' seeds and full-size networks that are measured in training."""
+    from benchmarks.registry import BY_NAME, SETS
 
-    return [c for c in CASES if c.mode == "train"]
+    return [BY_NAME[n] for s in ("seeds", "large") for n in SETS[s] if "train" in BY_NAME[n].modes]
 
 
 @pytest.mark.parametrize("case", _suite_cases(), ids=lambda c: c.name)
@@ -66,7 +67,10 @@ def test_the_default_is_accepted_on_every_suite_model(case) -> None:  # noqa: AN
     # the space's TF32 tolerances the default was "rejected" and advise raised.
     if case.missing():
         pytest.skip(case.missing())
-    workload = make_workload(model=case.make_model(False), inputs=case.make_inputs(False))
+    target = case.target("cuda")  # the file, and its factories at the seed's own size
+    named = dict(zip(target[1::2], target[2::2], strict=True))
+    workload = model_workload(str(case.path), build=named.get("--build", "build_model"),
+                              inputs=named.get("--inputs", "example_inputs"))  # fmt: skip
     space = SearchSpace.model_validate(
         {
             **_space().model_dump(),
@@ -87,6 +91,7 @@ from advisor.measure.candidate import Candidate
 from advisor.knobs import Settings
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.workload.args import make_workload
+from advisor.workload.build import model_workload
 layer, shape, bench = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 w = make_workload(layer=layer, input_shape=shape)
 c = Candidate(w, Settings(cudnn_benchmark=bench), torch.device("cuda"), "train")

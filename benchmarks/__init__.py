@@ -1,0 +1,1 @@
+"""The project's benchmark tool: `python -m benchmarks <command>` (benchmarks/__main__.py)."""
