@@ -35,11 +35,12 @@ README_MACHINES = 6  # the most recently measured machines in the README's table
 
 @lru_cache(maxsize=4096)
 def commits_old(commit: str | None, head: str | None) -> int | None:
-    """Commits from `commit` to `head` (`git rev-list --count`); None where git cannot tell."""
+    """Commits on main's line from `commit` to `head` (`git rev-list --count --first-parent`:
+    a merged branch counts as its merge); None where git cannot tell."""
     if not commit or not head:
         return None
     try:
-        r = subprocess.run(["git", "rev-list", "--count", f"{commit}..{head}"], cwd=ROOT,
+        r = subprocess.run(["git", "rev-list", "--count", "--first-parent", f"{commit}..{head}"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
