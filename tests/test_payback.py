@@ -129,3 +129,58 @@ def test_inductors_layout_setting_is_read_without_importing_it(value: str | None
     assert out[0] == out[1], out
     if value is not None:
         assert out[0] == str(value == "1")
+
+
+def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None:
+    import threading
+    import time
+
+    from advisor.execute.payback import CompileOverAllowance, compile_allowance, over_allowance
+
+    start = time.perf_counter()
+    with pytest.raises(CompileOverAllowance), compile_allowance(0.05):
+        while time.perf_counter() - start < 5:  # a compile in Python: stopped between steps
+            pass
+    assert time.perf_counter() - start < 1
+    with compile_allowance(0.05) as end:  # the first call returned in time: no stop after it
+        end()
+        time.sleep(0.1)
+    wrapped = RuntimeError("InternalTorchDynamoError")
+    wrapped.__cause__ = CompileOverAllowance()
+    assert over_allowance(wrapped) and not over_allowance(RuntimeError("other"))
+    caught: list[BaseException] = []
+
+    def off_main() -> None:
+        try:
+            with compile_allowance(0.01):
+                time.sleep(0.05)  # no signal off the main thread: nothing is bounded
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            caught.append(e)
+
+    t = threading.Thread(target=off_main)
+    t.start()
+    t.join()
+    assert caught == []
+    # the rule gives a compile's race its allowance: 1.6x at most on a 10 ms rival saves
+    # 3.75 ms a step, 37.5 s over 10,000 steps
+    race = Contest(compile_max_gain=1.6).race(_m(10.0, 10.0, 10.0), pays=True, rival="x")
+    assert race is not None and race.allowance_s == pytest.approx(37.5)
+
+
+@pytest.mark.slow  # two cold compiles of a small CNN
+def test_a_real_cold_compile_past_its_allowance_stops_and_the_next_one_compiles() -> None:
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "infer", space)
+    race = Race(limit_ms=1e9, bar_ms=1e9, rival=Settings().model_dump_json(), horizon_steps=1000,
+                allowance_s=0.05)  # fmt: skip
+    before = global_state()
+    stopped = evaluate(workload, Settings(compile="default"), CPU, "infer", space, gate, race=race)
+    assert stopped.status == "stopped" and stopped.stop is not None, stopped.reason
+    assert stopped.stop.kind == "cannot_pay" and stopped.stop.rival is None
+    assert stopped.measurement is None and stopped.compile_cold_s is not None
+    assert stopped.compile_cold_s >= 0.05 and "of compiling" in (stopped.reason or "")
+    assert global_state() == before
+    free = Race(limit_ms=1e9, bar_ms=1e9)
+    done = evaluate(workload, Settings(compile="default"), CPU, "infer", space, gate, race=free)
+    assert done.status == "ok" and done.compile_cold_s is not None, done.reason

@@ -253,7 +253,9 @@ class IsolatedEvaluator:
         if not (isinstance(msg, tuple) and msg[0] == "result"):
             return self._crashed(settings)
         result = TrialResult.model_validate_json(msg[1])
-        if result.failure == "device":
+        interrupted = result.stop is not None and result.stop.kind == "cannot_pay" and (
+            result.stop.rival is None)  # a compile stopped mid-way: its compiler's state
+        if result.failure == "device" or interrupted:
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         return result
 

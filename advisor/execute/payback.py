@@ -19,6 +19,10 @@ any compiled finalist.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
@@ -32,7 +36,48 @@ from advisor.measure.stop import Stop
 from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
 from advisor.workload.build import Workload
 
-__all__ = ["cannot_pay"]
+__all__ = ["CompileOverAllowance", "cannot_pay", "compile_allowance", "over_allowance"]
+
+
+class CompileOverAllowance(Exception):
+    """A cold compile ran past its allowance (`Race.allowance_s`): stopped where it was."""
+
+
+def over_allowance(e: BaseException) -> bool:
+    """Whether `e` is the allowance's stop, as raised or as Dynamo wrapped it."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, CompileOverAllowance):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextlib.contextmanager
+def compile_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
+    """Within it a cold compile that runs `seconds` is interrupted (`CompileOverAllowance`,
+    raised in the main thread by SIGALRM, between two Python steps of the compiler); the
+    callable it yields ends the allowance (call it once the first call has returned). Without
+    an allowance, off the main thread or without SIGALRM: nothing is bounded."""
+    usable = (seconds is not None and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())  # fmt: skip
+    if not usable:
+        yield lambda: None
+        return
+
+    def over(signum: int, frame: object) -> None:
+        raise CompileOverAllowance
+
+    old = signal.signal(signal.SIGALRM, over)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds or 0.0, 1e-3))
+    def end() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    try:
+        yield end
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def cannot_pay(

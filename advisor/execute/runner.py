@@ -28,7 +28,7 @@ from advisor.execute.gating import close_candidate as _close
 from advisor.execute.gating import failed as _failed
 from advisor.execute.gating import verdict as _verdict
 from advisor.execute.park import Park, Parked
-from advisor.execute.payback import cannot_pay
+from advisor.execute.payback import cannot_pay, compile_allowance, over_allowance
 from advisor.gate.numeric import Gate
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
@@ -53,16 +53,18 @@ def _stopped(
     workload: Workload,
     why: Stop,
 ) -> TrialResult:
-    """A candidate out of the pick: its samples so far, no numeric check."""
+    """A candidate out of the pick: its samples so far (none where its cold compile was
+    stopped), no numeric check."""
     weights = [c.weight for c in workload.shape_cases][: len(per_shape)]
+    cold = _first_calls_s(per_shape) if per_shape else why.cold_s
     return TrialResult(
         settings=settings,
         status="stopped",
         stop=why,
-        measurement=combine(per_shape, weights),
+        measurement=combine(per_shape, weights) if per_shape else None,
         per_shape=per_shape if len(per_shape) > 1 else None,
         precision=precision,
-        compile_cold_s=_first_calls_s(per_shape) if settings.compiled and per_shape else None,
+        compile_cold_s=cold if settings.compiled else None,
     )
 
 
@@ -177,6 +179,8 @@ def _evaluate(
     checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
     bar = race.bar_ms if race is not None else None
+    allowance = race.allowance_s if race is not None and settings.compiled else None
+    horizon = race.horizon_steps if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
@@ -199,19 +203,25 @@ def _evaluate(
                 peak, memory.first_call_mb = parked.peak_mb, parked.first_call_peak_mb
             else:
                 cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
-            m = measure(
-                cand.step,
-                device,
-                policy,
-                clock=clock,
-                flush=flush,
-                queue_ahead=workload.is_layer,
-                race=race,
-                deadline=deadline,
-                after_first=memory.after_first,
-                resume=screen,
-                settle=settles(workload, case, settings.memory_format),
-            )
+            first_started = time.perf_counter()
+            with compile_allowance(allowance) as allowed:
+                def after_first() -> None:
+                    allowed()
+                    memory.after_first()
+
+                m = measure(
+                    cand.step,
+                    device,
+                    policy,
+                    clock=clock,
+                    flush=flush,
+                    queue_ahead=workload.is_layer,
+                    race=race,
+                    deadline=deadline,
+                    after_first=after_first,
+                    resume=screen,
+                    settle=settles(workload, case, settings.memory_format),
+                )
             if not m.samples_ms:  # its first call used up the budget: nothing to compare
                 first_s = (m.first_call_ms or 0.0) / 1e3
                 return TrialResult(settings=settings, status="stopped", precision=precision,
@@ -245,7 +255,15 @@ def _evaluate(
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
-            failure = recompile_reason(e, len(gate.cases)) or first_line(e)
+            if over_allowance(e) and allowance is not None and horizon is not None:
+                # stopped mid-compile: the compiler's state is dropped, the candidate is out;
+                # the most it could save a step is what its allowance repays over the horizon
+                torch.compiler.reset()
+                lost = Stop(kind="cannot_pay", horizon_steps=horizon,
+                            saving_ms=allowance * 1e3 / horizon,
+                            cold_s=time.perf_counter() - first_started)  # fmt: skip
+            else:
+                failure = recompile_reason(e, len(gate.cases)) or first_line(e)
         if cand is not None:
             # After a sticky CUDA error (an illegal memory access) closing raises it again: the
             # first failure is the reason, and the closing one tells a failure closing found.

@@ -89,12 +89,14 @@ class Contest:
         """The race against `leader` (None: no race): its samples stop beyond the bar times
         `race_margin`; measured in full above the bar of `bar_of` (default: the leader) it is
         not gated. `rival` (settings JSON) with `pays`: a compiled candidate is timed beside
-        it, and stops where its cold compile cannot pay back within the horizon."""
+        it, and stops where its cold compile cannot pay back within the horizon, or once the
+        compile has run longer than the most it could repay (`compile_allowance_s`)."""
         if not self.racing or leader is None:
             return None
         bar = self.bar_ms(bar_of if bar_of is not None else leader)
         return Race(self.bar_ms(leader) * self.race_margin, bar_ms=bar, rival=rival,
-                    horizon_steps=self.horizon_steps if pays else None)  # fmt: skip
+                    horizon_steps=self.horizon_steps if pays else None,
+                    allowance_s=self.compile_allowance_s(leader.median_ms) if pays else None)  # fmt: skip
 
     def screen(self, fastest_ms: float) -> Race:
         """A screen's race: `SCREEN_SAMPLES` samples, stopped early above the drop line."""

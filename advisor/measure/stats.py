@@ -200,7 +200,9 @@ class Race:
     `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
     gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
     `rival` (settings JSON) and `horizon_steps`: a compiled candidate is timed beside its
-    rival and stopped where its cold compile cannot pay back within the horizon.
+    rival and stopped where its cold compile cannot pay back within the horizon;
+    `allowance_s`: its cold compile is stopped once it has run this long (what it could repay
+    within the horizon at the largest gain the rule allows).
     """
 
     limit_ms: float
@@ -208,6 +210,7 @@ class Race:
     screen: int | None = None
     rival: str | None = None
     horizon_steps: int | None = None
+    allowance_s: float | None = None  # the longest cold compile that could still pay back
 
     def screened_out(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         """A screened candidate whose screen median is already known to lie above the limit

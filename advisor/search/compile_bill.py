@@ -188,7 +188,7 @@ def compile_note(
         return None
     ok = [r for r in compiled if r.status == "ok" and r.measurement is not None]
     slower = [r for r in compiled if r.status == "stopped" and r.measurement is not None]
-    unpaid = [r for r in slower if r.stop is not None and r.stop.kind == "cannot_pay"]
+    unpaid = [r for r in compiled if r.stop is not None and r.stop.kind == "cannot_pay"]
     if not ok and unpaid:  # timed beside its rival, it could not pay (execute.payback)
         best = min(unpaid, key=lambda r: r.median_ms)
         why = f"{best.reason}{_breaks(best)}"
