@@ -158,3 +158,37 @@ def test_each_folder_says_what_it_offers(folder: str) -> None:
         public = {m for m in modules if not m.startswith("_")}
         named = {m for m in public if re.search(rf"`{m}`|\b{m}\b", doc)}
         assert named == public, f"advisor/{folder}: its docstring does not name {public - named}"
+
+
+def _tree_block() -> str:
+    text = ARCHITECTURE.read_text()
+    return text.split("## The tree", 1)[1].split("## The folder order", 1)[0]
+
+
+def test_the_architecture_page_names_every_module_and_each_mechanism_names_real_ones() -> None:
+    """Every module of the package is in the page's tree (by its name, under its folder), and
+    every module a mechanism row names exists, so the page cannot drift from the code."""
+    parts_of_tree = re.split(r"\n  (?=[a-z_]+/ )", _tree_block())
+    top, by_folder = parts_of_tree[0], {p.split("/", 1)[0]: p for p in parts_of_tree[1:]}
+    missing = []
+    for name, path in MODULES.items():
+        parts = name.split(".")
+        if path.name == "__init__.py" and len(parts) > 1 or parts[1:2] == ["examples"]:
+            continue  # a folder's own docstring says what it offers (checked below)
+        where = top if len(parts) <= 2 else by_folder.get(parts[1], "")
+        short = parts[-1] if len(parts) > 1 else "__init__"
+        if not re.search(rf"(?<![\w.]){re.escape(short)}(?!\w)", where):
+            missing.append(name)
+    assert not missing, f"modules docs/architecture.md's tree does not name: {missing}"
+    table = ARCHITECTURE.read_text().split("## The mechanisms", 1)[1].split("## One `advise`", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(rows) >= 20
+    known = {n.removeprefix("advisor.").replace(".", "/"): path for n, path in MODULES.items()}
+    wrong = []
+    for row in rows:
+        for module, name in re.findall(r"`([a-z_/]+)`(?: \(`(\w+)`\))?", row.split("|")[2]):
+            if module not in known:
+                wrong.append(module)
+            elif name and not re.search(rf"\b(def|class) {name}\b", known[module].read_text()):
+                wrong.append(f"{module}.{name}")
+    assert not wrong, f"mechanism rows name what the code does not have: {wrong}"
