@@ -89,6 +89,8 @@ def test_a_rows_targets_are_judged_from_what_it_measured() -> None:
 
 
 def test_a_cpu_run_writes_its_rows_and_page_where_the_device_tool_reads(tmp_path: Path) -> None:
+    """The GPU command's path on a CPU (docs/gpu-benchmarks.md's smoke run): a real advise and
+    its re-times, rows and page into an --out-dir."""
     from benchmarks.__main__ import run
 
     space = tmp_path / "space.yaml"

@@ -333,6 +333,8 @@ def test_a_capture_failing_under_the_masks_is_named_the_gates() -> None:
 
 @pytest.mark.slow
 def test_a_compiled_candidate_is_measured_gated_and_billed_end_to_end(tmp_path: Path) -> None:
+    """The compile stage end to end, with its bill: what docs/compile.md's --steps command runs
+    on the bundled example."""
     space = _space(tmp_path, "{memory_format: [contiguous], compile: ['off', default]}")
     advice = advisor.advise(model_file=str(DATA / "tiny_cnn.py"), mode="infer", device="cpu",
                             space=space)  # fmt: skip

@@ -213,7 +213,7 @@ def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -
                         "what this machine can decide")  # fmt: skip
         return replace(pick, chosen=found, why=why, path=tuple(path))
     why = (f"PyTorch's default: {label}, the fastest alternative the search accepted, did not "
-           f"beat it {seen} either ({final.figures()})")  # fmt: skip
+           f"beat the default {seen} either ({final.figures()})")  # fmt: skip
     path = [pick.text()]
     if versus and final.runner_up is not None:
         path.append(f"nor did {final.runner_up.label()} ({versus})")
