@@ -80,12 +80,15 @@ class Advice:
         import pandas as pd
 
         pareto = self.outcome.pareto  # time,memory mode: the Pareto set (else empty)
+        chosen = self.pick.chosen.settings
+        decided = self.pick.text()  # the pick's row says why, and how it got there
         return pd.DataFrame(
             [
-                {**trial_row(n, r, self.baseline), "pareto": any(r is p for p in pareto)}
+                {**trial_row(n, r, self.baseline), "pareto": any(r is p for p in pareto),
+                 "picked": decided if r.settings == chosen else ""}
                 for n, r in zip(self.outcome.trial_numbers, self.results, strict=True)
             ]
-        )
+        )  # fmt: skip
 
     @property
     def layer_trials(self) -> pd.DataFrame:
@@ -267,7 +270,7 @@ def build_advice(
     retimed: int = 0,
     retime_error: str | None = None,
     notes: list[str] | None = None,
-    unsettled: str | None = None,
+    unsteady: str | None = None,
     *,
     contest: Contest = Contest(),  # noqa: B008 - frozen: one value shared is safe
     final: FinalCheck | None = None,
@@ -280,7 +283,7 @@ def build_advice(
 ) -> Advice:
     """The recommendation from the outcome (`pick.decide` under `contest`). PyTorch's default
     stays when the finalists' re-time failed (`retime_error`: never a pick not re-timed against
-    the default), when the machine changed under the measurements (`unsettled`, unless the
+    the default), when the machine changed under the measurements (`unsteady`, unless the
     caller accepted that), or when the final check where the user runs it did not confirm the
     change (`final`, `final_error`)."""
     min_gain = contest.min_gain
@@ -291,8 +294,8 @@ def build_advice(
     if retime_error is not None:
         keep = ("retime_failed", f"the finalists' interleaved re-time failed ({retime_error}): "
                 f"keeping PyTorch's default rather than {label}, which was not re-timed against it")  # fmt: skip
-    elif unsettled is not None:
-        keep = ("unsteady", f"{unsettled}: keeping PyTorch's default rather than {label} "
+    elif unsteady is not None:
+        keep = ("unsteady", f"{unsteady}: keeping PyTorch's default rather than {label} "
                 "(--accept-noisy to override)")  # fmt: skip
     elif pick.chosen.pending is not None:  # never recommended ungated
         keep = ("ungated", f"{label} was not gated (its {pick.chosen.pending} not paid before "

@@ -198,9 +198,9 @@ def run_advise(
             notes += [n for n in (outcome.screen_note, level.note()) if n]
             share = usage.others_share()
             moved = machine_moved(trial_baseline, outcome.baseline, share)
-            unsettled = None if accept_noisy else moved
+            unsteady = None if accept_noisy else moved
             check, check_error = None, None
-            if retime_error is None and unsettled is None:
+            if retime_error is None and unsteady is None:
                 pick = decide(outcome.results, outcome.baseline, contest)
                 key = pick.chosen.settings.model_dump_json()
                 clear = None if level.check_always else beyond_noise(outcome, pick, contest)
@@ -218,7 +218,7 @@ def run_advise(
             share = usage.others_share()
             advice = build_advice(outcome, workload.info, mode, sp.name, choices,
                                   retimed, retime_error=retime_error, notes=notes,
-                                  unsettled=unsettled, contest=contest, final=check,
+                                  unsteady=unsteady, contest=contest, final=check,
                                   final_error=check_error, other_load=share, effort=level.name,
                                   answer=answer,
                                   stages_done=not (stats.get("unmeasured")

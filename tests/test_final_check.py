@@ -133,7 +133,7 @@ def test_the_advice_follows_the_final_check() -> None:
     )
 
 
-@pytest.mark.parametrize("step", ["retime_error", "final_error", "unsettled"])
+@pytest.mark.parametrize("step", ["retime_error", "final_error", "unsteady"])
 def test_an_error_text_with_braces_is_said_as_it_is(step: str) -> None:
     """An error's own text may hold braces (a shape, a dict, a format string of the library's):
     the advice quotes it, and keeps the default, instead of raising on it."""
@@ -343,8 +343,8 @@ def test_a_kept_default_follows_its_challengers_final_check() -> None:
     assert advice.settings == BF16 and "amp=bf16 beat the default in the final check" in why
     assert "(1.50x [1.40, 1.60] the default's speed), timed beside memory_format" in why, why
     # the machine moved under the search: the default stays, whatever the check said
-    unsettled = build_advice(_outcome(searched), info, "infer", "s", final=won, unsettled="moved")
-    assert unsettled.settings == Settings()
+    unsteady = build_advice(_outcome(searched), info, "infer", "s", final=won, unsteady="moved")
+    assert unsteady.settings == Settings()
 
 
 def test_quick_skips_the_challenge_where_the_alternative_lost_beyond_noise() -> None:

@@ -17,7 +17,7 @@ import advisor
 from advisor.advice import build_advice, precision_verdicts
 from advisor.device.environment import current_environment
 from advisor.execute.evaluators import InProcessEvaluator
-from advisor.execute.gating import gate_only, settle
+from advisor.execute.gating import gate_only, with_verdict
 from advisor.execute.isolate import IsolatedEvaluator
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
@@ -89,7 +89,7 @@ def test_above_the_bar_even_the_cheap_checks_wait_but_the_default_is_gated() -> 
     # the gate alone, asked for later, gives the verdict its trial left out
     verdict = gate_only(w, CL, CPU, "train", gate)
     assert verdict.status == "ok" and verdict.rel_error is not None and verdict.measurement is None
-    done = settle(slow, verdict)
+    done = with_verdict(slow, verdict)
     assert done.pending is None and done.measurement == slow.measurement
     assert done.rel_error is not None
 

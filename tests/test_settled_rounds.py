@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from advisor.execute.retime import pick_settled, settled_with_or_without_compile
+from advisor.execute.retime import decided_with_or_without_compile, pick_decided
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.timing import interleave
-from advisor.stages.final_check import MIN_ROUNDS, holds, settled
+from advisor.stages.final_check import MIN_ROUNDS, check_decided, holds
 
 
 def _samplers(*series: list[float]) -> list:
@@ -50,20 +50,20 @@ def test_rounds_stop_at_the_first_settled_round_and_never_before_the_minimum() -
 def test_the_final_check_is_settled_when_every_early_round_agrees() -> None:
     base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
     win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]  # ~2x in every round
-    assert settled([base, win])
-    assert settled([win, base])  # a clear loss is settled too: the check fails
-    assert not settled([base[: MIN_ROUNDS - 1], win[: MIN_ROUNDS - 1]])
+    assert check_decided([base, win])
+    assert check_decided([win, base])  # a clear loss is settled too: the check fails
+    assert not check_decided([base[: MIN_ROUNDS - 1], win[: MIN_ROUNDS - 1]])
     # One round of seven the other way: at 7 rounds both intervals are the ratios' whole range.
-    assert not settled([base, [*win[:6], 41.0]])
+    assert not check_decided([base, [*win[:6], 41.0]])
     # Two of 13 the other way: the usual 95% interval (from the third-lowest ratio) is above
     # 1.0x, the strict one (from the second-lowest) is not: the rounds go on.
     base13, pick13 = base + base[:6], win + win[:4] + [41.0, 41.5]
-    assert not settled([base13, pick13])
+    assert not check_decided([base13, pick13])
     assert paired_speedup(Measurement(samples_ms=base13), Measurement(samples_ms=pick13))[1] > 1.0
     # A change within noise is never settled, however many rounds.
     flat_base = [40.0 + (i % 5) for i in range(60)]
     flat_pick = [40.0 + ((i + 2) % 5) for i in range(60)]
-    assert not settled([flat_base, flat_pick])
+    assert not check_decided([flat_base, flat_pick])
 
 
 def test_a_settled_final_check_gives_the_verdict_the_usual_interval_gives() -> None:
@@ -76,7 +76,7 @@ def test_a_settled_final_check_gives_the_verdict_the_usual_interval_gives() -> N
         _, lo, hi = paired_speedup(b, p)
         _, slo, shi = paired_speedup(b, p, STRICT_Z)
         assert slo <= lo <= hi <= shi
-        if settled([base[:n], pick[:n]]):
+        if check_decided([base[:n], pick[:n]]):
             assert holds((lo, hi), None, 0.02) == holds((slo, shi), None, 0.02)
 
 
@@ -87,7 +87,7 @@ def test_a_gain_shown_smaller_than_min_gain_does_not_hold() -> None:
     pick = [b / 1.005 for b in base]
     _, lo, hi = paired_speedup(Measurement(samples_ms=base), Measurement(samples_ms=pick))
     assert lo > 1.0 and hi < 1.02
-    assert not holds((lo, hi), None, 0.02) and settled([base, pick])
+    assert not holds((lo, hi), None, 0.02) and check_decided([base, pick])
     assert holds((lo, hi), None, 0.004)  # with a smaller min_gain it would be worth it
     assert holds((1.1, 1.3), None, 0.02) and not holds((1.1, 1.3), (0.9, 0.95, 1.0), 0.02)
 
@@ -97,13 +97,13 @@ def test_a_runner_up_settles_only_once_it_and_the_pick_are_ordered() -> None:
     pick = [20.0 + (i % 2) * 0.4 for i in range(30)]  # ~2x the default's speed
     faster = [x / 1.1 for x in pick]  # 10% faster than the pick in every round
     same = [20.2 - (i % 2) * 0.4 for i in range(30)]  # within noise of the pick
-    assert settled([base[:7], pick[:7], faster[:7]])
-    assert settled([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
-    assert not settled([base, pick, same])  # never, however many rounds: within noise
+    assert check_decided([base[:7], pick[:7], faster[:7]])
+    assert check_decided([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
+    assert not check_decided([base, pick, same])  # never, however many rounds: within noise
     # Ordered by less than min_gain: not settled, whatever the rounds say about the order.
-    assert not settled([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
+    assert not check_decided([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
     # The pick settled against the default, the runner-up not (it is as slow as the default).
-    assert not settled([base, pick, [*base[1:], base[0]]])
+    assert not check_decided([base, pick, [*base[1:], base[0]]])
 
 
 def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None:
@@ -111,14 +111,14 @@ def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None
     win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]
     mid = [30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3]
     same = [0, 1, 1]  # the default, then two one-change candidates
-    assert pick_settled([base, win, mid], same, 0.02)  # win leads both by far more than 2%
-    assert pick_settled([win, base], [1, 0], 0.02)  # whichever place the leader has
-    assert not pick_settled([base[:4], win[:4]], [0, 1], 0.02)  # too few rounds for an interval
+    assert pick_decided([base, win, mid], same, 0.02)  # win leads both by far more than 2%
+    assert pick_decided([win, base], [1, 0], 0.02)  # whichever place the leader has
+    assert not pick_decided([base[:4], win[:4]], [0, 1], 0.02)  # too few rounds for an interval
     # the two fastest within 1% of each other and as simple: a tie is never settled, the budget
     # ends it
-    assert not pick_settled([base, win, [w * 1.01 for w in win]], same, 0.02)
+    assert not pick_decided([base, win, [w * 1.01 for w in win]], same, 0.02)
     out = interleave(_samplers(base * 5, win * 5, mid * 5), _Clock(), min_rounds=5, budget_s=10.0,
-                     decided=partial(pick_settled, complexity=same, min_gain=0.02))  # fmt: skip
+                     decided=partial(pick_decided, complexity=same, min_gain=0.02))  # fmt: skip
     assert [len(s) for s in out] == [5, 5, 5]  # settled at the fewest rounds
 
 
@@ -128,20 +128,20 @@ def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_settles_the_r
     base = [36.0 + (i % 3) * 0.3 for i in range(7)]
     pick = [16.7 + (i % 2) * 0.2 for i in range(7)]
     combo = [p * (1.01 + 0.01 * (i % 4)) for i, p in enumerate(pick)]
-    assert pick_settled([base, pick, combo], [0, 2, 3], 0.02)
+    assert pick_decided([base, pick, combo], [0, 2, 3], 0.02)
     # ...but where the swap is the simpler one, the 1-4% must be shown beyond min_gain first
-    assert not pick_settled([base, pick, combo], [0, 3, 2], 0.02)
+    assert not pick_decided([base, pick, combo], [0, 3, 2], 0.02)
     # a more complex finalist 1% faster than the pick in every round cannot beat it by 2%...
     faster = [p / 1.01 for p in pick]
-    assert pick_settled([base, pick, faster], [0, 2, 3], 0.02)
+    assert pick_decided([base, pick, faster], [0, 2, 3], 0.02)
     # ...one 3% faster might: it is the pick once it beats the simpler one beyond min_gain
     faster = [p / 1.03 for p in pick]
-    assert pick_settled([base, pick, faster], [0, 2, 3], 0.02)
+    assert pick_decided([base, pick, faster], [0, 2, 3], 0.02)
     wobbly = [p / (1.03 if i % 2 else 0.99) for i, p in enumerate(pick)]
-    assert not pick_settled([base, pick, wobbly], [0, 2, 3], 0.02)
+    assert not pick_decided([base, pick, wobbly], [0, 2, 3], 0.02)
     # the default is the pick where no change can beat it by min_gain
     flat = [b / 1.005 for b in base]
-    assert pick_settled([base, flat], [0, 1], 0.02)
+    assert pick_decided([base, flat], [0, 1], 0.02)
 
 
 def test_a_compiled_leader_settles_a_re_time_only_once_the_eager_pick_is_settled_too() -> None:
@@ -151,11 +151,11 @@ def test_a_compiled_leader_settles_a_re_time_only_once_the_eager_pick_is_settled
     close = [b / (1.06 if i % 2 else 0.99) for i, b in enumerate(base)]  # eager: 1-6% faster
     compiled = [b / 2 for b in base]  # compiled, far ahead of both
     samples, changes = [base, close, compiled], [0, 1, 2]
-    assert pick_settled(samples, changes, 0.02)
-    assert not settled_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    assert pick_decided(samples, changes, 0.02)
+    assert not decided_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
     clear = [b / 1.5 for b in base]  # an eager pick 1.5x faster than the default in every round
     samples = [base, clear, compiled]
-    assert settled_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
-    # without a compiled finalist it is pick_settled itself
-    assert settled_with_or_without_compile([base, close], [0, 1], eager=[0, 1], min_gain=0.02) \
-        == pick_settled([base, close], [0, 1], 0.02)  # fmt: skip
+    assert decided_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    # without a compiled finalist it is pick_decided itself
+    assert decided_with_or_without_compile([base, close], [0, 1], eager=[0, 1], min_gain=0.02) \
+        == pick_decided([base, close], [0, 1], 0.02)  # fmt: skip

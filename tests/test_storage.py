@@ -80,28 +80,37 @@ def test_urls() -> None:
 
 
 def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path: Path) -> None:
-    """Two runs of one study make one final check: the first to claim it stores it, the other
-    reads it back unchanged (each checking a small win on a busy machine disagreed)."""
+    """Two runs of one study make one final check: the first to claim it measures and keeps it
+    in the ledger, the other reads it back unchanged (each checking a small win on a busy
+    machine disagreed)."""
     from advisor.config import FinalCheck
-    from advisor.search.storage import FinalCheckRecord, RetimeRecord
+    from advisor.knobs import Settings
+    from advisor.search.ledger import Ledger
+    from advisor.search.storage import Claims
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    optuna.create_study(study_name="s", storage=open_storage(url))
-    first, second = (FinalCheckRecord(open_storage(url), "s") for _ in range(2))
-    assert first.claim("k", "one", settle_s=0.0) and not second.claim("k", "two", settle_s=0.0)
-    assert second.wait("k", timeout_s=0.2, poll_s=0.05) is None  # not stored yet
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    first, second = (Ledger(optuna.load_study(study_name="s", storage=storage), Settings(),
+                            run=who, storage=storage) for who in ("one", "two"))  # fmt: skip
+    claims = Claims(study, storage)
+    assert claims.claim("final_check:k", "one", settle_s=0.0)
+    assert not claims.claim("final_check:k", "two", settle_s=0.0)
+    assert second.wait_shared("final_check", "k", timeout_s=0.2, poll_s=0.05) == []
     check = FinalCheck(where="fresh process", speedup=1.3, speedup_ci=(1.1, 1.5), rounds=9,
                        held=True, one_thread=(1.2, 1.05, 1.3), other_load=0.4)  # fmt: skip
-    first.put("k", check)
-    assert second.wait("k", timeout_s=5.0) == check
-    # kept apart from the re-time's record of the same key
-    assert RetimeRecord(open_storage(url), "s").get("k") is None
+    first.final_check(Settings(memory_format="channels_last"), check, group="k")
+    got = second.wait_shared("final_check", "k", timeout_s=5.0)
+    assert [e.final for e in got] == [check]
+    # kept apart from a re-time of the same candidates
+    assert second.shared("retime", "k") == []
 
 
 def _claim_at_once(url: str, key: str, owner: str, barrier: Any, out: Any) -> None:
-    from advisor.search.storage import RetimeRecord
+    from advisor.search.storage import Claims
 
-    record = RetimeRecord(open_storage(url), "s")
+    storage = open_storage(url)
+    record = Claims(optuna.load_study(study_name="s", storage=storage), storage)
     barrier.wait()
     start = time.perf_counter()
     out.put((owner, record.claim(key, owner), time.perf_counter() - start))
@@ -131,10 +140,11 @@ def test_processes_claiming_at_once_on_a_local_storage_get_one_winner_without_wa
 
 
 def test_one_record_claims_key_after_key(tmp_path: Path) -> None:
-    from advisor.search.storage import RetimeRecord
+    from advisor.search.storage import Claims
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    optuna.create_study(study_name="s", storage=open_storage(url))
-    record = RetimeRecord(open_storage(url), "s")
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    record = Claims(study, storage)
     assert all(record.claim(k, "one") for k in ("a", "b", "c"))  # each claim takes a new lock
-    assert not RetimeRecord(open_storage(url), "s").claim("b", "two")
+    assert not Claims(study, storage).claim("b", "two")

@@ -41,7 +41,7 @@ def settle_cpu_allocator() -> None:
     on the next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
     threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX), so
     one 31 MiB block, allocated and freed, settles every buffer up to 31 MiB. Measured on a CPU:
-    a 3->16 3x3 conv on 1x3x512x512 takes 10-13 ms per call unsettled (8,164 page faults per
+    a 3->16 3x3 conv on 1x3x512x512 takes 10-13 ms per call unsteady (8,164 page faults per
     call) and 2-2.5 ms settled.
 
     A buffer over 32 MiB was still mmapped afresh on every call: the seeds' Conv3d (1,3,3) on

@@ -28,7 +28,7 @@ from advisor.measure.results import Failure, Status, TrialResult
 from advisor.measure.stop import Stop
 from advisor.workload.build import Workload
 
-__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "settle", "verdict"]
+__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "with_verdict", "verdict"]
 
 
 def capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
@@ -245,7 +245,7 @@ _VERDICT_FIELDS = (
 )  # fmt: skip
 
 
-def settle(pending: TrialResult, verdict: TrialResult) -> TrialResult:
+def with_verdict(pending: TrialResult, verdict: TrialResult) -> TrialResult:
     """A result measured without its gate, with the gate's verdict (`gate_only`): accepted or
     rejected as the gate said; a gate that failed or was stopped (the budget) leaves it failed
     or stopped, never picked. Its wall time counts the gate's."""

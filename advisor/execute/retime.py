@@ -135,14 +135,14 @@ def retime(
 ) -> list[TrialResult]:
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape. With
-    `min_gain`, the rounds of a single shape stop once `pick_settled`."""
+    `min_gain`, the rounds of a single shape stop once `pick_decided`."""
     per_case: list[list[list[float]]] = []
     one_shape = len(workload.shape_cases) == 1
     rule = None
     if min_gain is not None and one_shape:
         changes = [len(r.settings.changes()) for r in results]
         eager = [i for i, r in enumerate(results) if not r.settings.compiled]
-        rule = partial(settled_with_or_without_compile, complexity=changes, eager=eager,
+        rule = partial(decided_with_or_without_compile, complexity=changes, eager=eager,
                        min_gain=min_gain)  # fmt: skip
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, results, device, mode, policy, case, clock)
@@ -156,7 +156,7 @@ def retime(
     return retimed_results(workload, results, per_case)
 
 
-def pick_settled(samples: list[list[float]], complexity: Sequence[int], min_gain: float) -> bool:
+def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain: float) -> bool:
     """Whether the rounds so far already give the pick (`search.pick.pick_best`: the fastest,
     except that a simpler one within `min_gain` of it wins): some finalist C, whatever its place,
     beats each finalist as simple as it or simpler (PyTorch's default included) by more than
@@ -189,18 +189,18 @@ def pick_settled(samples: list[list[float]], complexity: Sequence[int], min_gain
     return any(settles(c) for c in order)
 
 
-def settled_with_or_without_compile(
+def decided_with_or_without_compile(
     samples: list[list[float]], complexity: Sequence[int], eager: Sequence[int], min_gain: float
 ) -> bool:
-    """`pick_settled` among all the finalists and, where some are compiled, among the eager ones
+    """`pick_decided` among all the finalists and, where some are compiled, among the eager ones
     (indices `eager`) too: a compiled leader whose cold compile then does not pay leaves the pick
     to the eager finalists (`search.pick.pick_for_steps`), and their order must be settled by the
     same rounds."""
-    if not pick_settled(samples, complexity, min_gain):
+    if not pick_decided(samples, complexity, min_gain):
         return False
     if len(eager) == len(samples) or len(eager) < 2:
         return True
-    return pick_settled([samples[i] for i in eager], [complexity[i] for i in eager], min_gain)
+    return pick_decided([samples[i] for i in eager], [complexity[i] for i in eager], min_gain)
 
 
 def rounds(policy: TimingPolicy) -> dict[str, Any]:

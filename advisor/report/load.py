@@ -49,6 +49,7 @@ class Summary:
     rejected: int
     failed: int
     precisions: list[str] = field(default_factory=list)  # how each precision was judged
+    path: list[str] = field(default_factory=list)  # how the pick got there, a sentence a step
 
 
 @dataclass
@@ -243,6 +244,7 @@ def _summary_from_config(cfg: Config) -> Summary | None:
         rejected=r.rejected,
         failed=r.failed,
         precisions=list(r.precisions),
+        path=list(r.path),
     )
 
 
@@ -271,7 +273,8 @@ def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summar
         rel_error=chosen.rel_error,
         precision=chosen.precision,
         tolerance=chosen.tolerance,
-        why=pick.text(),
+        why=pick.why,
+        path=list(pick.path),
         trials=len(results),
         rejected=sum(r.status == "rejected" for r in results),
         failed=sum(r.status == "failed" for r in results),

@@ -88,7 +88,9 @@ def _summary_html(s: Summary | None) -> str:
     return (
         f'<p class="big">{s.speedup:.2f}x faster than PyTorch\'s default '
         f"(95% CI {s.speedup_ci[0]:.2f}–{s.speedup_ci[1]:.2f})</p>{table}"
-        f"<p><b>Why:</b> {_e(s.why)}<br><b>Error vs fp32 reference:</b> {_e(err)}<br>"
+        f"<p><b>Why:</b> {_e(s.why)}</p>"
+        + (f"<ol>{''.join(f'<li>{_e(step)}</li>' for step in s.path)}</ol>" if s.path else "")
+        + f"<p><b>Error vs fp32 reference:</b> {_e(err)}<br>"
         f"<b>Trials:</b> {s.trials} ({s.rejected} rejected, {s.failed} failed)</p>"
         + "".join(f"<p><b>Precision:</b> {_e(line)}</p>" for line in s.precisions)
     )

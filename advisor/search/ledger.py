@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from advisor.config import FinalCheck
 from advisor.errors import StorageError
-from advisor.execute.gating import settle
+from advisor.execute.gating import with_verdict
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.verdict import PrecisionCheck
@@ -54,6 +54,8 @@ class Entry(BaseModel):
     round: int = 0  # a re-time's round within its run (1, 2, ...)
     stage: Stage = "search"  # a trial: the stage that measured it
     number: int = -1  # a search trial: optuna's trial number
+    # a re-time or a final check the runs sharing the study take once: the candidates' key
+    group: str = ""
     result: TrialResult | None = None  # trial, verdict, re-time: what was measured
     final: FinalCheck | None = None  # final check
     check: PrecisionCheck | None = None  # precision verdict
@@ -125,8 +127,10 @@ class Ledger:
         run: str = "",
         max_memory_mb: float | None = None,
         entries: Iterable[Entry] = (),
+        storage: optuna.storages.BaseStorage | None = None,
     ) -> None:
         self.study, self.default, self.run, self.max_memory_mb = study, default, run, max_memory_mb
+        self.storage = storage  # the study's, as opened: claims lock on it
         self._trials: list[Entry] = []  # the search's, from the study's trials
         self._added: list[Entry] = list(entries)  # everything else, in order
         self._view: list[TrialResult] | None = None
@@ -210,7 +214,7 @@ class Ledger:
                     r = r.model_copy(update={"retimed": False})
             verdict = verdicts.get(e.key)
             if verdict is not None and verdict.result is not None and r.pending is not None:
-                r = settle(r, verdict.result)
+                r = with_verdict(r, verdict.result)
             out.append(memory_checked(r, self.max_memory_mb, self.default))
         self._view = out
         return out
@@ -235,16 +239,38 @@ class Ledger:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def add(self, entry: Entry) -> Entry:
-        """Append `entry` (and keep it in the study)."""
-        if self.study is not None:
+    def add(self, entry: Entry, keep: bool = True) -> Entry:
+        """Append `entry`, and keep it in the study (`keep`: not where it is another run's
+        measurement this run reads as its own)."""
+        if keep and self.study is not None:
             self.study.set_user_attr(entry.attr(), entry.model_dump(mode="json"))
         self._added.append(entry)
         self._view = None
         return entry
 
-    def _new(self, kind: EntryKind, key: str, **fields: Any) -> Entry:
-        return self.add(Entry(kind=kind, key=key, seq=time.time(), run=self.run, **fields))
+    def _new(self, kind: EntryKind, key: str, keep: bool = True, **fields: Any) -> Entry:
+        entry = Entry(kind=kind, key=key, seq=time.time(), run=self.run, **fields)
+        return self.add(entry, keep)
+
+    def shared(self, kind: EntryKind, group: str) -> list[Entry]:
+        """The latest re-time round (or final check) any run of the study took of `group`:
+        what a run sharing the study reads instead of measuring it again."""
+        mine = [e for e in self._added if e.kind == kind and e.group == group]
+        if not mine:
+            return []
+        last = max(mine, key=lambda e: e.seq)
+        return [e for e in mine if (e.run, e.round) == (last.run, last.round)]
+
+    def wait_shared(self, kind: EntryKind, group: str, timeout_s: float,
+                    poll_s: float = 0.5) -> list[Entry]:  # fmt: skip
+        """`shared`, waiting up to `timeout_s` for the run that claimed it to write it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.reload()
+            got = self.shared(kind, group)
+            if got or time.monotonic() >= deadline:
+                return got
+            time.sleep(poll_s)
 
     def trial(self, result: TrialResult, stage: Stage) -> None:
         """A candidate measured by a later stage (a compile, a cudnn.benchmark twin, a
@@ -255,14 +281,15 @@ class Ledger:
         """A candidate's gate, given after its trial (`gating.gate_only`'s result)."""
         self._new("verdict", key_of(result.settings), result=result)
 
-    def retime(self, results: Sequence[TrialResult]) -> None:
-        """A new interleaved re-time round of this run: only its finalists are paired now."""
+    def retime(self, results: Sequence[TrialResult], group: str = "", keep: bool = True) -> None:
+        """A new interleaved re-time round of this run: only its finalists are paired now.
+        `keep=False`: another run's round of the same finalists, read as this run's."""
         n = self.rounds() + 1
         for r in results:
-            self._new("retime", key_of(r.settings), round=n, result=r)
+            self._new("retime", key_of(r.settings), keep, round=n, result=r, group=group)
 
-    def final_check(self, checked: Settings, final: FinalCheck) -> None:
-        self._new("final_check", key_of(checked), final=final)
+    def final_check(self, checked: Settings, final: FinalCheck, group: str = "") -> None:
+        self._new("final_check", key_of(checked), final=final, group=group)
 
     def precision(self, check: PrecisionCheck) -> None:
         """A precision's verdict on this model (judged once: every later candidate reads it)."""

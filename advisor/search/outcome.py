@@ -20,7 +20,8 @@ log = logging.getLogger("advisor")
 
 def ledger_of(plan: Plan, options: SearchOptions, run: str = "") -> Ledger:
     """The study's ledger, read as run `run` reads it: its re-time rounds, its memory limit."""
-    return Ledger(plan.study, plan.cands[0], run=run, max_memory_mb=options.max_memory_mb)
+    return Ledger(plan.study, plan.cands[0], run=run, max_memory_mb=options.max_memory_mb,
+                  storage=plan.storage)  # fmt: skip
 
 
 def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:

@@ -9,21 +9,18 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from advisor.config import FinalCheck
 from advisor.device.environment import cache_dir
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.search.sqlite_claim import local_lock
-
-T = TypeVar("T")
 
 HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
 GRACE_S = 8  # ...and is failed once silent this long; the search then enqueues it again
@@ -250,34 +247,20 @@ class LayerStore:
         )
 
 
-class SharedRecord(Generic[T]):
-    """A measurement kept in the study so that the runs sharing it agree.
+class Claims:
+    """Who measures what the runs sharing a study measure once (the finalists' re-time, the
+    final check): two `advisor advise` runs of one study (started together, or one resuming)
+    would each measure it and could decide differently from their own noise. The first to claim
+    a key measures, and the measurement goes to the study's ledger (`search.ledger`), where the
+    others read it. (`Study.user_attrs` reads the storage each time: what another process wrote
+    is seen.)"""
 
-    Two `advisor advise` runs of one study (started together, or one resuming) would each
-    measure it and could decide differently from their own noise. The first to claim a key
-    measures and stores the result; the others wait for it and use it. (`Study.user_attrs` reads
-    the storage each time: what another process wrote is seen.) Subclasses name the attribute
-    prefix and how a value is stored.
-    """
-
-    prefix: str
-
-    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str) -> None:
-        self.study = optuna.load_study(study_name=study_name, storage=storage)
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage) -> None:
+        self.study = study
         self._storage = storage  # as opened: optuna's study wraps an RDB one
 
-    def _load(self, data: Any) -> T:
-        raise NotImplementedError
-
-    def _dump(self, value: T) -> Any:
-        raise NotImplementedError
-
-    def _attr(self, kind: str, key: str) -> Any:
-        return self.study.user_attrs.get(f"{self.prefix}_{kind}:{key}")
-
-    def get(self, key: str) -> T | None:
-        data = self._attr("result", key)
-        return None if data is None else self._load(data)
+    def _holder(self, key: str) -> Any:
+        return self.study.user_attrs.get(f"claim:{key}")
 
     def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
         """True when this process should measure, False when another process does. Where
@@ -287,57 +270,11 @@ class SharedRecord(Generic[T]):
         lock = local_lock(self._storage)  # a fresh one each time: a lock is entered once
         if lock is not None:
             with lock:
-                if self._attr("claim", key) is None:
-                    self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
+                if self._holder(key) is None:
+                    self.study.set_user_attr(f"claim:{key}", owner)
                     return True
-            return bool(self._attr("claim", key) == owner)
-        if self._attr("claim", key) is None:
-            self.study.set_user_attr(f"{self.prefix}_claim:{key}", owner)
+            return bool(self._holder(key) == owner)
+        if self._holder(key) is None:
+            self.study.set_user_attr(f"claim:{key}", owner)
             time.sleep(settle_s)
-        return bool(self._attr("claim", key) == owner)
-
-    def wait(self, key: str, timeout_s: float, poll_s: float = 0.5) -> T | None:
-        """The result another process stores, or None when it does not come in time."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self.get(key)
-            if got is not None:
-                return got
-            time.sleep(poll_s)
-        return None
-
-    def taken(self, key: str, owner: str, timeout_s: float) -> T | None:
-        """What is stored, or what the run that claimed it stores; None when this process is
-        to measure it (its claim, or the other's result did not come within `timeout_s`)."""
-        got = self.get(key)
-        if got is None and not self.claim(key, owner):
-            got = self.wait(key, timeout_s)
-        return got
-
-    def put(self, key: str, value: T) -> None:
-        self.study.set_user_attr(f"{self.prefix}_result:{key}", self._dump(value))
-
-
-class RetimeRecord(SharedRecord[list[TrialResult]]):
-    """The finalists' interleaved re-time, shared by the runs of a study."""
-
-    prefix = "retime"
-
-    def _load(self, data: Any) -> list[TrialResult]:
-        return [TrialResult.model_validate(r) for r in data]
-
-    def _dump(self, value: list[TrialResult]) -> Any:
-        return [r.model_dump(mode="json") for r in value]
-
-
-class FinalCheckRecord(SharedRecord[FinalCheck]):
-    """The final check of a pick against the default, shared likewise (each checking a small
-    win on a busy machine, one run kept it and the other did not)."""
-
-    prefix = "final_check"
-
-    def _load(self, data: Any) -> FinalCheck:
-        return FinalCheck.model_validate(data)
-
-    def _dump(self, value: FinalCheck) -> Any:
-        return value.model_dump(mode="json")
+        return bool(self._holder(key) == owner)

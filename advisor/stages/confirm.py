@@ -27,16 +27,14 @@ from dataclasses import replace
 import torch
 
 from advisor.config import FinalCheck
-from advisor.execute.ownership import owner_id
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import Pick, decide
-from advisor.search.storage import FinalCheckRecord
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
 from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
-from advisor.stages.finalists import shared_record
+from advisor.stages.finalists import group_of, taken_once
 from advisor.workload.build import Workload
 
 __all__ = [
@@ -127,8 +125,9 @@ def check_pick(
     left = max(0.0, plan.end - time.perf_counter())
     # Runs sharing the study check the pick once and agree (as with the re-time).
     checked = [outcome.baseline, chosen] + ([runner] if runner is not None else [])
-    record, key = shared_record(FinalCheckRecord, options, outcome.study_name, checked)
-    check = record.taken(key, owner_id(), options.trial_timeout_s) if record is not None else None
+    group = group_of(checked)
+    taken = taken_once(outcome, options, "final_check", group, options.trial_timeout_s)
+    check = taken[-1].final if taken else None
     if check is None:
         try:
             check = final_check(
@@ -145,8 +144,7 @@ def check_pick(
         except CheckFailed as e:
             log.warning("final check failed: %s", e)
             return None, str(e)
-        if record is not None:
-            record.put(key, check)
+        outcome.ledger.final_check(chosen.settings, check, group)
     # What was checked is this run's reading: a run sharing the study may have checked the same
     # three as its pick (no challenger), or as a challenger of its kept default.
     check = check.model_copy(update={"challenger": chosen.settings if challenging else None})

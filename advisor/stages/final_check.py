@@ -52,7 +52,7 @@ from advisor.measure.timing import TimingPolicy, interleave
 from advisor.workload.build import Workload
 
 __all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair",
-           "runner_up_check", "settled"]
+           "runner_up_check", "check_decided"]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
@@ -88,12 +88,12 @@ def measure_pair(
 ) -> tuple[list[TrialResult], list[float]]:
     """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
     re-timed together, interleaved, on every shape; and each one's first call (seconds over
-    the shapes). With one shape, the rounds stop once the verdicts are settled (`settled`); a
+    the shapes). With one shape, the rounds stop once the verdicts are decided (`check_decided`); a
     shape set's rounds (summed round by round over the shapes) take the policy's full rounds."""
     per_case: list[list[list[float]]] = []
     first_s = [0.0] * len(pair)
     one_shape = len(workload.shape_cases) == 1
-    rule = partial(settled, min_gain=min_gain)
+    rule = partial(check_decided, min_gain=min_gain)
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, pair, device, mode, policy, case)
         try:
@@ -118,7 +118,7 @@ def holds(
     return lo > 1.0 and hi >= 1.0 + min_gain and (one_thread is None or one_thread[1] > 1.0)
 
 
-def settled(samples: list[list[float]], min_gain: float = 0.02) -> bool:
+def check_decided(samples: list[list[float]], min_gain: float = 0.02) -> bool:
     """Whether the rounds so far (the default's, the pick's, then a runner-up's if any)
     decide the check: each change's paired interval over the default at `STRICT_Z` lies above
     1.0x with the usual one reaching 1 + `min_gain` (it holds), or wholly below 1 + `min_gain`

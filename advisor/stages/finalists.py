@@ -2,7 +2,7 @@
 pick compares measurements from one time window; and whether the machine held still meanwhile.
 
 What a re-time or the final check measured is shared with the other runs of a stored study
-(`shared_record`), so that runs that share a study agree.
+(`taken_once`), so that runs that share a study agree.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import logging
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any, TypeVar
 
 import torch
 
@@ -23,12 +22,13 @@ from advisor.execute.ownership import owner_id
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search import SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.ledger import Entry, EntryKind
 from advisor.search.pick import Pick
-from advisor.search.storage import RetimeRecord, SharedRecord, open_storage
+from advisor.search.storage import Claims
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
-__all__ = ["after_compile", "machine_moved", "retime_finalists", "shared_record"]
+__all__ = ["after_compile", "group_of", "machine_moved", "retime_finalists", "taken_once"]
 
 log = logging.getLogger("advisor")
 
@@ -58,30 +58,27 @@ def retime_finalists(
     if len(fin) < 2 or (wanted is not None and not any(r.settings in wanted for r in fin)):
         return 0, None
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    record, key = shared_record(RetimeRecord, options, outcome.study_name, fin)
-    # Another run of this study that re-times these finalists: use its result, so both agree.
-    fresh = (
-        record.taken(key, owner_id(), options.trial_timeout_s * len(fin))
-        if record is not None
-        else None
-    )
-    if fresh is None:
-        # Like the trials, in a worker subprocess unless the user asked for in-process trials.
-        ev = evaluator or make_evaluator(workload, device, space, options)
-        try:
-            fresh = ev.retime(fin, time_left_s=left)
-        except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big together
-            why = first_line(e, with_type=False)
-            log.warning("interleaved re-time failed: %s", why)
-            return 0, why
-        finally:
-            if ev is not evaluator:
-                ev.close()
-        if record is not None:
-            record.put(key, fresh)
+    # Another run of this study that re-times these finalists: its round is this run's, so
+    # both agree.
+    group = group_of(fin)
+    taken = taken_once(outcome, options, "retime", group, options.trial_timeout_s * len(fin))
+    if taken:
+        outcome.ledger.retime([e.result for e in taken if e.result is not None], group, keep=False)
+        return len(fin), None
+    # Like the trials, in a worker subprocess unless the user asked for in-process trials.
+    ev = evaluator or make_evaluator(workload, device, space, options)
+    try:
+        fresh = ev.retime(fin, time_left_s=left)
+    except (torch.OutOfMemoryError, RuntimeError) as e:  # e.g. finalists too big together
+        why = first_line(e, with_type=False)
+        log.warning("interleaved re-time failed: %s", why)
+        return 0, why
+    finally:
+        if ev is not evaluator:
+            ev.close()
     # A new round: only its finalists compete in the pick now, an earlier round's samples were
     # taken in another time window
-    outcome.ledger.retime(fresh)
+    outcome.ledger.retime(fresh, group)
     return len(fin), None
 
 
@@ -95,23 +92,27 @@ def after_compile(eager: Pick, compiled: Sequence[TrialResult]) -> list[TrialRes
                  for r in (*compiled, eager.chosen, eager.fastest)}.values())
 
 
-Record = TypeVar("Record", bound=SharedRecord[Any])
-
-
-def shared_record(
-    kind: type[Record], options: SearchOptions, study_name: str, of: list[TrialResult]
-) -> tuple[Record | None, str]:
-    """Where what is measured of these results (their re-time, the final check) is shared with
-    other runs of the study (not for an in-memory study, which no other run can see)."""
-    key = hashlib.sha256(
-        json.dumps(sorted(r.settings.model_dump_json() for r in of)).encode()
+def group_of(results: Sequence[TrialResult]) -> str:
+    """The key of a set of candidates, whatever their order."""
+    return hashlib.sha256(
+        json.dumps(sorted(r.settings.model_dump_json() for r in results)).encode()
     ).hexdigest()[:16]
-    if options.storage == "memory":
-        return None, key
-    try:
-        return kind(open_storage(options.storage), study_name), key
-    except KeyError:  # no such study stored (e.g. an outcome built by hand): nothing to share
-        return None, key
+
+
+def taken_once(
+    outcome: SearchOutcome, options: SearchOptions, kind: EntryKind, group: str, timeout_s: float
+) -> list[Entry]:
+    """What another run sharing the study measured of `group` (a re-time, a final check), or
+    what the run that claimed it writes within `timeout_s`; [] where this run is to measure it
+    (its claim, or the other's did not come in time; an in-memory study shares nothing)."""
+    ledger = outcome.ledger
+    if options.storage == "memory" or ledger.study is None or ledger.storage is None:
+        return []
+    ledger.reload()
+    got = ledger.shared(kind, group)
+    if not got and not Claims(ledger.study, ledger.storage).claim(f"{kind}:{group}", owner_id()):
+        got = ledger.wait_shared(kind, group, timeout_s)
+    return got
 
 
 def machine_moved(
