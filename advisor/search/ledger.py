@@ -232,11 +232,6 @@ class Ledger:
     def checks(self) -> list[PrecisionCheck]:
         return [e.check for e in self.of_kind("precision") if e.check is not None]
 
-    def final_checks(self) -> dict[str, FinalCheck]:
-        """The final checks of this run, by the checked pick's settings."""
-        return {e.key: e.final for e in self._added
-                if e.kind == "final_check" and e.final is not None and e.run == self.run}  # fmt: skip
-
     # ---- writing -------------------------------------------------------------------------
 
     def add(self, entry: Entry, keep: bool = True) -> Entry:
