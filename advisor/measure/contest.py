@@ -94,9 +94,13 @@ class Contest:
         if not self.racing or leader is None:
             return None
         bar = self.bar_ms(bar_of if bar_of is not None else leader)
-        return Race(self.bar_ms(leader) * self.race_margin, bar_ms=bar, rival=rival,
-                    horizon_steps=self.horizon_steps if pays else None,
-                    allowance_s=self.compile_allowance_s(leader.median_ms) if pays else None)  # fmt: skip
+        return Race(
+            self.bar_ms(leader) * self.race_margin,
+            bar_ms=bar,
+            rival=rival,
+            horizon_steps=self.horizon_steps if pays else None,
+            allowance_s=self.compile_allowance_s(leader.median_ms) if pays else None,
+        )
 
     def screen(self, fastest_ms: float) -> Race:
         """A screen's race: `SCREEN_SAMPLES` samples, stopped early above the drop line."""
@@ -113,8 +117,10 @@ class Contest:
         """The `top` fastest accepted (or pending) candidates that could still win, plus the
         baseline; where a compiled one is among them, the fastest eager one too (its bill's
         alternative, timed in the same rounds)."""
-        ok = sorted((r for r in results if r.status == "ok" and r.measurement is not None),
-                    key=lambda r: r.median_ms)  # fmt: skip
+        ok = sorted(
+            (r for r in results if r.status == "ok" and r.measurement is not None),
+            key=lambda r: r.median_ms,
+        )
         if not ok:
             return [baseline]
         lead = ok[0].measurement
@@ -175,9 +181,15 @@ class Contest:
         saving_ms = rival.ci_high_ms - compiled.ci_low_ms
         if self.pays(max(0.0, cold_s - rival_first_s), saving_ms):
             return None
-        return Stop(kind="cannot_pay", horizon_steps=self.horizon_steps, rival=rival_label,
-                    ms=compiled.median_ms, rival_ms=rival.median_ms, saving_ms=saving_ms,
-                    cold_s=cold_s)  # fmt: skip
+        return Stop(
+            kind="cannot_pay",
+            horizon_steps=self.horizon_steps,
+            rival=rival_label,
+            ms=compiled.median_ms,
+            rival_ms=rival.median_ms,
+            saving_ms=saving_ms,
+            cold_s=cold_s,
+        )
 
     def payback_settled(self, overhead_s: float, samples: list[list[float]]) -> bool:
         """For interleaved rounds of (compiled, rival): whether they already show, at

@@ -69,8 +69,10 @@ class Stop(BaseModel):
                 "in full"
             )
         if k == "budget" and self.cold_s is not None:
-            return (f"stopped after its first call ({self.cold_s:.2f} s, compilation and "
-                    "autotuning included): the time budget ran out")  # fmt: skip
+            return (
+                f"stopped after its first call ({self.cold_s:.2f} s, compilation and "
+                "autotuning included): the time budget ran out"
+            )
         if k == "budget":
             return "stopped: the time budget ran out before it was measured in full"
         if k == "cannot_win":
@@ -95,8 +97,11 @@ class Stop(BaseModel):
                     f"at most ({self.saving_ms:.3f} ms a step) over {self.horizon_steps:,} steps"
                 )
             saving = self.saving_ms or 0.0
-            most = (f"it saves at most {saving:.3f} ms a step" if saving > 0
-                    else "it saves nothing per step")  # fmt: skip
+            most = (
+                f"it saves at most {saving:.3f} ms a step"
+                if saving > 0
+                else "it saves nothing per step"
+            )
             return (
                 f"its cold compile cannot pay back within {self.horizon_steps:,} steps: timed "
                 f"beside {self.rival} in one process, interleaved ({self.ms:.3f} vs "

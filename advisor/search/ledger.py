@@ -91,11 +91,14 @@ def memory_checked(result: TrialResult, limit: float | None, baseline: Settings)
         return result
     if result.settings == baseline:
         return result
-    return result.model_copy(update={
-        "status": "rejected", "pending": None,
-        "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit of "
-                  f"{limit:g} MB",
-    })  # fmt: skip
+    return result.model_copy(
+        update={
+            "status": "rejected",
+            "pending": None,
+            "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit of "
+            f"{limit:g} MB",
+        }
+    )
 
 
 def search_trials(study: optuna.Study) -> list[tuple[int, TrialResult]]:
@@ -142,9 +145,17 @@ class Ledger:
     ) -> Ledger:
         """A ledger of `results` as trials (numbered in order, or by `numbers`), no study."""
         numbers = list(numbers) or list(range(len(results)))
-        entries = [Entry(kind="trial", key=key_of(r.settings), seq=float(i), number=n,
-                         stage="search" if n >= 0 else "per-layer", result=r)
-                   for i, (r, n) in enumerate(zip(results, numbers, strict=True))]  # fmt: skip
+        entries = [
+            Entry(
+                kind="trial",
+                key=key_of(r.settings),
+                seq=float(i),
+                number=n,
+                stage="search" if n >= 0 else "per-layer",
+                result=r,
+            )
+            for i, (r, n) in enumerate(zip(results, numbers, strict=True))
+        ]
         return cls(None, default, entries=entries)
 
     # ---- reading -------------------------------------------------------------------------
@@ -154,8 +165,10 @@ class Ledger:
         self._view = None
         if self.study is None:
             return
-        self._trials = [Entry(kind="trial", key=key_of(r.settings), seq=-1.0, number=n,
-                              result=r) for n, r in search_trials(self.study)]  # fmt: skip
+        self._trials = [
+            Entry(kind="trial", key=key_of(r.settings), seq=-1.0, number=n, result=r)
+            for n, r in search_trials(self.study)
+        ]
         known = {e.attr() for e in self._added}
         for name, value in self.study.user_attrs.items():
             if name.startswith(ENTRY_PREFIX) and name not in known:
@@ -187,8 +200,9 @@ class Ledger:
 
     def rounds(self) -> int:
         """How many re-time rounds this run has taken."""
-        return max((e.round for e in self._added if e.kind == "retime" and e.run == self.run),
-                   default=0)  # fmt: skip
+        return max(
+            (e.round for e in self._added if e.kind == "retime" and e.run == self.run), default=0
+        )
 
     def results(self) -> list[TrialResult]:
         """Every candidate's standing, in trial order (the same objects until an entry is
@@ -256,8 +270,9 @@ class Ledger:
         last = max(mine, key=lambda e: e.seq)
         return [e for e in mine if (e.run, e.round) == (last.run, last.round)]
 
-    def wait_shared(self, kind: EntryKind, group: str, timeout_s: float,
-                    poll_s: float = 0.5) -> list[Entry]:  # fmt: skip
+    def wait_shared(
+        self, kind: EntryKind, group: str, timeout_s: float, poll_s: float = 0.5
+    ) -> list[Entry]:
         """`shared`, waiting up to `timeout_s` for the run that claimed it to write it."""
         deadline = time.monotonic() + timeout_s
         while True:

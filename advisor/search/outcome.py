@@ -20,8 +20,13 @@ log = logging.getLogger("advisor")
 
 def ledger_of(plan: Plan, options: SearchOptions, run: str = "") -> Ledger:
     """The study's ledger, read as run `run` reads it: its re-time rounds, its memory limit."""
-    return Ledger(plan.study, plan.cands[0], run=run, max_memory_mb=options.max_memory_mb,
-                  storage=plan.storage)  # fmt: skip
+    return Ledger(
+        plan.study,
+        plan.cands[0],
+        run=run,
+        max_memory_mb=options.max_memory_mb,
+        storage=plan.storage,
+    )
 
 
 def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOutcome:
@@ -33,8 +38,9 @@ def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOu
     if baseline is None:
         raise StorageError(f"study {plan.name!r} has no measurement of PyTorch's default yet")
     if baseline.status != "ok":
-        raise AdvisorError(f"PyTorch's default configuration could not be measured: "
-                           f"{baseline.reason}")  # fmt: skip
+        raise AdvisorError(
+            f"PyTorch's default configuration could not be measured: {baseline.reason}"
+        )
     limit = options.max_memory_mb
     if limit is not None and (baseline.peak_memory_mb or 0.0) > limit:
         log.warning(
@@ -49,10 +55,17 @@ def read_outcome(plan: Plan, options: SearchOptions, elapsed: float) -> SearchOu
     else:
         short = plan.budget - len(results)
         missing = [f"{short} more TPE trial(s) of the budget's {plan.budget}"] if short > 0 else []
-    return SearchOutcome(dropped=plan.dropped, study_name=plan.name, environment=plan.env,
-                         elapsed_s=elapsed, pareto=plan.multi, not_measured=missing,
-                         screen_note=screen_note(plan), ledger=ledger,
-                         shared_checks=plan.shared_checks)  # fmt: skip
+    return SearchOutcome(
+        dropped=plan.dropped,
+        study_name=plan.name,
+        environment=plan.env,
+        elapsed_s=elapsed,
+        pareto=plan.multi,
+        not_measured=missing,
+        screen_note=screen_note(plan),
+        ledger=ledger,
+        shared_checks=plan.shared_checks,
+    )
 
 
 def screen_note(plan: Plan) -> str | None:
@@ -60,15 +73,17 @@ def screen_note(plan: Plan) -> str | None:
     nothing."""
     fallback = plan.study.user_attrs.get("screen_fallback")
     if fallback is not None:
-        return (f"screening's ranking did not hold ({fallback}): every candidate was timed in "
-                "full")  # fmt: skip
-    dropped = [t.user_attrs.get("label", "?") for t in plan.study.get_trials(deepcopy=False)
-               if t.user_attrs.get("screened")]  # fmt: skip
+        return f"screening's ranking did not hold ({fallback}): every candidate was timed in full"
+    dropped = [
+        t.user_attrs.get("label", "?")
+        for t in plan.study.get_trials(deepcopy=False)
+        if t.user_attrs.get("screened")
+    ]
     if not dropped:
         return None
     # a label holds commas ("memory_format=channels_last, amp=bf16"): the list is in semicolons
     shown = "; ".join(dropped[:4]) + (f"; and {len(dropped) - 4} more" if len(dropped) > 4 else "")
-    return (f"screening (a few samples of every candidate first) left {len(dropped)} candidate(s) "
-            f"untimed in full and ungated, above {SCREEN_DROP:g}x the fastest: {shown}")
-
-
+    return (
+        f"screening (a few samples of every candidate first) left {len(dropped)} candidate(s) "
+        f"untimed in full and ungated, above {SCREEN_DROP:g}x the fastest: {shown}"
+    )

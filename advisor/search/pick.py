@@ -16,8 +16,18 @@ from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import clearly_faster, paired_speedup, speedup
 
-__all__ = ["Kept", "Pick", "beats", "choose", "complexity", "decide", "measured_in", "paired",
-           "pareto_front", "speedup_over"]  # fmt: skip
+__all__ = [
+    "Kept",
+    "Pick",
+    "beats",
+    "choose",
+    "complexity",
+    "decide",
+    "measured_in",
+    "paired",
+    "pareto_front",
+    "speedup_over",
+]
 
 # Why PyTorch's default was kept over a pick: a step that must vouch for a change did not (the
 # re-time or the final check failed), the machine moved under the measurements, the pick did
@@ -81,9 +91,7 @@ def _figures(baseline: TrialResult, r: TrialResult) -> str:
     return f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
 
 
-def choose(
-    results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02
-) -> Pick:
+def choose(results: Sequence[TrialResult], baseline: TrialResult, min_gain: float = 0.02) -> Pick:
     """The fastest accepted candidate, except that one within noise of a simpler one (fewer
     changes from the default) loses to it. The baseline wins when nothing beats it beyond noise:
     faster by at least `min_gain`, with a speedup interval over the baseline above 1.0x.
@@ -109,18 +117,24 @@ def choose(
         if len(ties) > 1:
             path.append(f"{len(ties) - 1} other(s) within noise of it need more changes")
     elif chosen.settings == baseline.settings:
-        why = (f"PyTorch's default: the fastest candidate, {fastest.settings.label()}, is within "
-               f"noise of it in {where} ({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms)")  # fmt: skip
+        why = (
+            f"PyTorch's default: the fastest candidate, {fastest.settings.label()}, is within "
+            f"noise of it in {where} ({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms)"
+        )
     else:
         why = f"{chosen.settings.label()}, {_figures(baseline, chosen)} in {where}"
-        path.append(f"within noise of the fastest, {fastest.settings.label()} "
-                    f"({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms), with fewer "
-                    "changes from the default")  # fmt: skip
+        path.append(
+            f"within noise of the fastest, {fastest.settings.label()} "
+            f"({fastest.median_ms:.3f} vs {chosen.median_ms:.3f} ms), with fewer "
+            "changes from the default"
+        )
     faster_unsure = [r for r in unsure if r.median_ms < chosen.median_ms]
     if faster_unsure:
         best = min(faster_unsure, key=lambda r: r.median_ms)
-        line = (f"{best.settings.label()} measured {_figures(baseline, best)}, an interval that "
-                "includes 1.0x: not recommended")  # fmt: skip
+        line = (
+            f"{best.settings.label()} measured {_figures(baseline, best)}, an interval that "
+            "includes 1.0x: not recommended"
+        )
         if len(faster_unsure) > 1:
             line += f" (nor {len(faster_unsure) - 1} other(s) like it)"
         path.append(line)
@@ -151,9 +165,11 @@ def decide(results: Sequence[TrialResult], baseline: TrialResult, contest: Conte
     faster = [(r, b) for r, b in costly if r.median_ms < pick.chosen.median_ms]
     if faster:
         r, b = min(faster, key=lambda rb: rb[0].median_ms)
-        path.append(f"{r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but "
-                    f"{one_off_text(r, b)} pays only after about {b.steps:,.0f} steps, more than "
-                    f"{horizon_text(contest.steps)}")  # fmt: skip
+        path.append(
+            f"{r.settings.label()} is {b.saving_ms:.3f} ms faster per step, but "
+            f"{one_off_text(r, b)} pays only after about {b.steps:,.0f} steps, more than "
+            f"{horizon_text(contest.steps)}"
+        )
     return replace(pick, path=tuple(path), eager=eager.chosen)
 
 

@@ -26,8 +26,9 @@ from advisor.search.pick import Pick, decide
 __all__ = ["gated_pick", "needed"]
 
 
-def needed(pick: Pick, results: list[TrialResult], baseline: TrialResult,
-           contest: Contest) -> TrialResult | None:  # fmt: skip
+def needed(
+    pick: Pick, results: list[TrialResult], baseline: TrialResult, contest: Contest
+) -> TrialResult | None:
     """The pending candidate whose verdict the pick needs, or None: the pick itself, or the
     fastest candidate where the pick without it would be another."""
     if pick.chosen.pending is not None:
@@ -71,5 +72,8 @@ def gated_pick(
         outcome.ledger.verdict(verdict)
         if progress is not None:
             now = outcome.ledger.standing(need.settings)
-            progress(Progress(len(asked), len(asked), None, now, time.perf_counter() - start,
-                              stage="gates"))  # fmt: skip
+            progress(
+                Progress(
+                    len(asked), len(asked), None, now, time.perf_counter() - start, stage="gates"
+                )
+            )
