@@ -186,6 +186,7 @@ def run_advise(
                            compiles and not workload.is_layer, now=time.perf_counter())  # fmt: skip
         options.deadline = plan.search
         checks: dict[str, tuple[FinalCheck | None, str | None]] = {}
+        layer_results: list[TrialResult] = []  # the per-layer stage's own measurements
         spares = [spare] if spare is not None else []  # the first check uses it; a later one
         # (a compiled pick after the eager answer's) starts its own
 
@@ -224,7 +225,8 @@ def run_advise(
                                   stages_done=not (stats.get("unmeasured")
                                                    or stats.get("combination")),
                                   stage_s=breakdown(clock.spans, outcome.results,
-                                                    outcome.elapsed_s, clock.paid))  # fmt: skip
+                                                    outcome.elapsed_s, clock.paid,
+                                                    layer_results))  # fmt: skip
             warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
             if warnings and advice.config.result is not None:
                 result = advice.config.result.model_copy(update={"warnings": warnings})
@@ -240,8 +242,8 @@ def run_advise(
             compiling = plan.compile is not None and not workload.is_layer
             retimed, retime_error, choices, stats = _eager_stages(workload, outcome, dev, sp,
                                                                   options, plan, per_layer,
-                                                                  evaluator, clock,
-                                                                  compiling)  # fmt: skip
+                                                                  evaluator, clock, compiling,
+                                                                  layer_results)  # fmt: skip
             if compiling and retime_error is None:
                 if level.eager_first:
                     eager = conclude(retimed, retime_error, choices, stats, "eager")
@@ -285,9 +287,10 @@ def _eager_stages(
     evaluator: Evaluator,
     clock: StageClock,
     compiling: bool,
+    layer_results: list[TrialResult],
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
     """After the search: the first re-time and the per-layer stage, with the re-time it calls
-    for: the eager answer. Returns how many were re-timed last, why a re-time failed, the
+    for: the eager answer (the layer measurements it takes go to `layer_results`). Returns how many were re-timed last, why a re-time failed, the
     per-layer choices and the per-layer stage's counts."""
     # The global finalists are re-timed together first, so the per-layer stage works from the
     # settings that would be recommended; its combination is then re-timed with them,
@@ -312,7 +315,8 @@ def _eager_stages(
         options.deadline = plan.layers
         with clock.stage("per-layer"):
             choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
-                                                evaluator=evaluator)  # fmt: skip
+                                                evaluator=evaluator,
+                                                measured=layer_results)  # fmt: skip
         if combined is not None:
             new.append(combined)
     if workload.is_layer:  # says why no compiled candidate is measured

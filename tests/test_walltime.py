@@ -252,3 +252,21 @@ def test_first_calls_searches_and_warm_ups_are_parts_of_their_eager_stage() -> N
         "timed samples " in line  # fmt: skip
     # the harness share is what it was: parts name the harness, they do not move it
     assert harness_share(out) == pytest.approx(1 - timed_s(results) / 71.0)
+
+
+def test_the_per_layer_stages_own_layer_measurements_are_its_parts() -> None:
+    # Two layer trials (a layer workload's candidates: conv_impl set, no layer swaps), 0.6 s of
+    # samples between them, first calls of 0.2 s, warm-ups of 0.1 s and checks of 0.3 s: all
+    # the per-layer stage's, though their settings read as a global candidate's.
+    def layer(impl: str) -> TrialResult:
+        m = Measurement(samples_ms=[100.0] * 3, first_call_ms=100.0, warmup_s=0.05)
+        return TrialResult(settings=Settings(conv_impl=impl), status="ok", measurement=m,
+                           gate_s=0.15)  # fmt: skip
+
+    layers = [layer("native"), layer("unfold_gemm")]
+    out = breakdown({"global knobs": 1.0, "per-layer": 4.0}, [], 5.0, layers=layers)
+    assert out["per-layer: timed samples"] == pytest.approx(0.6)
+    assert out["per-layer: first calls"] == pytest.approx(0.2)
+    assert out["per-layer: warm-ups"] == pytest.approx(0.1)
+    assert out["per-layer: output and layer checks"] == pytest.approx(0.3)
+    assert "global knobs: timed samples" not in out and out[TIMED] == pytest.approx(0.6)

@@ -79,6 +79,7 @@ def choose_layer_impls(
     stats: dict[str, int] | None = None,
     every_group: bool = True,
     bound: AutotuneBound | None = None,
+    measured: list[TrialResult] | None = None,
 ) -> list[LayerChoice]:
     """Time each qualifying implementation per layer group under `settings`; pick per group
     (without `every_group`, only those `layer_share` keeps: the rest are "minor" in `stats`).
@@ -122,7 +123,8 @@ def choose_layer_impls(
             stats["shared"] = stats.get("shared", 0) + len(before)
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
                                        make_evaluator, deadline, stats,
-                                       space.contest(), elsewhere, bound, skipped)  # fmt: skip
+                                       space.contest(), elsewhere, bound, skipped,
+                                       measured)  # fmt: skip
             keys = {name: (g.key, name, measured_under(settings)) for name in usable}
             results = {name: done[k] for name, k in keys.items() if k in done}
             for r in results.values():
@@ -176,6 +178,7 @@ def _measure_group(
     elsewhere: set[tuple[str, str, str]] | None = None,
     bound: AutotuneBound | None = None,
     skipped: dict[str, str] | None = None,
+    measured: list[TrialResult] | None = None,
 ) -> Evaluator | None:
     """Measure the group's implementations not stored yet (native first: the others race it);
     one that autotunes where it cannot pay (`bound`) goes to `skipped`, unmeasured."""
@@ -218,6 +221,8 @@ def _measure_group(
                 time_left_s=left,
             )
             store.add_layer_result(res, **attrs)
+            if measured is not None:  # this run's own: its samples are the run's
+                measured.append(res)
             done[key] = store.first_result(g.key, name, settings) or res
             if bound is not None:
                 bound.measured(name, done[key], native)
@@ -256,6 +261,7 @@ def per_layer_stage(
     options: SearchOptions,
     stats: dict[str, int] | None = None,
     evaluator: Evaluator | None = None,
+    measured: list[TrialResult] | None = None,
 ) -> tuple[list[LayerChoice], TrialResult | None]:
     """Choose conv implementations per layer under the best global settings; if that changes any
     layer, measure the combination on the whole model and add it to the outcome's candidates.
@@ -292,6 +298,7 @@ def per_layer_stage(
         stats=stats,
         every_group=options.every_layer_group,
         bound=AutotuneBound(contest),
+        measured=measured,
     )
     layers = layers_map(choices, best.settings.conv_impl)
     if not layers:

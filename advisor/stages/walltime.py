@@ -101,12 +101,14 @@ def breakdown(
     results: Sequence[TrialResult],
     total_s: float,
     paid: dict[str, dict[str, float]] | None = None,
+    layers: Sequence[TrialResult] = (),
 ) -> dict[str, float]:
     """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
     `"compile: Inductor start"`, `"compile: cold compiles"`, the start-up work a stage paid:
     `paid`, `StageClock.paid`), the rest of the run (`"other"`: writing,
-    tables) and `"total"`. A part is never shown as more than its stage: a result reused from
-    an earlier run carries that run's figures."""
+    tables) and `"total"`. `layers`: the layer measurements the per-layer stage took in this run
+    (its samples, first calls, warm-ups and checks are that stage's). A part is never shown as
+    more than its stage: a result reused from an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
     for r in results:  # a verdict judged before this run cost it nothing
         if r.precision_check is not None and not r.precision_check.reused:
@@ -126,6 +128,13 @@ def breakdown(
     }
     timed = timed_by_stage(results)
     eager = _eager_parts(results)
+    if layers:  # a layer's own trial: its figures are the per-layer stage's, whatever it swaps
+        timed["per-layer"] = timed.get("per-layer", 0.0) + sum(timed_by_stage(layers).values())
+        mine = eager.setdefault("per-layer", {})
+        for spent in _eager_parts(layers).values():
+            for k, v in spent.items():
+                mine[k] = mine.get(k, 0.0) + v
+        gated["per-layer"] += sum(r.gate_s or 0.0 for r in layers)
     out: dict[str, float] = {}
     for name in STAGES:
         if name not in spans:
@@ -143,7 +152,7 @@ def breakdown(
             out[f"{name}: {TIMED}"] = round(min(timed[name], left), 3)
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
-    out[TIMED] = round(min(timed_s(results), total_s), 3)
+    out[TIMED] = round(min(timed_s([*results, *layers]), total_s), 3)
     return out
 
 
