@@ -34,13 +34,13 @@ al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of t
   nearly to nothing, and near that floor bf16 trails for a reason real training never meets.
   The same two allowances there, where that look can tell;
 - where it is outside both still, the curves may not have settled: a lag early in a run shrinks as
-  fp32's loss flattens. Both runs are trained again, twice as long, up to `max_steps`, while the gap closes, and
-  judged at the longest horizon;
-- **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the
-  task, where its band is over `max_band` at every rate it learnt at, or where the precision stays outside at a
-  rate whose Adam step (about `lr` per weight) is below `visible_step` x the precision's half-ulp
-  of the weights' median size: there its lag can be its resolution, not its training, and the
-  check never rejects for a reason it did not measure.
+  fp32's loss flattens. Both runs are trained again, twice as long, up to `max_steps`, while the gap
+  closes, and judged at the longest horizon;
+- **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the task,
+  where its band is over `max_band` at every rate it learnt at, or where the precision stays outside
+  at a rate whose Adam step (about `lr` per weight) is below `visible_step` x the precision's
+  half-ulp of the weights' median size: there its lag can be its resolution, not its training, and
+  the check never rejects for a reason it did not measure.
 
 In infer mode, the precision's output error relative to how much the outputs vary across the
 batch (the information they carry) must be within `signal_tolerance`, outputs finite; for a
