@@ -240,7 +240,8 @@ def seeds() -> nbformat.NotebookNode:
             "Three claims about where PyTorch's default convolution is slow, each measured "
             "honestly (synchronised, warmed up, repeated) instead of with a bare `time.time()`. "
             "On a CPU the sizes are small so this runs in CI; with a GPU the notebook uses the "
-            "sizes of the claims (`benchmarks/suite.py` runs the same cases, `seed_*`, in full). "
+            "sizes of the claims (`python -m benchmarks advise --set seeds --device cuda` runs the "
+            "same cases, `seed_*`, in full). "
             "The numbers are whatever this machine measures: no result is assumed."
         ),
         new_code_cell(QUICK_SPACE),
