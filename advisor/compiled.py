@@ -10,8 +10,7 @@ was measured is what runs. The rest is for measuring:
   the way in and out. A compile's *cold* cost is its first call with an empty folder; its *warm*
   cost a second compile in a fresh Dynamo state with the folder filled (a training run that
   starts again on the same machine). Without clearing the in-memory caches, a second compile in
-  the same process is neither (on a 2-core CPU: 17.8 s cold, 1.0 s in an empty folder, 5.9 s with
-  the caches cleared too).
+  the same process is neither: it reads them, several times faster than a warm compile.
 - `measurement_cache`: this process's folder that every measured compile's artifacts are merged
   into: the re-time and the final check compile warm from it instead of paying a cold compile
   again.
@@ -177,9 +176,9 @@ def start_folder() -> Path:
     """Where Inductor's start-up artifacts are built and read: the folder the user's own
     `torch.compile` reads (`training_cache()`). The C++ compiler's checks of each instruction set
     and the precompiled header are the same for every compile on this machine and torch, and
-    Inductor keys them by content: a machine where torch.compile has run before starts warm (a
-    2-core Xeon with AMX: 25 s with an empty folder, 5 s with a filled one), and after a run the
-    user's own first compile does not pay them again."""
+    Inductor keys them by content: a machine where torch.compile has run before starts warm
+    (about 5x faster on a small CPU), and after a run the user's own first compile does not pay
+    them again."""
     return training_cache()
 
 
@@ -190,13 +189,11 @@ def start_inductor(device: torch.device | None = None) -> float:
     Returns the seconds it took (0 when this process had started it).
 
     The start is the device's backend's: its imports, then on a CPU the C++ compiler's checks
-    of each instruction set and the precompiled header (15.7 s and 7.2 s of a 25 s cold start
-    on a 2-core Xeon: benchmarks/results/inductor_start_cpu.md), on a GPU Triton's start and
-    its first kernel. A GPU graph is Triton's and Python's: Inductor picks an instruction set
-    only for C++ kernels and AOT builds, so a CPU function started a GPU run with work its
-    compiles never read: at a99c6a2, which started on the CPU, the start took 54.4 s on an H200
-    against 7.8 s of cold compiles (benchmarks/results/effort_levels_cuda_h200.md; how much of
-    it was the C++ compiler's was not measured there)."""
+    of each instruction set and the precompiled header (most of a cold start), on a GPU Triton's
+    start and its first kernel. A GPU graph is Triton's and Python's: Inductor picks an
+    instruction set only for C++ kernels and AOT builds, so a GPU run is started on the GPU (a
+    CPU function would pay the C++ compiler's checks, which its compiles never read, and can
+    cost more than all its cold compiles)."""
     global _STARTED
     if _STARTED:
         return 0.0
@@ -279,7 +276,7 @@ def training_cache() -> Path:
 
 def _inductor_default_cache_dir() -> str:
     """Inductor's own `default_cache_dir()`, from its file, without importing the `torch._inductor`
-    package where no one has: that import costs the advisor's process 2.5 s on a 2-core EPYC, at
+    package where no one has: that import costs the advisor's process seconds on a small CPU, at
     the end of every run that picked a compile. The file imports nothing of Inductor's."""
     name = "torch._inductor.runtime.cache_dir_utils"
     module: Any = sys.modules.get(name)
@@ -298,8 +295,8 @@ def leave_for_training(run_folder: Path) -> Path | None:
     """Copy a run's compile artifacts (`run_folder`, from `shared_measurement_cache`) into
     `training_cache()`, where Inductor's start-up ones already are (`start_folder`), so that the
     user's first training step compiles the recommendation from them, as the final check's fresh
-    process did (small_cnn infer on a 2-core CPU: 13.2 s with an empty cache, 10.7 s with the
-    run's artifacts alone, the C++ compiler's checks built again; 2.4 s with both). Inductor's
+    process did (with the run's artifacts alone the C++ compiler's checks are built again; with
+    both, a first compile is about 5x faster than with an empty cache). Inductor's
     caches are keyed by content (graph, inputs, config, versions): they are read only by a
     compile they fit. Returns the folder, or None where there was nothing to copy or the copy
     failed."""

@@ -62,4 +62,4 @@ class StorageError(AdvisorError):
 class OutputError(AdvisorError, OSError):
     """An output file (config, trials CSV) that cannot be written; the message names it.
 
-    Also an OSError, which is what writing a file raised before this class existed."""
+    Also an OSError, so code that catches a failed write's OSError still catches it."""

@@ -336,7 +336,7 @@ def candidates(
             values = ["off"]  # compiled candidates come after the eager ones: `compile_modes`
         if name == "cudnn_benchmark":
             # Tried on the finalists, not across the grid (`benchmark_finalists`): each value
-            # of a candidate's dtype and layout pays cuDNN's search again (4.5-14 s on an H200).
+            # of a candidate's dtype and layout pays cuDNN's search again (seconds on a GPU).
             values = [knob.default]
         if name == "conv_impl" and impls is not None:
             for v in values:

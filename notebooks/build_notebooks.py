@@ -238,10 +238,10 @@ def seeds() -> nbformat.NotebookNode:
         new_markdown_cell(
             "# Three slow conv cases, measured with the advisor\n\n"
             "Three claims about where PyTorch's default convolution is slow, each measured "
-            "honestly (synchronised, warmed up, repeated) instead of with a bare `time.time()`. "
-            "On a CPU the sizes are small so this runs in CI; with a GPU the notebook uses the "
-            "sizes of the claims (`benchmarks/suite.py` runs the same cases, `seed_*`, in full). "
-            "The numbers are whatever this machine measures: no result is assumed."
+            "honestly (synchronised, warmed up, repeated) instead of with a bare `time.time()`. On "
+            "a CPU the sizes are small so this runs in CI; with a GPU the notebook uses the sizes "
+            "of the claims (`python -m benchmarks advise --set seeds` runs the same cases, "
+            "`seed_*`). The numbers are whatever this machine measures: no result is assumed."
         ),
         new_code_cell(QUICK_SPACE),
         new_markdown_cell(

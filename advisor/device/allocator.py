@@ -17,7 +17,7 @@ import torch
 def release_free_heap() -> None:
     """glibc: hand free heap pages back to the OS. Otherwise a candidate's buffers can land in
     memory an earlier allocation left resident, and its peak would not show in the RSS at all
-    (seen in a long-lived process: a 36 MiB conv output measured as 0 MB)."""
+    (a 36 MiB conv output can read as 0 MB in a long-lived process)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim(0)
@@ -40,24 +40,19 @@ def settle_cpu_allocator() -> None:
     freed heap memory above 32 MiB (twice that threshold) to the OS: both are page-faulted again
     on the next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
     threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX), so
-    one 31 MiB block, allocated and freed, settles every buffer up to 31 MiB. Measured on a CPU:
-    a 3->16 3x3 conv on 1x3x512x512 takes 10-13 ms per call unsteady (8,164 page faults per
-    call) and 2-2.5 ms settled.
+    one 31 MiB block, allocated and freed, settles every buffer up to 31 MiB (a 3->16 3x3 conv
+    on 1x3x512x512 runs about 5x faster settled).
 
-    A buffer over 32 MiB was still mmapped afresh on every call: the seeds' Conv3d (1,3,3) on
-    8x2x50x64x64 (train, contiguous) page-faulted 64,005 times per step (250 MiB) in a fresh
-    process and ran at 195-236 ms, and at 68 ms re-timed later in that process, where other
-    candidates' buffers had grown the heap (25,602 faults a step after one, in a probe): the
-    default measured first in a process read 3x its re-time. So glibc is also told to serve
-    every block from the heap (`M_MMAP_MAX` 0) and never to trim it (`M_TRIM_THRESHOLD` -1,
-    which glibc's mallopt documents as "disables trimming completely"): whatever its size, a
-    buffer freed at the end of a step is reused by a later one, and the page faults are the
-    first calls' (0 a step after the first on that Conv3d; a probe that allocates nothing but
-    one 96 MiB buffer takes 7 steps to reuse the freed blocks). A thread's
-    arena still mmaps a block too large for its heap (64 MiB); PyTorch's CPU ops allocate on the
-    calling thread. The measuring process's resident memory is handed back between trials
-    (`release_free_heap`, for their peaks), a training process keeps its high-water mark, as
-    PyTorch's CUDA caching allocator does.
+    A buffer over 32 MiB would still be mmapped afresh on every call, so the first candidate
+    timed in a process (before other candidates' buffers have grown the heap) would read up to
+    3x slow. So glibc is also told to serve every block from the heap (`M_MMAP_MAX` 0) and never
+    to trim it (`M_TRIM_THRESHOLD` -1, which glibc's mallopt documents as "disables trimming
+    completely"): whatever its size, a buffer freed at the end of a step is reused by a later
+    one, and the page faults are the first calls' (a large buffer's blocks can take a few steps
+    to be reused). A thread's arena still mmaps a block too large for its heap (64 MiB);
+    PyTorch's CPU ops allocate on the calling thread. The measuring process's resident memory is
+    handed back between trials (`release_free_heap`, for their peaks), a training process keeps
+    its high-water mark, as PyTorch's CUDA caching allocator does.
 
     Done once per process, by the measuring process before any candidate and by
     `advisor.apply` on a CPU, so both run in the same state.

@@ -142,7 +142,7 @@ def cpu_description() -> str:
 
 # CPU features that decide whether bf16/fp16 autocast and oneDNN's low-precision kernels are fast:
 # a virtual machine often names every AMD or Intel CPU alike ("AMD EPYC"), while one has bf16 dot
-# products (bf16 autocast won 2.2x on a model there) and another emulates them (bf16 3-20x slower).
+# products (where bf16 autocast can win) and another emulates them (bf16 3-20x slower).
 _CPU_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8", "avx512_vnni")
 
 

@@ -6,12 +6,12 @@ PyTorch has two APIs for them. The legacy one (`torch.backends.cudnn.allow_tf32`
 per-backend values too; the new one (`torch.backends.*.fp32_precision`, torch 2.9 and later) does
 not write the legacy values, and the legacy getters then raise ("mix of the legacy and new APIs",
 pytorch/pytorch#166387). Inductor's max-autotune, Dynamo and Lightning's Trainer call those
-getters, so a flag written through the new API alone broke a user's `torch.compile` after
-`advisor.apply` (gpu_audit #2). So:
+getters, so a flag written through the new API alone would break a user's `torch.compile` after
+`advisor.apply`. So:
 
 - a candidate's flags are written through the legacy setters, which keep both views in step (and
   exist on every torch this project supports, where the new API's values differ between releases:
-  torch 2.7/2.8 accept only "default"/"tf32" for CUDA, gpu_audit #14);
+  torch 2.7/2.8 accept only "default"/"tf32" for CUDA);
 - a saved state is put back exactly: the legacy value where it could be read, then every new-API
   value as it was read (parents before children: writing a parent resets its children).
 """

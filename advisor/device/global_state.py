@@ -61,7 +61,7 @@ def restore_global_state(saved: dict[str, Any]) -> None:
     deterministic = ("deterministic", "deterministic_warn_only")
     if any(now[k] != saved[k] for k in deterministic):
         # only where it changed: the setter imports Inductor's config, and with it Inductor
-        # (2.1 s on 2 cores), in a process that may compile nothing
+        # (seconds on a small CPU), in a process that may compile nothing
         torch.use_deterministic_algorithms(
             saved["deterministic"], warn_only=saved["deterministic_warn_only"]
         )

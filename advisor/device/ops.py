@@ -1,11 +1,10 @@
 """Every call the advisor makes to the CUDA runtime, in one object.
 
-The advisor's CUDA paths run only where a GPU is lent, which is rare; a path that never ran can
-crash on its first call (`torch.cuda.set_device(torch.device("cuda"))` raised in every isolated
-worker until this module existed). With every device call behind one object, the CPU test suite
-drives the same control flow through a stand-in that keeps each real call's contract
-(`tests/standins/cuda_on_cpu.py`: its `set_device` still rejects a device without an index, its
-events still need a `record()` before `elapsed_time()`), with tensors placed on the CPU.
+The advisor's CUDA paths run only on a GPU, and a path that never ran can crash on its first call
+(`torch.cuda.set_device(torch.device("cuda"))` raises). With every device call behind one object,
+the CPU test suite drives the same control flow through a stand-in that keeps each real call's
+contract (`tests/standins/cuda_on_cpu.py`: its `set_device` still rejects a device without an
+index, its events still need a `record()` before `elapsed_time()`), with tensors placed on the CPU.
 
 `ADVISOR_DEVICE_OPS=module:attribute` names a `CudaOps` subclass to use instead: this process and
 the workers it spawns (they inherit the environment) then talk to it. Only tests set it.

@@ -78,7 +78,7 @@ class Bound:
     The limit is the larger of the space's tolerance and `factor` x the yardstick: the model's
     fp32 noise floor, or for TF32/fp16/bf16 what PyTorch's own path at that precision differs.
     For those, the precision itself must be acceptable first: `check`, what it does to training
-    on this model (advisor/gate/precision.py), or PyTorch's default on the device.
+    on this model (`advisor.gate.precision`), or PyTorch's default on the device.
     """
 
     what: str  # "error" or "gradient error"
@@ -377,7 +377,7 @@ class Gate:
         fp32, native kernels, contiguous, whatever cudnn.benchmark and (off a GPU) TF32 say. Its
         layers are not checked against float64: that would judge PyTorch's fp32 kernels, which
         the user runs already and every candidate is measured against, not a change; and it would
-        pay the float64 references (0.57 s on small_cnn, a tenth of a quick run) where no other
+        pay the float64 references (a tenth of a quick run on small_cnn) where no other
         fp32 candidate needs them."""
         same = settings.model_copy(update={"cudnn_benchmark": False, "tf32": "off"})
         return self.precision(settings) == "fp32" and same == REFERENCE

@@ -22,7 +22,7 @@ al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of t
   not the losses the precision's own forward reported. Under autocast the weights stay fp32 and
   are rounded at each forward: where an Adam step is below the precision's half-ulp of the
   weights, its forward sees each update only in part and its curve lags (bf16 on ResNet-50 at
-  lr 1e-4 was rejected so, issue 56), although the weights it trained are fp32's;
+  lr 1e-4), although the weights it trained are fp32's;
 - the **gap** is how far the precision's final loss ends behind fp32's, over the start (a
   precision that ends ahead has a negative gap). It is accepted when its losses stay finite and
   the gap is within `max_degradation` (0.01, the anchors' tolerance) x what fp32 learnt (its
@@ -31,18 +31,16 @@ al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of t
   band's runs are made only for a precision outside the first rule;
 - where it is outside both, its trained weights are also judged on held-out batches of the
   task, against fp32's (`advisor.gate.held_out`): a deep network learns the check's four batches
-  nearly to nothing, and near that floor bf16 trails for a reason real training never meets
-  (ResNet-50 on an H200). The same two allowances there, where that look can tell;
+  nearly to nothing, and near that floor bf16 trails for a reason real training never meets.
+  The same two allowances there, where that look can tell;
 - where it is outside both still, the curves may not have settled: a lag early in a run shrinks as
-  fp32's loss flattens (a mini ResNet-50 at lr 1e-4: 1.9% of the start behind at 16 steps, 1.4% at
-  32). Both runs are trained again, twice as long, up to `max_steps`, while the gap closes, and
-  judged at the longest horizon;
-- **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the
-  task, where its band is over `max_band` at every rate it learnt at (MobileNetV3-Small at Adam
-  1e-3 went from 0.925 to 1.71 with a band of 19%), or where the precision stays outside at a
-  rate whose Adam step (about `lr` per weight) is below `visible_step` x the precision's half-ulp
-  of the weights' median size: there its lag can be its resolution, not its training, and the
-  check never rejects for a reason it did not measure.
+  fp32's loss flattens. Both runs are trained again, twice as long, up to `max_steps`, while the gap
+  closes, and judged at the longest horizon;
+- **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the task,
+  where its band is over `max_band` at every rate it learnt at, or where the precision stays outside
+  at a rate whose Adam step (about `lr` per weight) is below `visible_step` x the precision's
+  half-ulp of the weights' median size: there its lag can be its resolution, not its training, and
+  the check never rejects for a reason it did not measure.
 
 In infer mode, the precision's output error relative to how much the outputs vary across the
 batch (the information they carry) must be within `signal_tolerance`, outputs finite; for a
@@ -52,7 +50,7 @@ Its limits, said plainly: a model that learns little in the runs makes every gap
 (`min_learnt` bounds how little); a precision whose trouble shows only after `max_steps` is not
 caught; the band from a single other draw can be small or large by chance (`batch_runs`,
 `jitter_runs` add draws), and a wide one refuses to judge rather than accept. The per-layer check
-against float64 (advisor/gate/numeric.py) still catches a wrong kernel at any precision.
+against float64 (`advisor.gate.layer`) still catches a wrong kernel at any precision.
 """
 
 from __future__ import annotations
@@ -83,7 +81,7 @@ __all__ = [
     "half_ulp",
 ]
 
-_ = _gap  # the band's distance, imported from here by benchmarks/check_cost.py
+_ = _gap  # the band's distance, imported from here by `python -m benchmarks gates check-cost`
 
 
 def significant_bits(own_path: Settings) -> int:

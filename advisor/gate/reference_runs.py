@@ -5,7 +5,7 @@ batches of the same kind; optionally on jittered inputs).
 
 A run ends with its trained weights' mean loss in fp32 (`training.train`); gaps are between
 those final losses, each over its run's own starting loss (a run on other batches starts
-elsewhere: ResNet-18's other draws start up to 9% apart, then learn alike).
+elsewhere, up to 9% apart on ResNet-18, then learns alike).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def final_gap(run: list[float], ref: list[float], start: float, ref_start: float
 
 def _gap(run: list[float], ref: list[float], batches: int, start: float, ref_start: float) -> float:
     """A band run's distance from the reference: its final gap either way (`batches`: the
-    signature benchmarks/check_cost.py calls)."""
+    signature `python -m benchmarks gates check-cost` calls)."""
     return abs(final_gap(run, ref, start, ref_start))
 
 
@@ -93,8 +93,7 @@ def fp32_runs(
 ) -> Fp32Runs:
     """The fp32 runs at a learning rate where fp32 learns the task (`_fits`) with a band within
     `max_band`: `lr` first; then down by 10x, to lr/100 at most, while fp32 is unsteady there or
-    its band too wide (MobileNetV3-Small at Adam 1e-3: the loss climbs tenfold; ResNet-18 at 1e-4
-    doubles, then falls); or up by 10x, once, where it learnt too little (a lower rate learns
+    its band too wide; or up by 10x, once, where it learnt too little (a lower rate learns
     less). Each rate's reference is a probe that stops at its first unsteady pass. Where no rate
     qualifies, the runs say why: those of the narrowest band of the rates fp32 learnt at (too
     wide), else the last rate tried (not learnt).

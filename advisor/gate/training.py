@@ -6,16 +6,15 @@ weights' mean loss over the batches computed in fp32.
 That last loss is what the check judges (`advisor.gate.precision`): the weights a precision
 trained, not the losses its own forward reported. Under autocast the weights stay fp32 and are
 rounded at each forward; at a rate where an Adam step is below the precision's half-ulp of the
-weights, the forward sees each update only in part and its losses lag for a reason that is not
-training (issue 56: bf16 on ResNet-50 at lr 1e-4). A precision that cannot carry the model's
+weights (bf16 on ResNet-50 at lr 1e-4), the forward sees each update only in part and its losses
+lag for a reason that is not training. A precision that cannot carry the model's
 signal still fails in fp32: the weights it trained did not learn (tests/data/below_bf16.py).
 
 Batch `b` is always run with the dropout masks of seed `b` (`canonical_dropout`): the teacher's
 targets, every training step on it and the losses before and after training. With a mask of its
-own at each step (as before issue 31) a model with dropout could not learn the task: on
-MobileNetV3-Small (Dropout(0.2) before its classifier) the teacher itself, under other masks than
-its targets', was 0.24-0.43 of the way from its own targets, a floor and a noise as large as most
-of what the check measures.
+own at each step a model with dropout cannot learn the task: under other masks than its targets',
+MobileNetV3-Small's teacher itself is 0.24-0.43 of the way from its own targets, a floor and a
+noise as large as most of what the check measures.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Exact rewrites: the same arithmetic as the layer, expressed with ops that run faster.
 
 - fold_time: a Conv3d whose kernel is 1 along time is a Conv2d over (batch x time) frames. The
-  Conv2d backward is the faster one (seed: 2-3x on CUDA), and a channels_last_3d input folds to a
-  channels_last 2-D batch without a copy.
+  Conv2d backward is the faster one (2-3x on CUDA in the Conv3d seed case), and a
+  channels_last_3d input folds to a channels_last 2-D batch without a copy.
 - transpose_as_mul: a ConvTranspose with stride == kernel, no padding and dilation 1 has no
   overlapping windows, so each input pixel writes its own output block: a broadcast multiply
   (depthwise) or an einsum (general groups), then a reshape. No col2im, no atomics.

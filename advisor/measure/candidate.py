@@ -111,8 +111,7 @@ def _calls(mode: Any) -> int:
 
 # How a layer's training step is timed; stored measurements of layers taken another way are not
 # compared with this one's (`per_layer.layer_context`, `study.study_name_for`). 2: backward from
-# the output gradient, without a loss over the output (`Candidate._backward_from_outputs`; the
-# loss's passes were over half of a 1x1 conv's step on small_cnn before).
+# the output gradient, without a loss over the output (`Candidate._backward_from_outputs`).
 LAYER_STEP = "step2"
 
 
@@ -230,8 +229,8 @@ class Candidate:
         """Backward from the outputs with `_loss`'s output gradients, each in its output's dtype:
         the gradients `_loss` would give, bit for bit (its cast back to the output's dtype is
         the same rounding), without the loss's cast, product and sum over the whole output and
-        their backward (on small_cnn's 1x1 conv, 8x64x64x64 bf16, over half of the layer's
-        step: 11.7 vs 5.0 ms, the same for every implementation, so it narrowed their ratios)."""
+        their backward: on a cheap layer those passes can be over half its step, the same for
+        every implementation, which would narrow their ratios."""
         if self._direct_grads is None:
             self._loss(outs)  # draws the output gradients
             assert self._grad_outputs is not None

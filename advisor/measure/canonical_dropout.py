@@ -3,8 +3,8 @@
 The gate compares a candidate's training step with the fp32 reference's, both seeded alike. But
 PyTorch draws a dropout mask in memory order, with a vector width that depends on the dtype on
 CUDA (4 fp32 values per thread, 8 fp16/bf16, 2 fp64): a channels_last candidate (on a CPU too) or
-an AMP one (on CUDA) drops other units than the reference, and the comparison measures two masks,
-not two precisions (AMP rejected, the fp32 noise floor vacuous: gpu_audit #5).
+an AMP one (on CUDA) drops other units than the reference, and the comparison would measure two
+masks, not two precisions.
 
 While `canonical_dropout()` is active, every dropout function (`nn.Dropout*`, `nn.AlphaDropout`,
 `nn.FeatureAlphaDropout` and their functional forms) draws its mask on the CPU, in fp32, in the
@@ -13,17 +13,17 @@ dropout is affine in its input for a fixed mask, `out = x * a + b` (`b = 0` but 
 variants), so `a` and `b` come from running PyTorch's own function on ones and zeros under that
 seed. Only the gate's captures use it; timed steps run PyTorch's own kernels.
 
-Around a compiled model Dynamo traces the mode into the model's graph, which must stay one graph
-as under the user's own `torch.compile`. Drawing the mask under `fork_rng`/`manual_seed` cannot be
-traced: it broke the graph inside the mode, and Dynamo then compiled the mode's `__torch_function__`
-once per torch call of the step, each op a graph of its own. An in-place activation is then a
-graph mutating its input, and the in-place dropout after it (`Hardswish(inplace=True)`,
-`Dropout(inplace=True)`: MobileNetV3's classifier) made the backward fail ("modified by an inplace
-operation ... CopyBackwards") on a model that trains compiled. So the mask is drawn by a custom op
-(`advisor::canonical_dropout_affine`): opaque to Dynamo and Inductor, it runs eagerly inside the
-compiled graph, with the same seed and call number as in eager mode. A graph break in the model
-itself does the same under any TorchFunctionMode (Dynamo compiles the mode per op after it): an
-in-place activation before an in-place dropout still fails there, in the gate's capture only.
+Around a compiled model Dynamo traces the mode into the model's graph, which must stay one graph as
+under the user's own `torch.compile`. Drawing the mask under `fork_rng`/`manual_seed` cannot be
+traced: it breaks the graph inside the mode, and Dynamo then compiles the mode's
+`__torch_function__` once per torch call of the step, each op a graph of its own. An in-place
+activation is then a graph mutating its input, and an in-place dropout after it
+(`Hardswish(inplace=True)`, `Dropout(inplace=True)`: MobileNetV3's classifier) makes the backward
+fail ("modified by an inplace operation") on a model that trains compiled. So the mask is drawn by a
+custom op (`advisor::canonical_dropout_affine`): opaque to Dynamo and Inductor, it runs eagerly
+inside the compiled graph, with the same seed and call number as in eager mode. A graph break in the
+model itself does the same under any TorchFunctionMode (Dynamo compiles the mode per op after it):
+an in-place activation before an in-place dropout still fails there, in the gate's capture only.
 """
 
 from __future__ import annotations

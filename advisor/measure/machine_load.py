@@ -6,7 +6,7 @@ over a span, minus what this process and its finished children used in it: what 
 other processes' work. It matters because a busy CPU does not slow every candidate alike: with
 every core taken, each of a step's parallel regions waits for a preempted thread, so steps with
 more regions (a contiguous conv's layout reorders) lose most, and a ranking measured then need
-not hold on a quiet machine (advisor/stages/final_check.py, benchmarks/results/contention_cpu.md).
+not hold on a quiet machine (`advisor.stages.final_check` warns so).
 """
 
 from __future__ import annotations

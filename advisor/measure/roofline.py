@@ -91,8 +91,7 @@ def _median_time(fn: Callable[[], object], device: torch.device, repeats: int) -
 
 def _matmul_n(device: torch.device, dtype: torch.dtype) -> int:
     """Matmul size for the peak: 8192 on CUDA, 1024 on CPU, except for 16-bit types on a CPU
-    without fast ones (~100x slower than fp32 there: 4 s a 1024 matmul on the dev machine),
-    where 256 keeps the measurement quick."""
+    without fast ones (~100x slower than fp32 there), where 256 keeps the measurement quick."""
     if device.type == "cuda":
         return 8192
     if dtype not in (torch.float16, torch.bfloat16):

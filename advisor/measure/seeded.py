@@ -3,8 +3,8 @@
 The gate compares a candidate's step with the reference's under the same seed. Seeding torch
 alone leaves the draws a model makes with Python's `random` or NumPy's global generator:
 transformers' SpecAugment (`_compute_mask_indices`, Wav2Vec2/HuBERT in train mode) picks its
-masked frames with `np.random`, so two runs of one fp32 model differed by 4.4 (a relative error
-of 0.44) and no candidate could be judged. Within `seeded(seed)` those streams start from the
+masked frames with `np.random`, so two runs of one fp32 model differ by a relative error of 0.44
+and no candidate could be judged. Within `seeded(seed)` those streams start from the
 seed too. Their states before are restored on exit, so the user's own draws go on as if the gate
 had not run; torch's generators are restored too where `keep_torch` is false.
 """

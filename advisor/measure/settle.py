@@ -1,15 +1,13 @@
 """When a warm-up goes on until the step has settled: once per layout in a process.
 
 A workload's one-time costs are not all paid by its first call (pages first touched, oneDNN
-primitives created for each pass, caches filled): a warm-up cut at a fixed count let the rest
-into the samples of the first measurement in a process (issue 56: the default's trial, 3x its
+primitives created for each pass, caches filled): a warm-up cut at a fixed count lets the rest
+into the samples of the first measurement in a process (the default's trial can read 3x its
 re-time). So the first step a process measures in a memory format warms up until it has stopped
 getting faster (`settling`). A later step in that layout starts from a process that has paid
 them (its buffers' pages touched, the allocator's heap grown) and warms up with the policy's runs
-(`warmup_runs`, `warmup_s`), as every step did before issue 56. Settling every candidate and
-every re-time finalist again (two runs at least after each one faster than all before it) took
-small_cnn's quick train run on a quiet 2-core Xeon 1.4-2.0 s of warm-up against 0.8-0.9 s with
-the policy's runs alone (issue 55, item 5).
+(`warmup_runs`, `warmup_s`): settling every candidate and every finalist again would about
+double a quick run's warm-up.
 """
 
 from __future__ import annotations

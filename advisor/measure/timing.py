@@ -93,8 +93,8 @@ class Sampler:
             else:
                 # A whole step in steady state, as in a training loop: one untimed call first, so
                 # the timed ones start where it ends instead of on an idle GPU that waits for the
-                # host's first launch (that latency was inside every sample: a few % on 1-5 ms
-                # steps). A host-bound step still shows: the GPU then waits for the host.
+                # host's first launch (that latency would be inside every sample: a few % of a
+                # 1-5 ms step). A host-bound step still shows: the GPU then waits for the host.
                 fn()
             ev0.record()
             for _ in range(reps):
@@ -111,8 +111,8 @@ class Sampler:
 
     def batch(self, fn: Callable[[], object], reps: int, count: int) -> list[float]:
         """`count` samples of a whole step back to back: on a GPU one untimed call, an event
-        after each sample and one synchronisation for all (a sample at a time paid an untimed
-        call and a synchronisation each: half of a 2 ms step's sampling on an H200)."""
+        after each sample and one synchronisation for all (a sample at a time would pay an
+        untimed call and a synchronisation each: up to half of a short step's sampling)."""
         if count <= 1 or not self.use_events or self.flush is not None or self.queue_ahead:
             return [self(fn, reps)]  # elsewhere one at a time: nothing to save, nothing to waste
         events = [cuda_ops().event() for _ in range(count + 1)]

@@ -1,9 +1,9 @@
 """Optimizer updates without `torch.optim`, for the timed step and the training check.
 
-`torch.optim`'s first use (an optimizer's construction) imports `torch._dynamo`: 1.4-1.7 s of one
-core on a 2-core Zen 4 EPYC, paid by every process that times or checks a candidate, on the path
-to the first answer. An eager run without a GradScaler needs nothing from it, so these are the same
-updates written with the same tensor ops (`torch.optim`'s single-tensor paths, the CPU's default):
+`torch.optim`'s first use (an optimizer's construction) imports `torch._dynamo`: over a second of
+CPU, paid by every process that times or checks a candidate, on the path to the first answer. An
+eager run without a GradScaler needs nothing from it, so these are the same updates written with the
+same tensor ops (`torch.optim`'s single-tensor paths, the CPU's default):
 
 - `ZeroLrSgd`: plain SGD at learning rate 0, the timed step's update (its kernels run; no weight
   changes, so every step and the numeric gate see the same model). On a GPU, as
@@ -13,8 +13,7 @@ updates written with the same tensor ops (`torch.optim`'s single-tensor paths, t
 
 A GradScaler reads an optimizer's `param_groups` (to unscale their gradients) and calls its
 `step()` (skipped after an overflow), nothing else: `ZeroLrSgd` has both, so the timed fp16 step
-does not import `torch._dynamo` either (on an H200 the first fp16 candidate of the bundled example
-paid 3.2 s for it, outside its first call).
+does not import `torch._dynamo` either.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the precision check (advisor/gate/precision.py) is told and what it finds: plain
+"""What the precision check (`advisor.gate.precision`) is told and what it finds: plain
 pydantic models, stored with trial results and in search spaces."""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class PrecisionCheckSettings(BaseModel):
     """How a precision is judged on the model (search-space section `precision_check`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    # 16: on four networks x 5 input draws and both negative controls every verdict was the same
-    # at 16 steps as at 32 (benchmarks/results/gate_verdicts_cpu.md); 32 steps made ResNet-18's
-    # check 1.4x as long. A precision outside at 16 is trained longer (`max_steps`).
+    # 16: on the CPU zoo (5 input draws each, both negative controls) every verdict was the same
+    # at 16 steps as at 32, and 32 made ResNet-18's check 1.4x as long. A precision outside at 16
+    # is trained longer (`max_steps`).
     steps: int = Field(16, ge=2, description="optimiser steps of each training run")
     batches: int = Field(4, ge=1, description="fixed synthetic batches, used in turn")
     lr: float = Field(1e-3, gt=0, description="Adam's learning rate")
@@ -57,9 +57,9 @@ class PrecisionCheckSettings(BaseModel):
         0.5, gt=0, description="the teacher's parameters: the model's moved by this x their RMS"
     )
     jitter: float = Field(1e-5, gt=0, description="fp32 run with inputs moved by this (relative)")
-    # 0 by default: on six CPU networks x 3 input draws the jittered run's gap was at most 9% of
-    # the other batches' run's (benchmarks/results/check_cost_cpu.md), so it never set the band;
-    # leaving it out can only narrow the band (reject more), and saves a third of the fp32 side.
+    # 0: on the CPU zoo the jittered run's gap was at most 9% of the other batches' run's, so it
+    # never set the band; leaving it out can only narrow the band (reject more), and saves a
+    # third of the fp32 side.
     jitter_runs: int = Field(0, ge=0, description="fp32 runs with jittered inputs")
     batch_runs: int = Field(1, ge=0, description="fp32 runs on other batches of the same kind")
     band_factor: float = Field(
@@ -68,9 +68,8 @@ class PrecisionCheckSettings(BaseModel):
         description="train: accept when the precision's final loss is behind fp32's by at most "
         "this x the fp32 band (fp32's own final loss on other batches, each over its start)",
     )
-    # 0.25: at the rate kept fp32 learnt 47-98% of the start on the six CPU zoo networks x 5
-    # draws (benchmarks/results/gate_verdicts_cpu.md); MobileNetV3-Small at Adam 1e-3 ended at
-    # 2-10x its start.
+    # 0.25: well below what fp32 learns at the rate kept on the CPU zoo (47-98% of the start),
+    # far from a rate it does not learn at (MobileNetV3-Small at Adam 1e-3 ends at 2-10x its start).
     min_learnt: float = Field(
         0.25,
         ge=0,
@@ -79,9 +78,9 @@ class PrecisionCheckSettings(BaseModel):
         "pass's mean loss above 1.1 x the start) whose final loss is at most (1 - this) x the "
         "start; else the precision is not judged (not accepted)",
     )
-    # 0.05: a band of 19% of the start (MobileNetV3-Small, issue 31) accepts any precision that
-    # ends within 29% of fp32; at the rates kept (largest gap over the passes, issue 31) the six CPU zoo networks' bands
-    # were 0.03-3.9% on 29 of 30 draws (MobileNetV3-Small's draw 0: 5.5%, not judged).
+    # 0.05: a band of 19% of the start would accept any precision that ends within 29% of fp32;
+    # at the rates kept the CPU zoo's bands are 0.03-3.9% on 29 of 30 draws (the 30th, 5.5%, is
+    # not judged).
     max_band: float = Field(
         0.05,
         gt=0,
@@ -98,8 +97,8 @@ class PrecisionCheckSettings(BaseModel):
         "is behind fp32's by at most this fraction of what fp32 learnt (its loss drop over the "
         "start)",
     )
-    # 64: a lag early in a run shrinks as fp32's loss flattens (a mini ResNet-50 at lr 1e-4: 1.9%
-    # of the start behind at 16 steps, 1.4% at 32); paid only by a precision outside at `steps`.
+    # 64: a lag early in a run shrinks as fp32's loss flattens; paid only by a precision outside
+    # at `steps`.
     max_steps: int = Field(
         64,
         ge=2,
@@ -114,9 +113,9 @@ class PrecisionCheckSettings(BaseModel):
         description="train: a precision outside is not judged (rather than rejected) where an "
         "Adam step (about lr) is below this x its half-ulp of the weights' median size",
     )
-    # 4: the held-out look (advisor/gate/held_out.py) judges only where a precision that learnt
-    # nothing would end at least 4 x outside its allowance (fp32 learnt 15-40% on held-out
-    # batches on the CPU test models, against allowances of 0.2-0.6%).
+    # 4: the held-out look (`advisor.gate.held_out`) judges only where a precision that learnt
+    # nothing would end at least 4x outside its allowance (on the CPU test models fp32 learns
+    # 15-40% on held-out batches, against allowances of 0.2-0.6%).
     held_signal: float = Field(
         4.0,
         gt=0,
@@ -153,7 +152,7 @@ class PrecisionCheck(BaseModel):
     floor: float = 0.0
     steps: int = 0  # train: the length of the runs the verdict was judged at
     losses: dict[str, list[float]] = Field(default_factory=dict)  # run -> loss per step
-    # train: the look on held-out batches where it was taken (advisor/gate/held_out.py): its gap,
+    # train: the look on held-out batches where it was taken (`advisor.gate.held_out`): its gap,
     # band, what fp32 learnt there and the allowance, each over the held-out start
     held_out: dict[str, float] | None = None
     top1_agreement: float | None = None

@@ -45,13 +45,12 @@ def closure_in(module: nn.Module) -> str | None:
 def copying_factory(
     build: Callable[[], nn.Module], on_kept: Callable[[nn.Module], None] | None = None
 ) -> Callable[[], nn.Module]:
-    """`build`, made once: every call returns a copy of that first model (`copy_module`),
-    weights, buffers and all. A model's own initialisation can cost far more than a copy
-    (ResNet-18's random init: 64 ms a build against 8 ms a copy, on a Zen 5 EPYC), and the
-    advisor makes one per candidate, per gate check and per training run. Where a copy could
-    differ from a build (a closure it keeps, `closure_in`; a copy that raises), every call
-    builds, as before. `on_kept` receives the model copied from, never handed out: the caller
-    may point its own copy of the weights at it."""
+    """`build`, made once: every call returns a copy of that first model (`copy_module`), weights,
+    buffers and all. A model's own initialisation can cost far more than a copy (ResNet-18's random
+    init about 8x), and the advisor makes one per candidate, per gate check and per training run.
+    Where a copy could differ from a build (a closure it keeps, `closure_in`; a copy that raises),
+    every call builds. `on_kept` receives the model copied from, never handed out: the caller may
+    point its own copy of the weights at it."""
     kept: list[nn.Module] = []  # the model copied from; empty: build every time
     copies = True
 

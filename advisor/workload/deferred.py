@@ -5,8 +5,8 @@ which goes on as the run's worker: the search, the gate and the re-times run the
 process itself needs the model only for the per-layer stage (its conv layers and their shapes)
 and for in-process checks; for the rest (the study's key, the candidates, the config file) the
 description the probe sends back is enough. Loading the file here again costs its imports a
-second time: MONAI's are 5.6-8 s on a 2-core CPU, more than the whole search at quick effort,
-which needs no model here at all. So the model and its inputs are loaded on first use.
+second time (MONAI's take longer than a whole quick search, which needs no model here at all),
+so the model and its inputs are loaded on first use.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ class DeferredWorkload(Workload):
 
     @property
     def shape_weights(self) -> tuple[float, ...]:
-        """From the description: combining the workers' measurements loads nothing here (the
-        re-time loaded ResNet-50 again for its weights: 5.8 s of 8.1 s on an H200)."""
+        """From the description: combining the workers' measurements loads nothing here (loading
+        a large model again for its weights would cost most of the combining's time)."""
         shape_set = self.info.shape_set
         return tuple(float(w) for w in shape_set.weights) if shape_set is not None else (1.0,)
 
