@@ -35,8 +35,8 @@ __all__ = ["benchmark_twins", "run_benchmark_twins"]
 
 log = logging.getLogger("advisor")
 
-# What a twin is assumed to take before one was measured: about cuDNN's search on a large CNN
-# (ResNet-50) on a GPU, so a budget too short for one does not start it.
+# What a twin is assumed to take before one was measured: about cuDNN's search for a large
+# CNN's convolutions, so a budget too short for one does not start it.
 FIRST_TWIN_S = 15.0
 
 
