@@ -189,9 +189,8 @@ def run_advise(
 
         def conclude(retimed: int, retime_error: str | None, choices: list[LayerChoice],
                      stats: dict[str, int], answer: str = "final") -> Advice:  # fmt: skip
-            """The advice from the results so far: the pick, checked where the user runs it
-            (once per pick: the eager answer's check stands where the compile stage left the
-            same pick)."""
+            """The advice from the results so far, its pick checked where the user runs it
+            once per pick (the eager answer's check stands if the compile stage keeps its pick)."""
             notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
             notes += [n for n in (outcome.screen_note, level.note()) if n]
             share = usage.others_share()
