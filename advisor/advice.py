@@ -1,4 +1,5 @@
-"""What a search returns: the recommendation (a Config), every measured candidate, and exports."""
+"""What `advise` returns (`Advice`): the recommendation (a Config), every measured candidate, and
+its exports; `build_advice` makes it from a search's outcome and the stages' results."""
 
 from __future__ import annotations
 
@@ -150,6 +151,8 @@ def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:
 
 
 def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
+    """One row of the trials table: a candidate's settings, its measurement and speedup over
+    `baseline`, its verdict and its costs (`number`: its trial, or -1 for a later stage's)."""
     m = r.measurement
     own = r.replaced[0] if r.replaced else m  # the trial's own phases, before any re-time
     row: dict[str, Any] = {

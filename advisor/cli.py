@@ -258,15 +258,14 @@ def run() -> NoReturn:
     """The `advisor` command and `python -m advisor`: `main` in a process that exits after it.
 
     What is imported (torch, the advisor) and what the command made live until the exit, so
-    both are frozen out of the garbage collector: no collection walks torch's 200,000 objects
-    again (0.17 s each on a 2-core EPYC). A caller of `main` in a longer-lived process keeps
-    its own collector as it was. The exit is the interpreter's first steps (its other threads
-    joined, then every exit handler: the fork server stopped, temporary folders removed, the
-    streams flushed) without its teardown of every module and object, which freed torch after
-    the run's last line: a one-layer quick advise on a 2-core Xeon took 4.47 s to the prompt
-    against 4.95 s (medians of 8 alternating pairs; `leave`). With
-    `$ADVISOR_PROFILE_DIR` set it is profiled (from the package's import on:
-    `advisor.execute.profiling`; started here if that import came earlier)."""
+    both are frozen out of the garbage collector: no collection walks torch's objects again. A
+    caller of `main` in a longer-lived process keeps its own collector as it was. The exit is
+    the interpreter's first steps (its other threads joined, then every exit handler: the fork
+    server stopped, temporary folders removed, the streams flushed) without its teardown of
+    every module and object, which would free torch after the run's last line while the user
+    waits for the prompt (`leave`). With `$ADVISOR_PROFILE_DIR` set it is profiled (from the
+    package's import on: `advisor.execute.profiling`; started here if that import came
+    earlier)."""
     from advisor.execute.profiling import start
     from advisor.execute.worker_process import leave
 

@@ -1,9 +1,9 @@
 """Reuse: the same `advise` asked again, with the default storage, is answered from the advice the
 first run stored, before anything is probed, loaded or measured.
 
-A second run of the same question already reuses the stored study (trials, layer measurements,
-re-time and final-check records), but still pays for the isolated probe of the user's code, a
-worker's start and the model's load: seconds that a stored answer does not need.
+A second run of the same question would reuse the stored study (its ledger and its layer
+measurements) anyway, but would still pay for the isolated probe of the user's code, a worker's
+start and the model's load: seconds that a stored answer does not need.
 
 The key is a hash of everything the advice depends on:
 - every argument of `run_advise` except the callbacks (`progress`, `on_eager`), `fresh` and
@@ -20,8 +20,8 @@ The key is a hash of everything the advice depends on:
 
 Only a complete answer is stored: one the budget cut short (candidates or layers unmeasured) or
 that kept the default because a re-time or the final check failed is not, so a rerun resumes
-the study and measures what is missing, as it always did. `fresh` drops the stored answer and
-tunes anew. An entry that cannot be read back as it was written is ignored.
+the study and measures what is missing. `fresh` drops the stored answer and tunes anew. An
+entry that cannot be read back as it was written is ignored.
 
 Entries are JSON (pydantic) in `cache_dir()/advice/<key>.json`, written atomically.
 """

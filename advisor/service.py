@@ -54,9 +54,8 @@ from advisor.workload.build import (
 
 log = logging.getLogger("advisor")
 
-# How long, beyond the time the run has taken so far, the first trial waits for the final
-# check's process to finish loading: it loads beside the probe and the run's own load, so it is
-# nearly always ready by then; one that is not (a load that hangs) is ended, not waited for.
+# How long, beyond the run's time so far, the first trial waits for the final check's process
+# to load (it loads beside the probe, so it is nearly always ready); one still loading is ended.
 SPARE_WAIT_S = 5.0
 
 
@@ -121,9 +120,8 @@ def run_advise(
         if isolate and workload_args.get("model_file") is not None:
             # The final check's fresh process loads the model file beside the probe (both
             # isolated), so the check later pays for its timing only (final_check.FreshProcess).
-            # Not at quick, whose check runs only where the margin is within noise: there the
-            # spare's start would compete with the probe's for the CPU on every run, to save
-            # its own start on a few.
+            # Not at quick, whose check runs only where the margin is within noise: the spare
+            # would compete with the probe for the CPU on every run to save its start on a few.
             if level.check_always:
                 spare = stack.enter_context(
                     contextlib.closing(FreshProcess(("args", workload_args)))
@@ -164,9 +162,8 @@ def run_advise(
             screen=level.screens,
             every_layer_group=level.every_layer_group,
         )
-        # One evaluator (one worker process when isolated) for the whole model's trials, its
-        # per-layer combination, its compiled candidates and the re-times: each worker start
-        # costs an interpreter, torch's import and the model's set-up (about 4 s on 2 cores).
+        # One evaluator (one worker process when isolated) serves every stage: each worker
+        # start costs an interpreter, torch's import and the model's set-up.
         evaluator = make_evaluator(workload, dev, sp, options)
         stack.callback(evaluator.close)  # on an error before the stages (closed again: a no-op)
         hand_over(probed, evaluator)
@@ -192,9 +189,8 @@ def run_advise(
 
         def conclude(retimed: int, retime_error: str | None, choices: list[LayerChoice],
                      stats: dict[str, int], answer: str = "final") -> Advice:  # fmt: skip
-            """The advice from the results so far: the pick, checked where the user runs it
-            (once per pick: the eager answer's check stands where the compile stage left the
-            same pick)."""
+            """The advice from the results so far, its pick checked where the user runs it
+            once per pick (the eager answer's check stands if the compile stage keeps its pick)."""
             notes = budget_notes(outcome, stats, budget_s or sp.budget.time_s, start)
             notes += [n for n in (outcome.screen_note, level.note()) if n]
             share = usage.others_share()
@@ -290,12 +286,12 @@ def _eager_stages(
     layer_results: list[TrialResult],
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
     """After the search: the first re-time and the per-layer stage, with the re-time it calls
-    for: the eager answer (the layer measurements it takes go to `layer_results`). Returns how many were re-timed last, why a re-time failed, the
-    per-layer choices and the per-layer stage's counts."""
+    for: the eager answer (the layer measurements it takes go to `layer_results`). Returns how
+    many were re-timed last, why a re-time failed, the per-layer choices and the stage's counts."""
     # The global finalists are re-timed together first, so the per-layer stage works from the
     # settings that would be recommended; its combination is then re-timed with them,
     # interleaved, before it can be picked. Where the search already settled the pick
-    # (`settled`), that first re-time is left until after the per-layer stage: once, with it.
+    # (`Contest.clear_lead`), the first re-time is left until after the per-layer stage.
     first = plan.layers if per_layer else (plan.compile or plan.layers)
     eager_end = plan.layers if compiling else plan.retime  # the compile stage comes after
     retimed, retime_error = 0, None
@@ -360,9 +356,8 @@ def _compile_stage(
         retimed, why = retime_finalists(workload, outcome, dev, sp, options, only_with=new,
                                         deadline=plan.retime, evaluator=evaluator,
                                         among=after_compile(eager, new))  # fmt: skip
-    # A compiled pick measured without its gate's capture under dropout masks is gated now
-    # (after a failed re-time too: whatever is picked from here on is gated). That capture is a
-    # compile: it counts with the stage's.
+    # A pick whose gate waited is gated now, after a failed re-time too (nothing is picked
+    # ungated); a compiled pick's capture under dropout is a compile: it counts with the stage's.
     with clock.stage("compile"):
         gated_pick(outcome, evaluator, contest, plan.end, options.progress)
     return retimed, why

@@ -3,9 +3,8 @@
 cuDNN keeps its plans in a cache that lives as long as the process, keyed without the benchmark
 flag, and it caches the plan its heuristics chose too. So a `cudnn_benchmark=True` candidate
 measured in a process that already ran the same convolutions with the flag off reuses those plans
-and never benchmarks; in the other order, PyTorch's default is timed with benchmarked plans. Every
-candidate of a run shared one process (gpu_audit #4). On CUDA, candidates go to a process per
-`cudnn_benchmark` value: the run's own evaluator takes `False` (PyTorch's default), a worker of
+and never benchmarks; in the other order, PyTorch's default is timed with benchmarked plans. So on
+CUDA, candidates go to a process per `cudnn_benchmark` value: the run's own evaluator takes `False` (PyTorch's default), a worker of
 its own takes `True`. Finalists of both kinds are re-timed in rounds driven from here, each
 sample taken by the process that holds its finalist, so the pairing of the pick survives.
 """
@@ -157,8 +156,7 @@ class BenchmarkSplit:
     def launch_on(self) -> None:
         """Start the flag's process now without waiting for it (`IsolatedEvaluator.launch`): it
         imports and builds the model while the search runs in the other one, so the twins do
-        not wait for it (ResNet-50's took 6.8 s on an H200). It runs nothing on the GPU until
-        its first task."""
+        not wait for it. It runs nothing on the GPU until its first task."""
         ev = self._for(True)
         if isinstance(ev, IsolatedEvaluator):
             ev.launch()

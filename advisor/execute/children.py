@@ -2,8 +2,8 @@
 process.
 
 A child must start from no state of its parent's. Spawning one (a new interpreter) gives that,
-but each pays the interpreter's start and torch's import: 2.5-3.6 s of CPU on a 2-core EPYC, more
-than a one-layer quick advise measures. On Linux the children are therefore forked from
+but each pays the interpreter's start and torch's import: seconds of CPU, more than a one-layer
+quick advise measures. On Linux the children are therefore forked from
 multiprocessing's fork server, a process started once that has only imported torch and the
 advisor's child code: no tensor made, no thread pool, no CUDA context, so a child forked from it
 is as fresh as a spawned one, less the import. Elsewhere, and where `ADVISOR_START_METHOD=spawn`,
@@ -91,8 +91,8 @@ def _stop_server() -> None:
 def start_for_cli(argv: list[str] | None = None) -> None:
     """Where this process is the `advisor` command about to start children (`advise` or
     `worker`, isolated), start the fork server before the command imports torch: the two
-    imports overlap (on 2 cores a one-layer quick advise then answers about 3 s sooner). Called
-    by the package's import, which is the command's first; a no-op for any other program."""
+    imports overlap. Called by the package's import, which is the command's first; a no-op for
+    any other program."""
     argv = sys.argv if argv is None else argv
     command = len(argv) > 1 and (argv[0] == "-m" or os.path.basename(argv[0]) == "advisor")
     if command and argv[1] in ("advise", "worker") and "--in-process" not in argv:
@@ -160,8 +160,8 @@ def _forked_main(target: Callable[..., None], role: str, env: dict[str, str], st
 def _spawned_main(target: Callable[..., None], role: str, *args: Any) -> None:
     """A spawned child's first step: what it imported to start (torch, the target's module)
     lives until it exits, so it is frozen out of the garbage collector. A full collection
-    would otherwise walk those 200,000 objects each time (0.17 s on a 2-core EPYC), and a
-    compile's allocations bring many. Then `target(*args)`, profiled as `role` where its
+    would otherwise walk those objects (torch alone makes hundreds of thousands) each time, and
+    a compile's allocations bring many. Then `target(*args)`, profiled as `role` where its
     parent profiles."""
     gc.freeze()
     with profiling.profiled(role):

@@ -3,8 +3,8 @@
 cuDNN searches a convolution's algorithms at the first call of each new (shape, dtype, layout) in
 a process, and caches the plan for the rest of it. A twin's first call is the search a training
 run pays at its start only where nothing before it in the process ran the same convolutions:
-not the gate's references (fp32, TF32 off: a `tf32=off` twin found them cached, 9 ms against a
-fresh process's 0.55 s on an H200), not another twin. So the flag's process is told the twins
+not the gate's references (fp32 with TF32 off, whose plans a `tf32=off` twin would find cached),
+not another twin. So the flag's process is told the twins
 first (`prime`): it runs each one's first call, in order, each on a freshly built model, and
 keeps the times; the twin's trial then reports that first call (`with_first_calls`), and
 `compile_bill.searched_by` reads a later twin with the same plan keys as the first one's.

@@ -1,6 +1,6 @@
 """The gate's side of one candidate: its capture as the gate compares it, the verdict from its
 errors and its precision's check, and the gate's checks alone for a candidate measured without
-them (`gate_only`: a compiled pick under dropout, `advisor.stages.gate_winner`)."""
+them (`gate_only`, asked for where the pick needs its verdict: `advisor.search.pick_gates`)."""
 
 from __future__ import annotations
 
@@ -176,11 +176,11 @@ def gate_only(
     gate: Gate,
     time_left_s: float | None = None,
 ) -> TrialResult:
-    """The gate's checks of a candidate measured without them (`Race.defer_gate`: a compiled
-    candidate under dropout that won the pick, `advisor.stages.gate_winner`): its capture against
-    the fp32 reference, and its precision's verdict, on every shape. No samples: the result's
-    verdict fields are what the pending result takes. A compiled candidate's capture compiles
-    in the run's caches (`compile_check_s`)."""
+    """The gate's checks of a candidate measured without them (its result `pending`; asked for
+    where the pick needs its verdict, `advisor.search.pick_gates`): its capture against the fp32
+    reference, and its precision's verdict, on every shape. No samples: the result's verdict
+    fields are what the pending result takes (`with_verdict`). A compiled candidate's capture
+    compiles in the run's caches (`compile_check_s`)."""
     started = time.perf_counter()
     precision = gate.precision(settings)
     if not settings.compiled:
@@ -191,9 +191,8 @@ def gate_only(
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
             return failed(settings, f"torch.compile cannot start: {first_line(e)}", precision)
         # The run's caches, which hold the trial's artifacts: the capture's graph is another
-        # (the gate's dropout mode is in it) but most of its kernels are the trial's. With
-        # empty caches it took 39 s on MobileNetV3-Small train (Zen 5), against 18.9 s when
-        # it followed the timed steps in their own caches, as it did in the trial.
+        # (the gate's dropout mode is in it) but most of its kernels are the trial's, so it
+        # compiles in about half the time it would take with empty caches.
         with recompile_guard(len(gate.cases)), inductor_caches(measurement_cache()):
             result = _gate_only(workload, settings, device, mode, gate, time_left_s)
     return result.model_copy(update={"wall_s": time.perf_counter() - started})

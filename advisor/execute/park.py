@@ -1,15 +1,14 @@
 """Screened candidates kept built and warm for their full timing.
 
 A screen (`advisor.search.screen`) builds each candidate, runs its first call and warm-up and takes
-a few samples. A survivor was then built, first-called and warmed up again for its full timing:
-on small_cnn train at quick effort (a 2-core Zen 4 EPYC) PyTorch's default and two survivors paid
-that twice, about 0.3 s each, more than their screens' samples. Kept here between the two, a
+a few samples. Without the park a survivor would be built, first-called and warmed up again for
+its full timing, fixed costs that can exceed its screen's samples. Kept here between the two, a
 survivor's full timing starts from one re-warming call (`timing.measure(resume=...)`).
 
 Only on a CPU, and within `CPU_BYTES` (at most an eighth of the memory free when the park is
-made) of parameters, gradients, buffers and inputs: on a GPU a
-parked model's memory would be taken from the candidates timed meanwhile (their allocator and
-cuDNN's workspaces), and a GPU step long enough to be screened (20 ms and more) is rare. The park
+made) of parameters, gradients, buffers and inputs: on a GPU a parked model's memory would be
+taken from the candidates timed meanwhile (their allocator and cuDNN's workspaces), and a GPU
+step long enough to be screened (`screen.SCREEN_MIN_STEP_MS` and more) is rare. The park
 is emptied where its candidates' workload stops being the one timed (a re-time, another
 workload), and a candidate is taken from it once.
 """

@@ -4,16 +4,16 @@ A compiled candidate is recommended only when its cold compile pays back within 
 (`advisor.search.compile_bill`) against the eager settings the user would run instead. Its trial
 knows the cold compile once the first call returns; its saving per step is what the bill needs,
 and a saving taken across time windows is not one: the eager rival was timed seconds to minutes
-earlier, and on a 2-core CPU the same step drifted by up to 30% between windows of one run.
+earlier, and the same step can drift by tens of per cent between windows of one run.
 
 So, after its samples and before the gate's capture (which, on a model with dropout, compiles
-the model a second time: 33 s of MobileNetV3-Small's 98 s compile trial), the compiled candidate
+the model a second time: a large share of a compile trial), the compiled candidate
 is timed beside its rival in the same process, interleaved (A B, B A, ...). Where even the most
 favourable ends of the two intervals (the rival's high, the compiled one's low) cannot pay the
 cold compile back within the horizon, the candidate is stopped: it cannot be recommended, so
-neither the capture nor a re-time is spent on it. Otherwise it goes on to the gate as before
-(in the compile stage, where that capture compiles again, only once it wins the pick:
-`advisor.stages.gate_winner`), and the pick's own bill is made later from the re-time, as for
+neither the capture nor a re-time is spent on it. Otherwise it goes on to the gate (under a
+race, where that capture compiles again, only once the pick needs its verdict:
+`advisor.search.pick_gates`), and the pick's own bill is made later from the re-time, as for
 any compiled finalist.
 """
 
@@ -98,8 +98,8 @@ def cannot_pay(
     or None: None too for an eager candidate, a race without a rival, or a trial the race or the
     budget already stopped (their own reason says why). Its cold compile is the trial's first
     call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
-    the trial's policy (a settled bill stops them early). `pristine` is PyTorch's state before either was built; the compiled
-    candidate's flags are set again on return."""
+    the trial's policy (a settled bill stops them early). `pristine` is PyTorch's state before
+    either was built; the compiled candidate's flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
         return None
     if not compiled.tuned.settings.compiled or trial.stop is not None or not trial.samples_ms:

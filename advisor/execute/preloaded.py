@@ -2,8 +2,8 @@
 exits, so it is frozen out of the garbage collector.
 
 The server ends by raising SystemExit when its parent closes the pipe, and the parent waits for
-it. Unfrozen, the interpreter's exit ran a last collection over torch's 200,000 objects: 0.9 s
-of every `advisor advise` run's exit on a 2-core EPYC (py-spy, 2026-11-27). Its children
+it. Unfrozen, the interpreter's exit would run a last collection over torch's hundreds of
+thousands of objects, a noticeable part of every `advisor advise` run's exit. Its children
 inherit the frozen objects too. A profile of the server's preload (`$ADVISOR_PROFILE_DIR`) ends
 here, before its first fork.
 """

@@ -1,7 +1,7 @@
 """Opt-in cProfile of every advisor process: `ADVISOR_PROFILE_DIR=<dir>`.
 
-Where the harness's seconds go on a machine lent for minutes (an H200: 89-95% of a quick run
-outside the timed samples) needs every process's profile from one run. With the variable set:
+Where the harness's seconds go (most of a quick run is outside the timed samples) needs every
+process's profile from one run. With the variable set:
 
 - the `advisor` command profiles itself from the package's first import (`start_early`, before
   torch's import), so the interpreter's own start is the only part it cannot see;
@@ -13,13 +13,13 @@ outside the timed samples) needs every process's profile from one run. With the 
 
 Each writes `<dir>/<role>-<pid>.prof` (pstats' format) and `<role>-<pid>.json`: the process's
 age when its profile began (the start it could not profile), the seconds covered and how it
-ended. `benchmarks/profile_summary.py DIR` tables them. cProfile may miss other threads' work
+ended. `python -m benchmarks profile DIR` tables them. cProfile may miss other threads' work
 (Python 3.11 records the thread that started it), and its overhead slows Python-heavy code:
 read shares from a profile, not benchmark figures.
 
 A parent ending a child with SIGKILL would lose its profile: `kill` sends SIGTERM first while
-profiling, and the child's handler writes the profile, then dies of that SIGTERM as before (a
-child ended in its first milliseconds, before its profile began, leaves none).
+profiling, and the child's handler writes the profile, then dies of that SIGTERM as it would
+unprofiled (a child ended in its first milliseconds, before its profile began, leaves none).
 Without the variable nothing here imports cProfile, sets a handler or changes how a child ends.
 """
 

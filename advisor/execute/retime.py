@@ -157,16 +157,15 @@ def retime(
 
 
 def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain: float) -> bool:
-    """Whether the rounds so far already give the pick (`search.pick.pick_best`: the fastest,
+    """Whether the rounds so far already give the pick (`search.pick.choose`: the fastest,
     except that a simpler one within `min_gain` of it wins): some finalist C, whatever its place,
     beats each finalist as simple as it or simpler (PyTorch's default included) by more than
     `min_gain`, and no more complex one can beat C by `min_gain`, in their paired intervals at
     `STRICT_Z` (a rule looked at after every round). `complexity[i]` is finalist i's number of
     changes from the default. More rounds would then only narrow intervals that cannot change
-    the pick: a per-layer combination 3% slower than the simpler settings it builds on settles at
-    once (small_cnn train on 2 cores: about 1 s of rounds to the budget before). Finalists as
-    simple as each other and within `min_gain` never settle: their rounds go on to the budget,
-    as without a rule."""
+    the pick: a per-layer combination a few per cent slower than the simpler settings it builds
+    on settles at once. Finalists as simple as each other and within `min_gain` never settle:
+    their rounds go on to the budget, as without a rule."""
     if len(samples[0]) < 5:  # the fewest a paired interval is computed from
         return False
     m = [Measurement(samples_ms=s) for s in samples]
@@ -194,8 +193,8 @@ def decided_with_or_without_compile(
 ) -> bool:
     """`pick_decided` among all the finalists and, where some are compiled, among the eager ones
     (indices `eager`) too: a compiled leader whose cold compile then does not pay leaves the pick
-    to the eager finalists (`search.pick.pick_for_steps`), and their order must be settled by the
-    same rounds."""
+    to the eager finalists (`search.pick.decide`), and their order must be settled by the same
+    rounds."""
     if not pick_decided(samples, complexity, min_gain):
         return False
     if len(eager) == len(samples) or len(eager) < 2:

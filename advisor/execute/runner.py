@@ -97,10 +97,13 @@ def evaluate(
     first call in the final check's fresh process). Raced out, it stops before the gate's
     capture like any candidate. Its numerics are checked at model level only (the per-layer check
     runs conv modules alone: it cannot see inside a compiled graph, and the eager modules are
-    its eager twin's, checked there); a recompile on every call fails it. Under dropout that
-    capture compiles the model again: in the compile stage's race (`Race.defer_gate`) it is left
-    out, the result says `gate_pending`, and `gate_only` runs it if the candidate wins the pick
-    (`advisor.stages.gate_winner`). `wall_s` is the whole call's.
+    its eager twin's, checked there); a recompile on every call fails it.
+
+    Under a race, a gate dearer than the candidate's own checks waits: a precision not judged
+    yet (its training check), a compiled candidate's capture under dropout (it compiles the
+    model again), or the checks of an eager candidate measured above the race's bar. The result
+    is then accepted with `pending` set, and `gating.gate_only` runs the gate where the pick
+    needs its verdict (`advisor.search.pick_gates`). `wall_s` is the whole call's.
 
     With a `park`, a screened candidate (`race.screen`) is kept built and warm there, and its
     full timing resumes it (`advisor.execute.park`): the result then carries its screen.

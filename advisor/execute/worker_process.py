@@ -63,8 +63,8 @@ def become_child() -> None:
 def leave(code: int = 0) -> NoReturn:
     """End this process now with `code`, as a clean exit does, without the interpreter's
     teardown of every module and object: a child's parent waits for it before the next stage
-    (a worker that compiled took 1.5 s to exit on a 2-core EPYC, 0.06 s this way), and the
-    `advisor` command's user waits for the prompt. Exit handlers still run (temporary folders,
+    (a worker that compiled can take over a second to tear down), and the `advisor` command's
+    user waits for the prompt. Exit handlers still run (temporary folders,
     multiprocessing's and logging's own), and the streams are flushed."""
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()
@@ -99,11 +99,12 @@ def worker_main(
     pristine: dict[str, Any] | None = None,
     cudnn_benchmark: bool = False,
 ) -> None:
-    """Worker loop: start up, then receive settings (JSON) and send back TrialResults (JSON); or
-    receive ("gate", settings JSON, ...) and send back the gate's verdict on a candidate measured
+    """Worker loop: start up, then receive ("evaluate", settings JSON, ...) and send back a
+    TrialResult (JSON); or receive ("gate", settings JSON, ...) and send back the gate's verdict on a candidate measured
     without it; or receive ("retime", [TrialResult JSON, ...]) and send back the finalists
-    re-timed together;
-    or serve one re-time's samples one at a time ("retime_open", "retime_sample", ...).
+    re-timed together; or serve one re-time's samples one at a time ("retime_open",
+    "retime_sample", ...); or ("prime", twins) to take cudnn.benchmark's first calls first; or
+    ("workload", info JSON) to evaluate another workload from now on.
 
     `pristine`: the global state to start every trial from, when this process ran user code
     before it became a worker (the probe's child); by default, the state found here at start.

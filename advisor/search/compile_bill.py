@@ -77,10 +77,10 @@ def _conv_key(s: Settings) -> tuple[object, ...]:
 
 def searched_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
     """The cudnn.benchmark candidate whose first call ran cuDNN's search for `r`'s convolutions:
-    the first measured with the same plan keys (`_conv_key`). Twins are measured one process
+    the first measured with the same plan keys (`_conv_key`). Twins are measured in one process
     for the flag, the best first (`advisor.stages.benchmark_twins`), so that one's first call
-    is a fresh process's; a later twin with the same keys found its plans cached (on ResNet-50
-    such a twin's first call was 2 ms where a fresh process paid 12.6 s)."""
+    is a fresh process's; a later twin with the same keys finds its plans cached, and its own
+    first call says nothing of the search."""
     key = _conv_key(r.settings)
     for other in results:
         if (other.settings.cudnn_benchmark and other.measurement is not None
@@ -139,8 +139,7 @@ def alternative(
     """The settings the user would run instead of `candidate`: the eager pick `eager`, or
     `candidate`'s own twin without its one-off setting (`_twin`) where that was measured faster
     in the same time window (both re-timed together, or neither: a re-time's rounds and a
-    trial's samples are taken under different conditions, e.g. 7.5 vs 5.7 ms on
-    MobileNetV3-Small where the twin re-timed beside it was slower)."""
+    trial's samples are taken under different conditions and do not compare)."""
     plain = _twin(candidate.settings)
     twin = next((r for r in results if r.settings == plain
                  and r.status == "ok" and r.measurement is not None
@@ -252,10 +251,8 @@ def benchmark_search_s(results: list[TrialResult], chosen: TrialResult) -> float
 def benchmark_note(results: list[TrialResult], chosen: TrialResult) -> str | None:
     """Whether cudnn.benchmark pays for this pick: its per-step saving against the search a
     training run pays at its start, in a fresh process (`benchmark_search_s`). Said only where
-    both twins were measured in the same time window (both re-timed, or neither): on an H200 a
-    pick with it re-timed at 2.51 ms was compared with its twin's 2.32 ms from the search, where
-    the pick had run 1.89 ms, and the advice recommended cudnn.benchmark while saying it did not
-    pay."""
+    both twins were measured in the same time window (both re-timed, or neither): a re-timed
+    figure set against a search figure can contradict the pick it explains."""
     on = chosen.settings.model_copy(update={"cudnn_benchmark": True})
     off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
     r_on = next((r for r in results if r.settings == on and r.status == "ok"), None)

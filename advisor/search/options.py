@@ -22,6 +22,9 @@ class CandidateFailed(Exception):
 
 @dataclass(frozen=True)
 class Progress:
+    """What the progress display is told as a stage goes: candidates done of `total`, the best
+    accepted time so far, the last result and the seconds since the stage began."""
+
     done: int
     total: int
     best_ms: float | None

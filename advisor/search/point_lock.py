@@ -4,8 +4,8 @@
 The duplicate check alone (a lower-numbered trial of the point has a result, or is waiting or
 running) reads what other processes have committed. Two trials of one point, enqueued by two
 workers at the same instant, can each pass it when the lower one's row commits after the higher
-one looked, or when optuna's trial cache has not fetched it; both are then measured (seen once in
-CI: a bf16 point measured by both workers). With the lock, the second process finds the point
+one looked, or when optuna's trial cache has not fetched it; both would then be measured. With
+the lock, the second process finds the point
 held (another process measures it) or, once it holds it, the first one's stored result, read
 from the database directly.
 """

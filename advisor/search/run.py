@@ -104,8 +104,7 @@ def _run(
         if settings != default and time.perf_counter() >= deadline:
             # Past the budget only PyTorch's default is still measured (the baseline). optuna's
             # timeout is looked at between trials, so without this a loop kept alive for the
-            # default starts one more candidate after it: on a busy 2-core machine a bf16
-            # candidate's timing and training check, 5 s past a 12 s budget. Left unmeasured
+            # default would start one more candidate after it, past the budget. Left unmeasured
             # (listed as such), a later run of the study measures it.
             trial.set_user_attr("reason", "the time budget ran out before it started")
             raise optuna.TrialPruned()

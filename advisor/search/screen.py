@@ -15,13 +15,13 @@ far, probes the rest longer, and times only the survivors in full. Here the stag
 
 What the screen saves is mostly stage 3: a candidate dropped there never pays its numeric gate or
 its precision's training check (seconds each on a CPU). The guard: a screen is a few early
-samples, and early samples can mislead (a layout's first samples after warm-up ran up to 1.45x its
-steady state on an AVX2 CPU; bf16 on a busy 2-core CPU screened at 4x its full time). Where the
-survivors' full timings show the screens misjudging them, relative to each other, by more than the
-margin at which the nearest candidate was dropped (`inversion`), the cut is not to be trusted on
-this workload, and the dropped candidates are timed in full too. A first guard that fell back on
-any order the full timing reversed fired on an H200 over a 5% difference between near-equal
-candidates (benchmarks/results/effort_levels_cuda_h200.md): the whole grid timed twice.
+samples, and early samples can mislead (a layout's first samples after warm-up can run well above
+its steady state; a reduced precision on a busy CPU can screen at several times its full time).
+Where the survivors' full timings show the screens misjudging them, relative to each other, by
+more than the margin at which the nearest candidate was dropped (`inversion`), the cut is not to
+be trusted on this workload, and the dropped candidates are timed in full too. A guard that fell
+back on any order the full timing reversed would fire on a few per cent between near-equal
+candidates and time the whole grid twice.
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ __all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "record_dropped", "scree
 
 # Below this step time (PyTorch's default's screen) no candidate is screened: each one's fixed
 # costs (its build, first call and warm-up, paid again by a survivor's full timing) are then
-# about what a gate of a few steps saves, and a launch-bound GPU step has few candidates 1.5x
-# apart to drop (an H200's 2 ms small_cnn step: none of 20; benchmarks/results/
-# effort_levels_cuda_h200.md). A CPU step of 100 ms is where a dropped candidate's numeric gate and
-# training check cost seconds.
+# about what a gate of a few steps saves, and a launch-bound GPU step has few candidates
+# `SCREEN_DROP` apart to drop. A CPU step of 100 ms is where a dropped candidate's numeric gate
+# and training check cost seconds.
 SCREEN_MIN_STEP_MS = 20.0
 
 

@@ -1,10 +1,9 @@
 """Precision verdicts shared by every study of one workload on this machine.
 
 A reduced precision is judged by training (advisor.gate.precision): seconds of training runs, once
-per precision per model. A study keeps its verdicts (`outcome.stored_checks`), but another study
-of the same model did not see them: `--effort quick` and then the default effort, or the same
-model under another space, trained the same check again (0.3-5 s a run on the zoo's models on
-a 2-core Zen 4; benchmarks/results/effort_levels_after_quick_*).
+per precision per model. A study keeps its verdicts (`Ledger.checks`), but another study of the
+same model would not see them: `--effort quick` and then the default effort, or the same model
+under another space, would train the same check again.
 
 A verdict depends on the workload, the mode, the device, the space's `precision_check` settings
 and the precision's own path (`PrecisionCheck.own_path`), and on the machine and library

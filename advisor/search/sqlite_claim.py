@@ -3,8 +3,8 @@
 SQLite has no row locks (optuna's `SELECT ... FOR UPDATE` is a no-op there), so two processes can
 pop the same waiting trial. Each then names itself its owner; without a lock the check "am I the
 owner?" reads back what the process just wrote (optuna's `Trial.user_attrs` is its local copy), so
-both measured the trial and the second to finish failed on telling a finished trial (seen in CI
-on a loaded 2-core machine). Here the owner is read from the database and written under an
+both would measure the trial and the second to finish would fail on telling a finished trial.
+Here the owner is read from the database and written under an
 exclusive `flock` on a file beside the database: the first claim wins, the second sees it.
 (SQLite databases are local files, so every process that shares one is on this host.)
 """

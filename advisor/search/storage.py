@@ -74,8 +74,8 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
 
 
 # Database storages this process opened, by process, URL and (SQLite) file: opening one checks
-# and creates optuna's schema (0.6 s on a 2-core EPYC), and a run opens its storage in several
-# stages. A forked child opens its own (an engine does not cross a fork); a SQLite file that was
+# and creates optuna's schema (a noticeable fraction of a second), and a run opens its storage
+# in several stages. A forked child opens its own (an engine does not cross a fork); a SQLite file that was
 # removed or replaced since is opened anew.
 _OPENED: dict[tuple[int, str, tuple[int, int] | None], RDBStorage] = {}
 
@@ -168,8 +168,8 @@ class LayerStore:
     """Per-layer measurements, kept so they are not repeated.
 
     Two studies in the same storage: the run's companion "<study>/layers" (every layer
-    measurement of this study, read by reports), and "advisor-layers-2@<fingerprint>", shared by every study on this machine and
-    library versions: a layer group (signature, input shape, dtype, layout, gradient) measured
+    measurement of this study, read by reports), and "`SHARED_LAYERS`@<fingerprint>", shared
+    by every study on this machine and library versions: a layer group (signature, input shape, dtype, layout, gradient) measured
     with an implementation under the same global settings, mode, timing and gate settings in any
     earlier study is reused instead of measured again (what cuDNN's benchmark cache does within a
     process, kept across runs).

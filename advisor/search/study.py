@@ -98,8 +98,8 @@ def settings_from(params: dict[str, Any], fixed: dict[str, Any]) -> Settings:
 def reclaim_orphans(study: optuna.Study, heartbeats: bool) -> None:
     """Fail RUNNING trials whose process on this host died (kill -9, a crash in-process), and
     (trials that do not beat) RUNNING trials that never named their process: a live process
-    names itself the moment it takes a trial, so one killed between taking and naming left it
-    (a resumed run waited for it until its budget ran out)."""
+    names itself the moment it takes a trial, so one killed between taking and naming leaves a
+    trial nobody reclaims (a resumed run would wait for it until its budget ran out)."""
     now = datetime.now()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = t.user_attrs.get("worker")
@@ -174,8 +174,8 @@ def open_plan(
     # that runs out has then measured what matters most; racing has a leader early). Among as
     # many changes, autocast first: where a half precision is fast it is the largest win, and
     # once it is judged and leads, a slower reduced precision (oneDNN's bf16 fp32 convs, TF32)
-    # cannot win and is not judged (`Race.judge_below_ms`); where it is slow it is raced out in
-    # a few samples.
+    # cannot win and is not judged (above the race's bar, `Race.bar_ms`); where it is slow it is
+    # raced out in a few samples.
     cands = [cands[0], *sorted(cands[1:], key=lambda s: (len(s.changes()), s.amp == "off"))]
     if not workload.is_layer:
         # A model's implementations are chosen per layer after this search, not dropped.

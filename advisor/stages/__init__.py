@@ -10,7 +10,6 @@
 - `autotune_bound`: where an implementation that autotunes (Triton) can pay for it.
 - `layer_share`: the groups that carry the conv work, measured at default effort.
 - `compiling`: torch.compile candidates and their cold compile costs.
-- `gate_winner`: a compiled candidate under dropout, gated only once it wins the pick.
 - `walltime`: each stage's wall time, shown as it ends and kept in the result.
 - `confirm`: the pick, the default and the runner-up of another family timed together once
   more (the final check's run-level part).

@@ -7,7 +7,7 @@ per-layer stage pays per group, and the user's training pays again at its start.
 kernel, a group cannot save more per step than its native time (the layer's time times the
 layers that share it). So once a group's autotuning has been measured (its first call less
 native's), a later group whose native time over the advice's horizon (`--steps`, else
-`compile_bill.HORIZON_STEPS`) is below that cost is not tried: its autotuning could not pay
+`contest.HORIZON_STEPS`) is below that cost is not tried: its autotuning could not pay
 back even if the kernel took no time. The first group measured sets the cost; the smallest
 measured so far is kept, so a cost that shrinks as kernels are cached tries more, never fewer.
 """

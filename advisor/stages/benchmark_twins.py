@@ -1,14 +1,13 @@
 """cudnn.benchmark on the eager search's finalists, not across its grid.
 
 cuDNN runs its algorithm search again at the first call of every new (shape, dtype, layout) in a
-process: on an H200 a candidate with the flag paid 4.5-8.2 s for it on the bundled small CNN and
-8.2-13.8 s on ResNet-50, against 14-34 ms for PyTorch's default's first call. Crossed with every
-other knob, the flag took 50 of small_cnn's 67 s of trials at quick effort, and 90 of
-ResNet-50's 105 s. Its worth is a per-step saving on settings already chosen for everything else,
-so it is tried on the best `count` accepted candidates of the benchmark-off search (two at quick
+process: seconds a candidate, against milliseconds for PyTorch's default's first call, so crossed
+with every other knob the flag would take most of a grid's time. Its worth is a per-step saving on
+settings already chosen for everything else, so it is tried on the best `count` accepted
+candidates of the benchmark-off search (two at quick
 and default effort, three at full: `Effort.benchmark_finalists`), the fastest first.
 
-They run in the run's process for the flag (`advisor.execute.benchmark_processes`: cuDNN's plan
+They run in the flag's own process (`advisor.execute.benchmark_processes`: cuDNN's plan
 cache ignores it), which loads the model beside the search and runs nothing before the twins'
 first calls (`advisor.execute.first_calls`): each is a fresh process's search, what the user
 pays at the start of training, and what the cudnn.benchmark note, the `Worth it:` line and the
@@ -36,7 +35,8 @@ __all__ = ["benchmark_twins", "run_benchmark_twins"]
 
 log = logging.getLogger("advisor")
 
-# What a twin is assumed to take before one was measured: cuDNN's search on ResNet-50 (H200).
+# What a twin is assumed to take before one was measured: about cuDNN's search for a large
+# CNN's convolutions, so a budget too short for one does not start it.
 FIRST_TWIN_S = 15.0
 
 

@@ -14,7 +14,7 @@ from advisor.space import SearchSpace
 from advisor.stages.layer_share import MAIN_SHARE
 
 # What the final check costs beyond its samples: a fresh interpreter, torch's import and the
-# model's set-up (about 4 s on a 2-core CPU, more when the machine is busy).
+# model's set-up (a few seconds on a small CPU; this leaves room for a busy one).
 FRESH_START_S = 10.0
 
 
@@ -42,9 +42,9 @@ def budget_plan(
     the final check a fresh process and two finalists' time caps (each at least half of that
     reserve when it is cut). The rest, from `now` (when the search begins: the start-up and the
     model's load are spent), goes to the search, the per-layer stage and the compile stage where
-    there are such stages: a double share to the search, whose pick the later stages refine (on
-    an H200, a 60 s budget split equally from the start left the global knobs 5 s after a 10 s
-    load: two candidates), an equal share to each of the others. A stage that finishes early
+    there are such stages: a double share to the search, whose pick the later stages refine (an
+    equal split can leave it time for a few candidates only), an equal share to each of the
+    others. A stage that finishes early
     leaves its time to the next: the eager picture first, compile only with what is left."""
     n = space.retime_top + 2  # the finalists, the default and a per-layer combination
     cap = space.timing.max_time_s

@@ -7,9 +7,8 @@ space's order of modes: not the cross product with every eager candidate, since 
 seconds to minutes on a small CPU and the eager search has already ruled most settings out.
 PyTorch's default settings compiled (what a user who only adds `torch.compile` gets) are measured
 too, after the eager pick's compile, unless its eager time is out of a compile's reach: slower
-than the best eager candidate's by more than the space's `compile_max_gain` (on a 2-core CPU
-a compile made its eager twin at most 1.48x faster in 24 zoo rows,
-benchmarks/results/zoo_cpu*.md; the built-in `cpu` space assumes 1.6x). On a CPU, a
+than the best eager candidate's by more than the space's `compile_max_gain` (the most a compile
+is assumed to speed up its eager twin; the built-in `cpu` space says 1.6x). On a CPU, a
 contiguous candidate is compiled as its channels_last twin (`channels_last_twin`: Inductor runs
 every conv in channels_last there), so the default and a channels_last pick share one compile.
 A shape set tries each twice: `dynamic=False` (a graph per shape) and `dynamic=True` (one graph
@@ -47,9 +46,9 @@ from advisor.stages.later import measure_later
 
 __all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
 
-# What a first compile trial is assumed to take before one was measured: a cold compile of the
-# smallest zoo model took 7 s on a 2-core CPU (video_cnn infer), of mobilenet_v3_small in train
-# mode 118 s (benchmarks/results/zoo_cpu_avx2.md); the trial adds its samples and the gate's capture.
+# What a first compile trial is assumed to take before one was measured: a small model's cold
+# compile on a small CPU (a large model's takes minutes), with the trial's samples and the gate's
+# capture.
 FIRST_COMPILE_S = 20.0
 
 
@@ -101,7 +100,7 @@ def compile_candidates(
 
 def _note(outcome: SearchOutcome, dropped: Dropped) -> None:
     """`dropped` in the outcome's list once (the pick, the fastest and the baseline are often
-    the same settings: the report listed one reason three times)."""
+    the same settings)."""
     if dropped not in outcome.dropped:
         outcome.dropped.append(dropped)
 
@@ -117,8 +116,8 @@ def inductor_convs_channels_last(device: torch.device) -> bool:
 
 def _layout_optimization() -> bool:
     """Inductor's `config.layout_optimization`, read without importing Inductor where this
-    process has not (an import of Dynamo, 1.3 s, in a process that compiles nothing): its
-    default comes from the environment variable the workers read too."""
+    process has not (importing Dynamo costs over a second in a process that compiles nothing):
+    its default comes from the environment variable the workers read too."""
     config = sys.modules.get("torch._inductor.config")
     if config is not None:
         return bool(config.layout_optimization)
@@ -132,12 +131,10 @@ def channels_last_twin(
     """The settings to compile in place of contiguous `base`, or None: its channels_last twin,
     where Inductor runs every conv in channels_last anyway (`inductor_convs_channels_last`).
     Compiled from contiguous weights, the graph is the same but for a conversion of every conv
-    weight (and its gradient) at each step: on a 2-core CPU the channels_last twin ran as fast
-    or faster in all 12 rows of the six zoo models in both modes (1.01-4.1x, monai_unet3d infer
-    0.98x within noise; benchmarks/results/compile_layout_cpu.md), so compiling both pays a
-    second cold compile (about 57 s for MobileNetV3-Small train) for a candidate that cannot
-    win. Only where the space lists channels_last and the eager twin ran
-    in the search (accepted, or raced out as slower; not failed or rejected)."""
+    weight (and its gradient) at each step, so the channels_last twin runs as fast or faster,
+    and compiling both would pay a second cold compile for a candidate that cannot win. Only
+    where the space lists channels_last and the eager twin ran in the search (accepted, or raced
+    out as slower; not failed or rejected)."""
     if base.memory_format != "contiguous" or not inductor_convs_channels_last(device):
         return None
     if "channels_last" not in space.knobs.get("memory_format", []):

@@ -1,20 +1,17 @@
 """Confirming the pick: the recommendation, the default and the strongest alternative of another
 family (another memory format or precision) timed together once more where the user runs it.
 
-A pick can flip with the machine's state: on ResNet-18 inference seven runs of eight picked
-channels_last + bf16 + unfold_gemm layers (1.44-1.57x) and one picked bf16 alone (1.09x). The
-final check compared the pick with the default only, so it could not tell. Now the runner-up of
+A pick can flip with the machine's state between runs of one model (between families, not only
+within one), and a check of the pick against the default alone cannot tell. So the runner-up of
 another family is timed beside both (`final_check.runner_up_check`): where it beats the pick
 beyond noise it is recommended instead (`advice`); where the two are within noise, the advice
 says this machine cannot order them.
 
-The check also runs where the search keeps the default. On a 2-core Zen 4 EPYC, one default-effort
-run of ResNet-18 (train) in five kept PyTorch's default: its worker measured bf16 at 58 ms against
-the default's 52 (35-46 ms in the four other runs), while six fresh processes each measured bf16
-1.25-1.30x faster than the default (benchmarks/results/process_spread_resnet18_train_bf16_epyc.md).
-A worker's state can hide a win as it can fake one, so the fastest alternative the search
-accepted (`challenger`) is timed against the default where the user runs it, with a runner-up of
-another family beside it, and recommended where it holds there (`after_challenge`).
+The check also runs where the search keeps the default. A worker's state can hide a win as it
+can fake one (a long-lived worker can measure a reduced precision slower than the default where
+fresh processes measure it faster), so the fastest alternative the search accepted
+(`challenger`) is timed against the default where the user runs it, with a runner-up of another
+family beside it, and recommended where it holds there (`after_challenge`).
 """
 
 from __future__ import annotations
@@ -224,7 +221,7 @@ def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | N
     if note is None or not chosen.settings.compiled or final is None:
         return note
     # The runner-up recommended instead (`after_final_check`): its own first call, not the
-    # replaced pick's (an eager pick's 0.0 s was printed for a compiled runner-up).
+    # replaced pick's.
     first = (
         final.runner_up_first_call_s if chosen.settings == final.runner_up else final.first_call_s
     )

@@ -33,9 +33,9 @@ EFFORTS: tuple[EffortName, ...] = ("quick", "default", "full")
 QUICK_MIN_SAMPLES = 5
 QUICK_MAX_TIME_S = 0.5
 # cudnn.benchmark is tried on this many finalists of the benchmark-off search, the best first:
-# each new dtype and layout pays cuDNN's search once more (4.5-14 s a candidate on an H200).
-# Two even at quick: finalists within noise of each other gain unequally from the flag (on the
-# H200, ResNet-50's 1.11x and 1.01x), so one twin would find the pick only by the search's order.
+# each new dtype and layout pays cuDNN's search once more (seconds a candidate on a GPU).
+# Two even at quick: finalists within noise of each other gain unequally from the flag, so one
+# twin would find the pick only by the search's order.
 BENCHMARK_FINALISTS: dict[EffortName, int] = {"quick": 2, "default": 2, "full": 3}
 # Modes compiled at default effort; full takes every mode the space lists.
 DEFAULT_COMPILE_MODES = ("default",)

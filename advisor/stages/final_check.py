@@ -3,12 +3,10 @@
 The search and the re-times measure in a long-lived worker, on a machine whose load can change.
 A busy CPU does not slow candidates alike: with every core taken, each parallel region of a
 step waits for a preempted thread, so a step with more regions (a contiguous conv's layout
-reorders) loses most. On a shared 2-core CPU, ResNet-18 inference ran channels_last 0.94-1.81x
-the default's speed at 2 torch threads (intervals as narrow as [1.53-1.59]) and 0.93-1.04x at
-one thread (benchmarks/results/contention_cpu.md): a win of waiting, not of arithmetic, gone
-once the load changes. That, not the worker process, made issue 20's 1.56x estimate run at
-0.80x in a fresh process: the same re-time in a fresh process gave the worker's 1.57x when the
-load matched, and 1.02-1.18x when it did not.
+reorders) loses most. A layout can then measure far faster than the default with all torch
+threads, with a narrow interval, and no faster at one thread: a win of waiting, not of
+arithmetic, gone once the load changes. Such an estimate fails in a fresh process because of
+the load, not because of the worker process.
 
 So before a change is recommended, it is re-timed against PyTorch's default once more, after
 everything else, where the user runs it: in a fresh process that loads the model file (or layer
@@ -18,8 +16,8 @@ workload no other process can rebuild (a live model) or an in-process run is che
 process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
 a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
 torch thread, and the change must win there too. Its time comes out of the run's budget
-(`budget.budget_plan` reserves it); it always gets at least 5 rounds. For a model file, the
-fresh process is started beside the probe and loads the file while the probe does
+(`budget.budget_plan` reserves it); it always gets at least `MIN_ROUNDS` rounds. For a model
+file, the fresh process is started beside the probe and loads the file while the probe does
 (`FreshProcess`): it runs nothing else before the check, which then costs its timing only.
 """
 
@@ -273,7 +271,7 @@ class FreshProcess:
 
     Started early, beside the probe (`service.run_advise`), it loads the model file while the
     probe's child does: the check then pays neither an interpreter, torch's import nor the
-    model file's (MONAI's import alone takes 6 s on a 2-core CPU), only its own timing. Nothing
+    model file's (a library such as MONAI takes seconds to import), only its own timing. Nothing
     is timed while it loads: the run waits until it is ready (`ready`) before the first trial.
     `source` is ("args", make_workload's arguments) or ("info", a workload info's JSON)."""
 

@@ -86,8 +86,7 @@ def after_compile(eager: Pick, compiled: Sequence[TrialResult]) -> list[TrialRes
     """What the re-time after the compile stage draws its finalists from (with the default):
     the `compiled` candidates, the eager answer `eager` and its fastest candidate (a compile's
     bill alternative). The eager candidates the eager re-time ranked below its pick are settled
-    and not timed again (small_cnn train: a per-layer combination within noise of the pick, one
-    finalist and about 1 s of rounds on 2 cores)."""
+    and not timed again."""
     return list({r.settings.model_dump_json(): r
                  for r in (*compiled, eager.chosen, eager.fastest)}.values())
 
@@ -130,9 +129,8 @@ def machine_moved(
     its trial and the re-time while other processes took more than `BUSY_SHARE` of the CPU
     (`others_share`, `machine_load.CpuUsage`). A trial slower than its re-time on a quiet
     machine, with steady rounds, is not the machine moving: that trial was the first
-    measurement of its workload in the process (the seeds' Conv3d: 236.7 ms in its trial,
-    68.2 ms re-timed, a quiet 2-core EPYC), and the rounds, which time the finalists in one
-    window, decide. Where the kernel's CPU count cannot be read, nothing says the machine was
+    measurement of its workload in the process (a cold trial can run several times its re-time),
+    and the rounds, which time the finalists in one window, decide. Where the kernel's CPU count cannot be read, nothing says the machine was
     quiet, and a move between the trial and the re-time counts."""
     if not retimed.retimed or retimed.measurement is None:
         return None

@@ -52,8 +52,8 @@ def conv_inputs(
     """What every conv layer receives in the model under `settings`, from one step: its input's
     shape, dtype (bf16 activations under autocast), layout, and (train) whether it needs a
     gradient (not for a layer that takes the network's input)."""
-    # No optimizer: a capture does not step one, and building one imports Dynamo (1.3 s of the
-    # main process, which compiles nothing).
+    # No optimizer: a capture does not step one, and building one imports Dynamo (over a second
+    # in the main process, which compiles nothing).
     cand = Candidate(workload, settings, device, mode, optimizer=False)
     try:
         return {c.name: c for c in cand.capture(record_convs=True).convs}

@@ -2,7 +2,7 @@
 work.
 
 Each group measured costs a trial per qualifying implementation (building the layer, its first
-call, timing, the layer's numeric check against float64: about a second each on a 2-core CPU).
+call, timing, the layer's numeric check against float64: about a second each on a small CPU).
 A group that holds a few per cent of the model's conv FLOPs cannot move the whole step by more
 than that share, whatever its implementation, while it costs as much to measure as the largest.
 So at default effort groups are measured largest first until `MAIN_SHARE` of the conv FLOPs

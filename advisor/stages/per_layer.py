@@ -45,6 +45,9 @@ from advisor.workload.build import Workload
 
 @dataclass
 class LayerChoice:
+    """One layer group's choice: each implementation's result, the one chosen and why, and why
+    the others do not qualify."""
+
     group: LayerGroup
     results: dict[str, TrialResult]  # impl name -> result
     chosen: str

@@ -1,12 +1,13 @@
 """Where a run's wall time goes: each stage's span, kept as it ends and shown as it ends.
 
 The spans are wall time in the run's own process, so a stage's figure includes everything done
-for it elsewhere (an isolated worker's trials, a fresh process's check). Three figures are parts
-of a stage rather than stages: the precision checks (training runs, inside the global knobs'
-trials), Inductor's start (its imports and the C++ compiler's checks, once per process, paid by
-the compile stage's first trial) and the cold compiles (first calls
-with empty caches, inside the compile stage's trials); they are read from the trials' own
-records.
+for it elsewhere (an isolated worker's trials, a fresh process's check). Some figures are parts
+of a stage rather than stages (`PARTS`), read from the trials' own records: the precision checks
+(training runs, inside the global knobs' trials), the gate's checks, an eager candidate's first
+calls, cuDNN's searches and warm-ups, Inductor's start (its imports and the C++ compiler's
+checks, once per process, paid by the compile stage's first trial), the cold compiles (first
+calls with empty caches) and the gate's compiles; and the start-up work a stage paid late
+(`DEFERRED_LOAD`, `PROCESS_STARTS`). Each stage's timed samples are a part of it too (`TIMED`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ STAGES = (LOAD, "global knobs", "per-layer", "compile", "re-time", "final check"
 # verdict is measured work (what the advice stands on), the harness only surrounds the samples.
 GATE = "output and layer checks"
 # An eager candidate's harness, from its trial's own record: its first call (a new layout or
-# dtype loads kernels and builds plans: 0.3-2.5 s a candidate on an H200), cuDNN's search where
-# cudnn.benchmark is on (the first call of a twin, in a fresh process: 15-21 s on ResNet-50) and
-# its warm-up.
+# dtype loads kernels and builds plans), cuDNN's search where cudnn.benchmark is on (the first
+# call of a twin, in a fresh process) and its warm-up.
 SEARCHES = "cuDNN's searches"
 FIRST_CALLS = "first calls"
 WARM_UPS = "warm-ups"
