@@ -59,9 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups["search"].add_argument(
         "--steps",
         type=int,
-        help="the training (or inference) steps you expect to run: a torch.compile candidate "
-        "is recommended only if its compile pays for itself within them (default: none, no "
-        "horizon)",
+        help="the training (or inference) steps you expect to run: a one-off cost (a compile, "
+        "cuDNN's search) is paid for only where it pays back within them (default: 10,000)",
     )
     budget = groups["budget and effort"]
     budget.add_argument(

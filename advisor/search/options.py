@@ -13,8 +13,6 @@ from advisor.search.ledger import Ledger
 from advisor.search.shared_checks import SharedChecks
 from advisor.space import Dropped
 
-WAIT_S = 1.0  # how often a process waiting for other workers' trials looks again
-
 
 class CandidateFailed(Exception):
     """Raised inside the objective so optuna records the trial as FAIL; the reason is an attr."""
