@@ -15,6 +15,7 @@ from advisor.measure.stats import STRICT_Z, Measurement, median_ci
 from advisor.measure.stop import Stop
 from advisor.measure.timing import interleave
 from advisor.space import SearchSpace
+from tests.test_settled_rounds import _Clock, _samplers
 
 CL = Settings(memory_format="channels_last")
 
@@ -140,22 +141,6 @@ def test_cannot_pay_at_the_strict_interval_implies_it_at_the_usual_one() -> None
             verdict = c.payback(Measurement(samples_ms=s), Measurement(samples_ms=r),
                                 cold_s=overhead_s, rival_first_s=0.0, rival_label="x")  # fmt: skip
             assert verdict is not None
-
-
-def _samplers(*series: list[float]) -> list:
-    its = [iter(s) for s in series]
-    return [lambda it=it: next(it) for it in its]
-
-
-class _Clock:
-    """A clock that moves 1 ms per reading: the budget is never what stops the rounds."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        self.t += 1e-3
-        return self.t
 
 
 def test_payback_rounds_stop_once_they_show_the_compile_cannot_pay() -> None:
