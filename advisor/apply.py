@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,18 +170,6 @@ def swap_planned(model: nn.Module, plan: dict[str, str]) -> None:
         raise
 
 
-def swap_layers(
-    model: nn.Module, settings: Settings, device: torch.device, *, warn: bool = True
-) -> dict[str, str]:
-    """Swap each conv layer to its implementation in place; returns name -> impl actually used.
-
-    All or nothing: every layer's implementation is decided first (`plan_layers`: falling back to
-    `native`, with a warning, where one is unknown or cannot run here), then the layers swapped."""
-    plan = plan_layers(model, settings, device, warn=warn)
-    swap_planned(model, plan)
-    return plan
-
-
 def apply_settings(
     settings: Settings,
     model: nn.Module,
@@ -241,17 +228,6 @@ def _model_ndim(model: nn.Module) -> int:
     if 5 in ranks:
         return 5
     return 4 if 4 in ranks else 0
-
-
-@contextlib.contextmanager
-def applied(
-    settings: Settings, model: nn.Module, device: torch.device, **kw: Any
-) -> Iterator[Tuned]:
-    tuned = apply_settings(settings, model, device, **kw)
-    try:
-        yield tuned
-    finally:
-        tuned.restore()
 
 
 def apply(

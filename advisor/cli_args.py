@@ -9,7 +9,7 @@ them.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, TypeVar
 
 from advisor.errors import AdvisorError
 
@@ -35,6 +35,7 @@ GROUPS = {
 }
 
 Groups = dict[str, "argparse._ArgumentGroup"]
+_N = TypeVar("_N", int, float)
 
 
 def add_groups(p: argparse.ArgumentParser, names: tuple[str, ...] = tuple(GROUPS)) -> Groups:
@@ -156,22 +157,14 @@ def add_search_args(groups: Groups) -> None:
     )
 
 
-def _ints(text: str | None, option: str) -> list[int] | None:
+def _numbers(text: str | None, option: str, kind: type[_N], what: str) -> list[_N] | None:
+    """`text` ('8,16,32') as a list of `kind` values; `what` they are, for the error."""
     if text is None:
         return None
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        return [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise AdvisorError(f"{option} takes comma-separated integers, got {text!r}") from None
-
-
-def _floats(text: str | None, option: str) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise AdvisorError(f"{option} takes comma-separated numbers, got {text!r}") from None
+        raise AdvisorError(f"{option} takes comma-separated {what}, got {text!r}") from None
 
 
 def check_workload_args(args: argparse.Namespace) -> None:
@@ -190,8 +183,8 @@ def workload_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "layer": args.layer,
         "layer_file": args.layer_file,
         "input_shapes": args.input_shape,
-        "batch_sizes": _ints(args.batch_sizes, "--batch-sizes"),
-        "shape_weights": _floats(args.shape_weights, "--shape-weights"),
+        "batch_sizes": _numbers(args.batch_sizes, "--batch-sizes", int, "integers"),
+        "shape_weights": _numbers(args.shape_weights, "--shape-weights", float, "numbers"),
         "dtype": args.dtype,
         "first_layer": args.first_layer,
         "build": args.build,

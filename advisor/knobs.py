@@ -110,17 +110,6 @@ class Settings(BaseModel):
         return ", ".join(parts) or "default"
 
 
-KNOB_NAMES: tuple[str, ...] = (
-    "memory_format",
-    "tf32",
-    "amp",
-    "cpu_fp32",
-    "cudnn_benchmark",
-    "conv_impl",
-    "compile",
-)
-
-
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -167,6 +156,7 @@ KNOBS: dict[str, Knob] = {
         ),
     )
 }
+KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
 
 # torch.compile's modes that mean something on each device: CUDA graphs are CUDA's alone, and on
 # a CPU "max-autotune-no-cudagraphs" is "max-autotune".

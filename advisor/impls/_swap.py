@@ -55,16 +55,13 @@ _CLASSES: dict[tuple[type[nn.Module], str], type[nn.Module]] = {}
 
 
 def register_forward(
-    impl_name: str, class_prefix: str, forward: ForwardFn, call_why_not: CallCheck | None = None
+    impl_name: str, class_prefix: str, forward: ForwardFn, call_why_not: CallCheck
 ) -> None:
     """Declare how implementation `impl_name` computes a conv module's forward, and which calls
-    it leaves to PyTorch (`call_why_not`; None: it computes every call)."""
+    it leaves to PyTorch (`call_why_not`)."""
     _FORWARDS[impl_name] = forward
     _CLASS_NAMES[impl_name] = class_prefix
-    if call_why_not is None:
-        _CALL_CHECKS.pop(impl_name, None)
-    else:
-        _CALL_CHECKS[impl_name] = call_why_not
+    _CALL_CHECKS[impl_name] = call_why_not
 
 
 def original_class(module: nn.Module) -> type[nn.Module]:
@@ -122,8 +119,7 @@ def _swapped_forward(
         )
     elif output_size is not None:
         raise TypeError("output_size is only accepted by transposed convolutions")
-    check = _CALL_CHECKS.get(impl)
-    reason = check(self, input, output_padding) if check is not None else None
+    reason = _CALL_CHECKS[impl](self, input, output_padding)
     if reason is not None:
         return _pytorch_forward(m, impl, reason, input, output_size)
     recipe = type(self)._advisor_recipe  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ Triton is imported lazily (`triton_loader`): `import advisor.impls` must not pay
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ def _from5d(t: Tensor, ndim: int) -> Tensor:
 
 
 def _empty(shape: Sequence[int], like: Tensor, channels_last: bool, dtype: torch.dtype) -> Tensor:
-    """A 5-D buffer, channels innermost when `channels_last` (the layout of `like`)."""
+    """A buffer on `like`'s device; 5-D, channels innermost, when `channels_last` (its layout)."""
     n, c, *spatial = shape
     if channels_last:
         out = torch.empty((n, *spatial, c), device=like.device, dtype=dtype).permute(0, 4, 1, 2, 3)
@@ -111,6 +111,15 @@ def _flags(dtype: torch.dtype) -> dict[str, Any]:
 # ---- the three kernel launches (all tensors 5-D) ------------------------------------------------
 
 
+def _gemm_grid(m: int, n: int, groups: int) -> Callable[[dict[str, int]], tuple[int, int, int]]:
+    """The forward and grad-input launch grid: tiles of `m` positions by `n` channels, per group."""
+
+    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
+        return (triton_cdiv(m, meta["BLOCK_M"]), triton_cdiv(n, meta["BLOCK_N"]), groups)
+
+    return grid
+
+
 def _forward(
     x: Tensor, w: Tensor, b: Tensor | None, geo: _Geometry, out_spatial: Sequence[int]
 ) -> Tensor:
@@ -121,16 +130,8 @@ def _forward(
     cgo = cout // geo.groups
     y = _empty((n, cout, *out_spatial), x, is_channels_last(x), x.dtype)
     m = n * out_spatial[0] * out_spatial[1] * out_spatial[2]
-
-    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
-        return (
-            triton_cdiv(m, meta["BLOCK_M"]),
-            triton_cdiv(cgo, meta["BLOCK_N"]),
-            geo.groups,
-        )
-
     with device_guard(x.device):  # Triton launches on the current device
-        k.conv_fwd_kernel[grid](
+        k.conv_fwd_kernel[_gemm_grid(m, cgo, geo.groups)](
             x, w, b if b is not None else w, y,
             m, d, h, wd, *out_spatial, *w.shape[2:], *geo.args, cgi, cgo,
             *x.stride(), *w.stride(), *y.stride(),
@@ -149,16 +150,8 @@ def _grad_input(
     cgo = cout // geo.groups
     gx = _empty((n, cgi * geo.groups, *in_spatial), gy, is_channels_last(like), gy.dtype)
     m = n * in_spatial[0] * in_spatial[1] * in_spatial[2]
-
-    def grid(meta: dict[str, int]) -> tuple[int, int, int]:
-        return (
-            triton_cdiv(m, meta["BLOCK_M"]),
-            triton_cdiv(cgi, meta["BLOCK_N"]),
-            geo.groups,
-        )
-
     with device_guard(gy.device):  # Triton launches on the current device
-        k.conv_dgrad_kernel[grid](
+        k.conv_dgrad_kernel[_gemm_grid(m, cgi, geo.groups)](
             gy, w, b if b is not None else w, gx,
             m, *in_spatial, *gy.shape[2:], *w.shape[2:], *geo.args, cgi, cgo,
             *gy.stride(), *w.stride(), *gx.stride(),
@@ -190,9 +183,7 @@ def _grad_weight(x: Tensor, gy: Tensor, geo: _Geometry, w_shape: Sequence[int]) 
     base = triton_cdiv(cgo, 64) * triton_cdiv(cgi, 64) * kk * geo.groups
     split = _split_count(p, base, x.device)
     split = max(1, min(split, _MAX_GRID_YZ // geo.groups))
-    part = torch.empty((split, cout, cgi, kk), device=x.device, dtype=torch.float32)
-    if POISON_OUTPUTS:
-        part.fill_(float("nan"))
+    part = _empty((split, cout, cgi, kk), x, False, torch.float32)
 
     def grid(meta: dict[str, int]) -> tuple[int, int, int]:
         tiles = triton_cdiv(cgo, meta["BLOCK_M"]) * triton_cdiv(cgi, meta["BLOCK_N"])
@@ -220,6 +211,9 @@ def _grad_bias(gy: Tensor) -> Tensor:
 
 
 class _ConvFn(torch.autograd.Function):
+    """conv(x, w), or with `transposed` conv_transpose(x, w): that is the grad-input of
+    conv(., w), so the kernels swap roles."""
+
     @staticmethod
     def forward(
         ctx: Any,
@@ -228,10 +222,14 @@ class _ConvFn(torch.autograd.Function):
         b: Tensor | None,
         geo: _Geometry,
         out_spatial: tuple[int, int, int],
+        transposed: bool,
     ) -> Tensor:
         ctx.save_for_backward(x, w)
         ctx.geo = geo
         ctx.has_bias = b is not None
+        ctx.transposed = transposed
+        if transposed:
+            return _grad_input(x, w, b, geo, out_spatial, like=x)
         return _forward(x, w, b, geo, out_spatial)
 
     @staticmethod
@@ -240,44 +238,18 @@ class _ConvFn(torch.autograd.Function):
         geo: _Geometry = ctx.geo
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gx = _grad_input(gy, w, None, geo, x.shape[2:], like=x)
+            if ctx.transposed:
+                # Only the first x-sized window of gy: output_padding adds rows no input reached.
+                gx = _forward(gy, w, None, geo, x.shape[2:])
+            else:
+                gx = _grad_input(gy, w, None, geo, x.shape[2:], like=x)
         if ctx.needs_input_grad[1]:
-            gw = _grad_weight(x, gy, geo, w.shape)
+            # The plain conv's input and grad-output: gy and x for a transposed conv.
+            conv_in, conv_gy = (gy, x) if ctx.transposed else (x, gy)
+            gw = _grad_weight(conv_in, conv_gy, geo, w.shape)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = _grad_bias(gy)
-        return gx, gw, gb, None, None
-
-
-class _ConvTransposeFn(torch.autograd.Function):
-    """conv_transpose(x, w) is the grad-input of conv(., w): the kernels swap roles."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: Tensor,
-        w: Tensor,
-        b: Tensor | None,
-        geo: _Geometry,
-        out_spatial: tuple[int, int, int],
-    ) -> Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.geo = geo
-        ctx.has_bias = b is not None
-        return _grad_input(x, w, b, geo, out_spatial, like=x)
-
-    @staticmethod
-    def backward(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
-        x, w = ctx.saved_tensors
-        geo: _Geometry = ctx.geo
-        gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            # Only the first x-sized window of gy: output_padding adds rows no input reached.
-            gx = _forward(gy, w, None, geo, x.shape[2:])
-        if ctx.needs_input_grad[1]:
-            gw = _grad_weight(gy, x, geo, w.shape)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            gb = _grad_bias(gy)
-        return gx, gw, gb, None, None
+        return gx, gw, gb, None, None, None
 
 
 # ---- public functions ---------------------------------------------------------------------------
@@ -321,7 +293,7 @@ def triton_conv(
         raise ValueError(f"output size {out} is too small for input {tuple(x.shape)}")
     geo = _Geometry.make(stride, [p[0] for p in pads], dilation, groups)
     out5 = (1,) * (3 - ndim) + out
-    y = _ConvFn.apply(_to5d(x), _to5d(weight), bias, geo, out5)
+    y = _ConvFn.apply(_to5d(x), _to5d(weight), bias, geo, out5, False)
     y = _from5d(y, ndim)
     return y.squeeze(0) if unbatched else y
 
@@ -349,7 +321,7 @@ def triton_conv_transpose(
     )
     geo = _Geometry.make(stride, padding, dilation, groups)
     out5 = (1,) * (3 - ndim) + out
-    y = _ConvTransposeFn.apply(_to5d(x), _to5d(weight), bias, geo, out5)
+    y = _ConvFn.apply(_to5d(x), _to5d(weight), bias, geo, out5, True)
     y = _from5d(y, ndim)
     return y.squeeze(0) if unbatched else y
 
