@@ -40,11 +40,12 @@ from advisor.space import (
 )
 from advisor.stages.benchmark_twins import run_benchmark_twins
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
-from advisor.stages.compiling import compile_candidates, compile_race, run_compile_stage
+from advisor.stages.compiling import FIRST_COMPILE_S, compile_candidates, compile_race
 from advisor.stages.confirm import challenger, check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import after_compile, machine_moved, retime_finalists
+from advisor.stages.later import measure_later
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
@@ -246,7 +247,7 @@ def run_advise(
                     if on_eager is not None:
                         on_eager(eager)
                 again, retime_error = _compile_stage(workload, outcome, dev, sp, options, plan,
-                                                     evaluator, clock, steps)  # fmt: skip
+                                                     evaluator, clock)  # fmt: skip
                 retimed = again or retimed
         finally:
             evaluator.close()
@@ -338,18 +339,18 @@ def _compile_stage(
     plan: BudgetPlan,
     evaluator: Evaluator,
     clock: StageClock,
-    steps: int | None,
 ) -> tuple[int, str | None]:
     """torch.compile on the eager answer's settings (advisor.stages.compiling), its candidates
     re-timed with the finalists, interleaved, before one can be picked: how many were re-timed,
     and why the re-time failed."""
     options.deadline = plan.compile
-    contest = sp.contest(steps)
+    contest = sp.contest(options.steps)
     todo = compile_candidates(outcome, sp, dev, len(workload.shape_weights) > 1, contest)
     eager = decide(outcome.results, outcome.baseline, contest)  # no compiled one yet
     with clock.stage("compile"):
-        new = run_compile_stage(outcome, todo, evaluator, plan.compile,
-                                options.progress, compile_race(outcome, contest))  # fmt: skip
+        new = measure_later(outcome, todo, evaluator, plan.compile, options.progress,
+                            compile_race(outcome, contest), stage="compile",
+                            first_s=FIRST_COMPILE_S)  # fmt: skip
     if not new:
         return 0, None
     with clock.stage("re-time"):

@@ -122,15 +122,14 @@ def verdict(
     gate: Gate,
     settings: Settings,
     precision: str,
-    err: float,
-    grad_err: float | None,
-    layer: LayerVerdict | None,
+    checked: Checked,
     check_deadline: float | None,
     **fields: object,
 ) -> TrialResult:
-    """The gate's verdict on a candidate from its errors (outputs and gradients against the
-    fp32 reference, its worst conv layer alone against float64) and its precision's check, as a
+    """The gate's verdict on a candidate from its checks (outputs and gradients against the fp32
+    reference, its worst conv layer alone against float64) and its precision's check, as a
     result with `fields` (its measurement, memory and times). Raises `CheckOutOfTime`."""
+    err, grad_err, layer = checked.err, checked.grad_err, checked.layer
     status: Status = "ok"
     reason = rejected_by = None
     tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
@@ -164,6 +163,7 @@ def verdict(
         layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
         rejected_by=rejected_by,
         precision_check=tol.out.check,
+        compile_check_s=checked.check_s or None,
         **fields,
     )
 
@@ -227,9 +227,7 @@ def _gate_only(
             return failed(settings, failure, precision)
     gate_s = time.perf_counter() - t_gate
     try:
-        return verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
-                       check_deadline, compile_check_s=checked.check_s or None,
-                       gate_s=gate_s)  # fmt: skip
+        return verdict(gate, settings, precision, checked, check_deadline, gate_s=gate_s)
     except CheckOutOfTime:  # not judged: it is not picked
         return TrialResult(settings=settings, status="stopped", stop=Stop(kind="out_of_time"),
                            precision=precision)  # fmt: skip

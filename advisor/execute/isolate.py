@@ -60,7 +60,6 @@ class IsolatedEvaluator:
         mode: Mode,
         space: SearchSpace,
         timeout_s: float = 600.0,
-        startup_timeout_s: float = STARTUP_TIMEOUT_S,
         cudnn_benchmark: bool = False,
         on_start: Callable[[float], None] | None = None,
     ) -> None:
@@ -68,7 +67,7 @@ class IsolatedEvaluator:
         self.cudnn_benchmark = cudnn_benchmark  # the value of every candidate it is given
         self._known: dict[str, str] = {}  # precision verdicts: own path's JSON -> check's JSON
         self.timeout_s = timeout_s
-        self.startup_timeout_s = max(startup_timeout_s, timeout_s)
+        self.startup_timeout_s = max(STARTUP_TIMEOUT_S, timeout_s)
         self._proc: Any = None
         self._conn: Connection | None = None
         self._switch = False  # the live worker must load `info` before its next task
@@ -280,21 +279,13 @@ class IsolatedEvaluator:
 
         Raises RetimeFailed with the reason when the worker fails, crashes or runs out of time
         (the trial limit once per finalist)."""
-        why = self._live()
-        if why is not None:
-            raise RetimeFailed(why)
-        assert self._conn is not None
-        try:
-            self._conn.send(("retime", [r.model_dump_json() for r in results], time_left_s))
-        except (BrokenPipeError, OSError):
-            raise RetimeFailed(self._exit_reason()) from None
-        limit = self.timeout_s * len(results)
-        msg = self._receive(limit)
-        if isinstance(msg, tuple) and msg[0] == "retimed":
+        jsons = [r.model_dump_json() for r in results]
+        msg = self.ask(("retime", jsons, time_left_s), self.timeout_s * len(results))
+        if msg[0] == "retimed":
             return [TrialResult.model_validate_json(j) for j in msg[1]]
-        if isinstance(msg, tuple) and msg[0] == "retime_error":
+        if msg[0] == "retime_error":
             raise RetimeFailed(msg[1])
-        why = f"timed out after {limit:g} s (killed)" if msg == "timeout" else self._exit_reason()
+        why = self._exit_reason()
         self._kill()
         raise RetimeFailed(why)
 

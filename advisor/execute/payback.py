@@ -33,7 +33,7 @@ from advisor.measure.candidate import Candidate, Mode
 from advisor.measure.contest import Contest
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.stop import Stop
-from advisor.measure.timing import Clock, Sampler, TimingPolicy, interleave, warm_up
+from advisor.measure.timing import Sampler, TimingPolicy, interleave, warm_up
 from advisor.workload.build import Workload
 
 __all__ = ["CompileOverAllowance", "cannot_pay", "compile_allowance", "over_allowance"]
@@ -92,7 +92,6 @@ def cannot_pay(
     case: int,
     policy: TimingPolicy,
     pristine: dict[str, object],
-    clock: Clock | None = None,
 ) -> Stop | None:
     """Why the live candidate `compiled` stops before the gate's capture (`Contest.payback`),
     or None: None too for an eager candidate, a race without a rival, or a trial the race or the
@@ -108,7 +107,7 @@ def cannot_pay(
     rival = Settings.model_validate_json(race.rival)
     other = Candidate(workload, rival, device, mode, seed, case=case)
     try:
-        sampler = Sampler(device, clock)
+        sampler = Sampler(device)
         cands = [compiled, other]
         before = [partial(prepare_flags, pristine, c.tuned) for c in cands]
         first_ms: list[float] = []

@@ -98,7 +98,6 @@ def probe_model(
     mode: str,
     device: str,
     timeout_s: float,
-    startup_timeout_s: float = STARTUP_TIMEOUT_S,
     keep: bool = False,
 ) -> ProbeChild | None:
     """Load the model and run one step in a child process; raise a one-line error if that
@@ -109,7 +108,7 @@ def probe_model(
     proc, parent = start_child(_child, workload_args, mode, device, role="probe")
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
-        msg = receive(parent, proc, startup_timeout_s)
+        msg = receive(parent, proc, STARTUP_TIMEOUT_S)
         if msg == ("started",):
             msg = receive(parent, proc, timeout_s)
         if isinstance(msg, tuple) and msg and msg[0] == "ok":

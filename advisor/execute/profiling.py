@@ -181,13 +181,13 @@ def _in_fork_server() -> bool:
     return False
 
 
-def start_early(argv: list[str] | None = None) -> None:
+def start_early() -> None:
     """The package's first call: with the variable set, the `advisor` command's profile (or the
     fork server's, whose preload imports the package first while profiling) starts here, before
     torch's import. Any other program that imports the advisor is not profiled."""
     if not on():
         return
-    if _is_command(sys.argv if argv is None else argv):
+    if _is_command(sys.argv):
         start("advisor")
     elif _in_fork_server():
         start("forkserver")

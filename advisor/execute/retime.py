@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,6 @@ from advisor.measure.results import TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import STRICT_Z, Measurement, combine, paired_speedup
 from advisor.measure.timing import (
-    Clock,
     Sampler,
     TimingPolicy,
     interleave,
@@ -72,7 +71,6 @@ class RetimeSession:
         mode: Mode,
         policy: TimingPolicy,
         case: int = 0,
-        clock: Clock | None = None,
     ) -> None:
         warm_device(device)
         self._stack = contextlib.ExitStack()
@@ -88,7 +86,9 @@ class RetimeSession:
             self._stack.enter_context(inductor_caches(measurement_cache()))
         self.pristine = global_state()  # what each sample starts from (threads, flags, ...)
         single = workload.is_layer
-        self.sampler = Sampler(device, clock, l2_flusher(device) if single else None, single)
+        self.sampler = Sampler(
+            device, flush=l2_flusher(device) if single else None, queue_ahead=single
+        )
         self.reps = [_reps(r, case) for r in results]
         self.cands: list[Candidate] = []
         try:
@@ -130,23 +130,28 @@ def retime(
     mode: Mode,
     policy: TimingPolicy,
     *,
-    clock: Clock | None = None,
     min_gain: float | None = None,
+    decided: Callable[[list[list[float]]], bool] | None = None,
+    first_s: list[float] | None = None,
 ) -> list[TrialResult]:
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape. With
-    `min_gain`, the rounds of a single shape stop once `pick_decided`."""
+    `min_gain`, the rounds of a single shape stop once `pick_decided`; with `decided`, once it
+    holds. `first_s` (one per result) receives each one's first calls (seconds over the shapes)."""
     per_case: list[list[list[float]]] = []
     one_shape = len(workload.shape_cases) == 1
-    rule = None
+    rule = decided if one_shape else None
     if min_gain is not None and one_shape:
         changes = [len(r.settings.changes()) for r in results]
         eager = [i for i, r in enumerate(results) if not r.settings.compiled]
         rule = partial(decided_with_or_without_compile, complexity=changes, eager=eager,
                        min_gain=min_gain)  # fmt: skip
     for case in range(len(workload.shape_cases)):
-        session = RetimeSession(workload, results, device, mode, policy, case, clock)
+        session = RetimeSession(workload, results, device, mode, policy, case)
         try:
+            if first_s is not None:
+                for i, ms in enumerate(session.first_ms):
+                    first_s[i] += ms / 1e3
             samplers = [partial(session.sample, i) for i in range(len(results))]
             per_case.append(
                 interleave(samplers, session.sampler.clock, **rounds(policy), decided=rule)

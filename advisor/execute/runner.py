@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -77,7 +78,6 @@ def evaluate(
     gate: Gate,
     *,
     policy: TimingPolicy | None = None,
-    clock: Callable[[], float] | None = None,
     race: Race | None = None,
     time_left_s: float | None = None,
     park: Park | None = None,
@@ -111,44 +111,32 @@ def evaluate(
     started = time.perf_counter()
     # One shape: a shape set is not raced, so not screened either.
     parked = park.take(settings) if park is not None and len(gate.cases) == 1 else None
-    result = _evaluate_any(workload, settings, device, mode, space, gate, policy, clock, race,
-                           time_left_s, park, parked)  # fmt: skip
+    body = partial(
+        _evaluate, workload, settings, device, mode, space, gate, policy, race, time_left_s
+    )
+    result = _compiled(settings, gate, device, body) if settings.compiled else body(park, parked)
     update: dict[str, object] = {"wall_s": time.perf_counter() - started}
     if parked is not None:
         update["screen"] = parked.screen
     return result.model_copy(update=update)
 
 
-def _evaluate_any(
-    workload: Workload,
-    settings: Settings,
-    device: torch.device,
-    mode: Mode,
-    space: SearchSpace,
-    gate: Gate,
-    policy: TimingPolicy | None,
-    clock: Callable[[], float] | None,
-    race: Race | None,
-    time_left_s: float | None,
-    park: Park | None = None,
-    parked: Parked | None = None,
+def _compiled(
+    settings: Settings, gate: Gate, device: torch.device, body: Callable[[], TrialResult]
 ) -> TrialResult:
-    if settings.compiled:
-        try:
-            start_s = start_inductor(device)  # not the candidate's cost: once per process
-        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
-            return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
-                           gate.precision(settings))  # fmt: skip
-        cold = cold_cache()
-        with recompile_guard(len(gate.cases)), inductor_caches(cold):
-            result = _evaluate(workload, settings, device, mode, space, gate, policy, clock,
-                               race, time_left_s)  # fmt: skip
-            breaks = graph_breaks()  # Dynamo's record, reset as the caches were entered
-        keep_artifacts(cold)
-        return result.model_copy(update={"compile_start_s": start_s or None,
-                                          "graph_breaks": breaks})  # fmt: skip
-    return _evaluate(workload, settings, device, mode, space, gate, policy, clock, race,
-                     time_left_s, park, parked)  # fmt: skip
+    """`body` (`_evaluate`, for a compiled candidate) run with empty compiler caches."""
+    try:
+        start_s = start_inductor(device)  # not the candidate's cost: once per process
+    except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
+        return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
+                       gate.precision(settings))  # fmt: skip
+    cold = cold_cache()
+    with recompile_guard(len(gate.cases)), inductor_caches(cold):
+        result = body()
+        breaks = graph_breaks()  # Dynamo's record, reset as the caches were entered
+    keep_artifacts(cold)
+    return result.model_copy(update={"compile_start_s": start_s or None,
+                                      "graph_breaks": breaks})  # fmt: skip
 
 
 def _evaluate(
@@ -159,17 +147,13 @@ def _evaluate(
     space: SearchSpace,
     gate: Gate,
     policy: TimingPolicy | None,
-    clock: Callable[[], float] | None,
     race: Race | None,
     time_left_s: float | None,
     park: Park | None = None,
     parked: Parked | None = None,
 ) -> TrialResult:
     """`evaluate`'s body for one candidate; `parked`: its screen's built candidate, resumed."""
-    now = clock or time.perf_counter
-    deadline = None if time_left_s is None else now() + time_left_s
-    # the precision check's training runs stop on the wall clock, whatever clock times samples
-    check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
+    deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
     settle_cpu_allocator()
@@ -216,7 +200,6 @@ def _evaluate(
                     cand.step,
                     device,
                     policy,
-                    clock=clock,
                     flush=flush,
                     queue_ahead=workload.is_layer,
                     race=race,
@@ -231,8 +214,8 @@ def _evaluate(
                                    stop=Stop(kind="budget", cold_s=first_s))  # fmt: skip
             per_shape.append(m)
             unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
-                                seed=gate.seed, case=case, policy=policy, pristine=pristine,
-                                clock=clock)  # fmt: skip
+                                seed=gate.seed, case=case, policy=policy,
+                                pristine=pristine)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and (raced := _raced(m, race)) is not None:
@@ -287,9 +270,7 @@ def _evaluate(
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
                            **measured)  # fmt: skip
     try:
-        return _verdict(gate, settings, precision, checked.err, checked.grad_err, checked.layer,
-                        check_deadline, compile_check_s=checked.check_s or None,
-                        gate_s=gate_s or None,
+        return _verdict(gate, settings, precision, checked, deadline, gate_s=gate_s or None,
                         **measured)  # fmt: skip
     except CheckOutOfTime:  # not judged: it cannot be picked, and a later run checks it
         return _stopped(settings, precision, per_shape, workload, Stop(kind="out_of_time"))

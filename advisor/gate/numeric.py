@@ -390,8 +390,3 @@ def round_up(x: float) -> str:
     exp = math.floor(math.log10(x)) - 1
     return f"{math.ceil(x / 10**exp) * 10**exp:.2g}"
 
-
-def _max(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None:
-        return a if b is None else b
-    return max(a, b)

@@ -154,9 +154,9 @@ def _settle(
     return now
 
 
-def _behind(gap: float, digits: int = 2) -> str:
+def _behind(gap: float) -> str:
     where = "behind" if gap >= 0 else "ahead"
-    return f"{abs(gap):.{digits}%} of the start {where}"
+    return f"{abs(gap):.2%} of the start {where}"
 
 
 def check_precision(

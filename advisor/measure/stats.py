@@ -163,7 +163,7 @@ def paired_speedup(
     baseline: Measurement, tuned: Measurement, z: float = 1.96
 ) -> tuple[float, float, float]:
     """For samples taken in the same rounds of one interleaved re-time (sample i of each in
-    round i, `timing.sample_interleaved`): the median of the per-round ratios baseline_i /
+    round i, `timing.interleave`): the median of the per-round ratios baseline_i /
     tuned_i, with its order-statistic 95% CI. Drift that hits a whole round (other load, clock
     changes, a process that is slower throughout) cancels in that round's ratio, so a steady 6%
     win is decided where the unpaired interval, built from the two CIs' opposite ends, spans 1.0x.

@@ -16,7 +16,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
@@ -140,41 +139,6 @@ class Sampler:
             end.record()
         spans[-1][1].synchronize()
         return sum(start.elapsed_time(end) for start, end in spans) / reps
-
-
-def sample_interleaved(
-    steps: Sequence[Callable[[], object]],
-    sampler: Sampler,
-    *,
-    reps: Sequence[int] | None = None,
-    before: Sequence[Callable[[], None]] | None = None,
-    warmup: int = 1,
-    min_rounds: int = 5,
-    max_rounds: int = 200,
-    budget_s: float = 1.0,
-) -> list[list[float]]:
-    """Samples (ms per call) of several steps taken in rounds, one sample of each per round, in
-    alternating order (A B C, C B A, ...), so drift and other load hit every step alike.
-
-    `before[i]` runs before each call of step i outside the timed span (switch the global flags
-    to that candidate's, clear gradients). Stops after `max_rounds`, or after `min_rounds` once
-    `budget_s` per step is spent. The one interleaving sampler: the finalists' re-time and the
-    benchmarks use it.
-    """
-    n = len(steps)
-    reps = list(reps) if reps is not None else [1] * n
-    prepare = list(before) if before is not None else [lambda: None] * n
-    launch_ms = warm_up(steps, prepare, warmup, sampler.clock, device=sampler.device,
-                        settle_s=budget_s)  # fmt: skip
-    synchronize(sampler.device)
-
-    def one(i: int) -> float:
-        prepare[i]()
-        sampler.launch_ms = launch_ms[i]
-        return sampler(steps[i], reps[i])
-
-    return interleave([partial(one, i) for i in range(n)], sampler.clock, min_rounds=min_rounds,
-                      max_rounds=max_rounds, budget_s=budget_s)  # fmt: skip
 
 
 def warm_up(

@@ -29,22 +29,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 
 import torch
 
 from advisor.device.flags import onednn_convs
-from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
-from advisor.search import Progress, SearchOutcome
+from advisor.search import SearchOutcome
 from advisor.search.pick import decide
 from advisor.space import Dropped, SearchSpace, compile_modes
-from advisor.stages.later import measure_later
 
-__all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race", "run_compile_stage"]
+__all__ = ["FIRST_COMPILE_S", "compile_candidates", "compile_race"]
 
 # What a first compile trial is assumed to take before one was measured: a small model's cold
 # compile on a small CPU (a large model's takes minutes), with the trial's samples and the gate's
@@ -188,16 +185,3 @@ def compile_race(outcome: SearchOutcome, contest: Contest) -> Race | None:
         return None
     return contest.race(leader.measurement, rival=leader.settings.model_dump_json(), pays=True)
 
-
-def run_compile_stage(
-    outcome: SearchOutcome,
-    candidates: list[Settings],
-    evaluator: Evaluator,
-    deadline: float | None,
-    progress: Callable[[Progress], None] | None = None,
-    race: Race | None = None,
-) -> list[TrialResult]:
-    """The compiled `candidates`, each in `race` (`compile_race`), measured while the budget
-    allows (`advisor.stages.later.measure_later`)."""
-    return measure_later(outcome, candidates, evaluator, deadline, progress, race,
-                         stage="compile", first_s=FIRST_COMPILE_S)  # fmt: skip

@@ -39,14 +39,14 @@ from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
 from advisor.execute.probe import receive, user_failure
 from advisor.execute.profiling import kill
-from advisor.execute.retime import RetimeSession, retimed_results, rounds
+from advisor.execute.retime import retime
 from advisor.execute.worker_process import LEAVE_S
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
 from advisor.measure.machine_load import CpuUsage
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
-from advisor.measure.timing import TimingPolicy, interleave
+from advisor.measure.timing import TimingPolicy
 from advisor.workload.build import Workload
 
 __all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair",
@@ -88,20 +88,9 @@ def measure_pair(
     re-timed together, interleaved, on every shape; and each one's first call (seconds over
     the shapes). With one shape, the rounds stop once the verdicts are decided (`check_decided`); a
     shape set's rounds (summed round by round over the shapes) take the policy's full rounds."""
-    per_case: list[list[list[float]]] = []
     first_s = [0.0] * len(pair)
-    one_shape = len(workload.shape_cases) == 1
     rule = partial(check_decided, min_gain=min_gain)
-    for case in range(len(workload.shape_cases)):
-        session = RetimeSession(workload, pair, device, mode, policy, case)
-        try:
-            first_s = [a + ms / 1e3 for a, ms in zip(first_s, session.first_ms, strict=True)]
-            samplers = [partial(session.sample, i) for i in range(len(pair))]
-            per_case.append(interleave(samplers, session.sampler.clock, **rounds(policy),
-                                       decided=rule if one_shape else None))  # fmt: skip
-        finally:
-            session.close()
-    return retimed_results(workload, pair, per_case), first_s
+    return retime(workload, pair, device, mode, policy, decided=rule, first_s=first_s), first_s
 
 
 def holds(
