@@ -69,7 +69,7 @@ class InProcessEvaluator:
             if self._gate is None:
                 self._gate = Gate(self.workload, self.device, self.mode, self.space)
                 self._gate.know(self._known)
-            result = evaluate(
+            return evaluate(
                 self.workload,
                 settings,
                 self.device,
@@ -82,7 +82,6 @@ class InProcessEvaluator:
             )
         finally:
             restore_global_state(saved)
-        return result
 
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
@@ -104,11 +103,10 @@ class InProcessEvaluator:
             if self._gate is None:
                 self._gate = Gate(self.workload, self.device, self.mode, self.space)
                 self._gate.know(self._known)
-            result = gate_only(self.workload, settings, self.device, self.mode, self._gate,
-                               time_left_s)  # fmt: skip
+            return gate_only(self.workload, settings, self.device, self.mode, self._gate,
+                             time_left_s)  # fmt: skip
         finally:
             restore_global_state(saved)
-        return result
 
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on (its references are computed on first use;

@@ -37,6 +37,7 @@ import torch
 from advisor.gate.layer import LayerCheck, LayerVerdict
 from advisor.gate.metrics import global_rel_error, max_rel_error
 from advisor.gate.precision import Fp32Runs, check_precision
+from advisor.gate.training import REFERENCE
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Candidate, Captured, ConvInput, Mode
 from advisor.measure.verdict import (
@@ -48,8 +49,6 @@ from advisor.measure.verdict import (
 )
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
-
-REFERENCE = Settings(tf32="off")  # fp32 everywhere, native kernels, contiguous
 
 
 @dataclass(frozen=True)

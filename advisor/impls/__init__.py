@@ -40,13 +40,13 @@ register(FoldTimeImpl())
 register(TransposeAsMulImpl())
 
 
-def load_plugins(spec: str | None = None) -> None:
+def load_plugins() -> None:
     """Import the modules named in $ADVISOR_PLUGINS (comma-separated): they may `register` their
     own implementations. Workers inherit the variable, so isolated trials see them too."""
     import importlib
     import os
 
-    for name in (spec if spec is not None else os.environ.get("ADVISOR_PLUGINS", "")).split(","):
+    for name in os.environ.get("ADVISOR_PLUGINS", "").split(","):
         if name.strip():
             try:
                 importlib.import_module(name.strip())

@@ -75,10 +75,6 @@ class ConvSignature:
         """The PyTorch class name this signature describes, e.g. 'Conv2d', 'ConvTranspose3d'."""
         return f"{'ConvTranspose' if self.transposed else 'Conv'}{self.ndim}d"
 
-    @property
-    def depthwise(self) -> bool:
-        return self.groups > 1 and self.groups == self.in_channels
-
 
 class ConvImpl(ABC):
     """One way to compute a conv layer (forward and backward).

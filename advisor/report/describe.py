@@ -121,21 +121,9 @@ def describe_env(device: str = "auto") -> str:
     d = env_dict(device)
     env = d["environment"]
     lines = [f"Device:      {env['device_name']} ({env['device_type']})"]
-    for key in (
-        "capability",
-        "device_memory_gb",
-        "cpu_threads",
-        "torch",
-        "cuda",
-        "cudnn",
-        "triton",
-        "driver",
-        "python",
-        "platform",
-        "fingerprint",
-    ):
-        if env.get(key) is not None:
-            lines.append(f"{key + ':':<13}{env[key]}")
+    for key, value in env.items():  # every field of Environment, in its order
+        if key not in ("device_type", "device_name") and value is not None:
+            lines.append(f"{key + ':':<13}{value}")
     lines.append("Knobs:")
     for name, values in d["knobs"].items():
         lines.append(
