@@ -211,7 +211,11 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
             f"| {_cell(r['status'])} | {(r.get('date') or '-')[:10]} | {_age(r, head)} "
             f"| {_source(r)} |"
         )
-    worth = [r for r in shown if r.get("worth") and "roles" in r["worth"]]
+    # The newest re-time of each model, mode and effort: a later run without one (compare's)
+    # does not hide it
+    retimed = newest([r for r in rows if r.get("worth")], head)
+    retimed_rows = sorted(retimed.values(), key=lambda r: (r["model"], r["mode"], r["effort"]))
+    worth = [r for r in retimed_rows if "roles" in r["worth"]]
     lines += ["", "## What the advice is worth", ""]
     if not worth:
         lines.append("No re-time on this machine yet (`python -m benchmarks worth`).")
@@ -238,7 +242,7 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
                 f"| {_cell(_alternatives(w, pick))} | {_cell(_loses(w, pick))} "
                 f"| {w.get('rounds', '-')} | {_age(r, head)} |"
             )
-    failed = [r for r in shown if r.get("worth") and "error" in r["worth"]]
+    failed = [r for r in retimed_rows if "error" in r["worth"]]
     for r in failed:
         lines.append(f"\n{r['model']} {r['mode']}: no re-time ({r['worth']['error']}).")
     checks = [(r, t) for r in shown for t in r.get("targets") or []]

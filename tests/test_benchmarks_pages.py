@@ -89,6 +89,11 @@ def test_a_page_shows_each_keys_newest_row_its_age_and_where_the_pick_loses() ->
     assert "hand (memory_format=channels_last, amp=bf16) 2.50x [2.50, 2.50], first call 0.2 s" in worth
     assert "**hand**: its time / the pick's 0.50x [0.50, 0.50]" in worth
     assert pages.commits_old(old, head) == 3 and pages.commits_old("nope", head) is None
+    # A later run of the same commit without a re-time (compare's) is the cost shown, and the
+    # earlier run's re-time stays on the page
+    text = pages.render_machine([*rows, _row(head, "2026-03-01", wall_s=6.0)], head)
+    assert "| 6.0 |" in text.split("## What the advice is worth")[0]
+    assert "| 1.25x [1.25, 1.25] |" in text.split("## What the advice is worth")[1]
 
 
 def test_a_changed_table_makes_the_pages_stale(tmp_path: Path) -> None:
