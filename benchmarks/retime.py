@@ -86,6 +86,7 @@ def build_variant(raw: dict[str, Any], mode: str, device: str, setting: dict[str
     from advisor.config import Config
     from advisor.device.environment import current_environment
     from advisor.execute.runner import flatten_tensors
+    from advisor.measure.candidate import loss_weights
     from advisor.workload.rebuild import workload_from_info
 
     dev = torch.device(device)
@@ -110,10 +111,9 @@ def build_variant(raw: dict[str, Any], mode: str, device: str, setting: dict[str
         tuned.model.zero_grad(set_to_none=True)
         with tuned.autocast():
             outs = [o for o in flatten_tensors(net(*xt, **kwt)) if o.is_floating_point()]
-        if not seeds:
-            gen = torch.Generator().manual_seed(1)
-            seeds.extend(torch.randn(o.shape, generator=gen).to(dev) for o in outs)
-        sum((o.float() * g).sum() for o, g in zip(outs, seeds, strict=True)  # type: ignore[union-attr]
+        if not seeds:  # the advisor's timed loss, at its scale (what training's gradients are)
+            seeds.extend(loss_weights(outs, seed=8))
+        sum((o.to(g.dtype) * g).sum() for o, g in zip(outs, seeds, strict=True)  # type: ignore[union-attr]
             if o.requires_grad).backward()  # fmt: skip
 
     name = f"torch.compile(mode={setting['compile']!r})" if rival else settings.label()

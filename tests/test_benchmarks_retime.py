@@ -183,3 +183,38 @@ def test_a_deadline_that_falls_during_start_up_stops_every_process(tiny_config: 
     assert got["rounds"] == 0
     for e in got["entries"].values():
         assert "deadline" in e["error"] or "no time left" in e["error"], e
+
+
+def test_the_retimes_training_step_computes_the_advisors_timed_gradients(
+    tiny_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same loss at the same scale (a mean-reduced loss's): on a CPU, gradients that small
+    reach subnormal floats in some models' fp32 backward, so a loss at another scale times
+    another workload (it had the re-time disagree with the advisor's final check)."""
+    import torch
+
+    import advisor
+    from advisor.config import Config
+    from advisor.measure.candidate import Candidate
+    from advisor.workload.rebuild import workload_from_info
+
+    tuned: list[Any] = []  # what the re-time's advisor.apply returned
+    real_apply = advisor.apply
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        tuned.append(real_apply(*args, **kwargs))
+        return tuned[-1]
+
+    monkeypatch.setattr(advisor, "apply", keep)
+    raw = json.loads(tiny_config.read_text())
+    retime.build_variant(raw, "train", "cpu", {}).step()
+    workload = workload_from_info(Config.model_validate(raw).workload)
+    timed = Candidate(workload, advisor.Settings(), torch.device("cpu"), "train", seed=7,
+                      optimizer=False)  # fmt: skip
+    timed.step()
+    got = dict(tuned[0].model.named_parameters())
+    want = dict(timed.tuned.module.named_parameters())
+    assert got.keys() == want.keys()
+    for name, p in want.items():
+        assert p.grad is not None and p.grad.abs().max() > 0
+        torch.testing.assert_close(got[name].grad, p.grad, msg=name)

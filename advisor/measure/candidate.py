@@ -57,6 +57,15 @@ def acc_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def loss_weights(outs: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """The timed loss's gradient with respect to each output: N(0,1) / its number of elements,
+    a mean-reduced loss's scale, drawn from `seed`. The scale matters on a CPU: gradients that
+    small reach subnormal floats in some models' fp32 backward, which is slow there."""
+    gen = torch.Generator().manual_seed(seed)
+    draws = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
+    return [(d / max(o.numel(), 1)).to(o.device, acc_dtype(o)) for d, o in zip(draws, outs)]
+
+
 @dataclass
 class ConvInput:
     """What one conv layer received in a forward pass: for checking its kernel alone."""
@@ -198,13 +207,7 @@ class Candidate:
         """A scalar whose gradient with respect to each output is a fixed random tensor of the
         scale of a mean-reduced loss's (N(0,1) / number of elements)."""
         if self._grad_outputs is None:
-            gen = torch.Generator().manual_seed(self.seed + 1)
-            self._grad_outputs = [
-                (torch.randn(o.shape, generator=gen, dtype=torch.float64) / max(o.numel(), 1)).to(
-                    o.device, acc_dtype(o)
-                )
-                for o in outs
-            ]
+            self._grad_outputs = loss_weights(outs, self.seed + 1)
         terms = [
             (o.to(g.dtype) * g).sum()
             for o, g in zip(outs, self._grad_outputs, strict=True)
