@@ -19,7 +19,7 @@ from torch.nn.parameter import is_lazy
 from advisor import impls
 from advisor.compiled import compile_model
 from advisor.config import Config, load_config
-from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.device.environment import current_environment, resolve_device
 from advisor.device.ops import autocast_type, cuda_ops, placement
 from advisor.errors import first_line
@@ -185,7 +185,7 @@ def apply_settings(
     # applied as far as it can be (with warnings), never half-way.
     used = plan_layers(model, settings, dev, warn=warn)
     if dev.type == "cpu":
-        settle_cpu_allocator()  # the malloc state every candidate was measured in
+        keep_cpu_buffers_resident()  # the malloc state every candidate was measured in
     model.to(placement(dev))
     fmt_ndim = _model_ndim(model)
     fmt = memory_format_for(fmt_ndim, settings.memory_format) if fmt_ndim else None

@@ -291,7 +291,7 @@ def _eager_stages(
     many were re-timed last, why a re-time failed, the per-layer choices and the stage's counts."""
     # The global finalists are re-timed together first, so the per-layer stage works from the
     # settings that would be recommended; its combination is then re-timed with them,
-    # interleaved, before it can be picked. Where the search already settled the pick
+    # interleaved, before it can be picked. Where the search already decided the pick
     # (`Contest.clear_lead`), the first re-time is left until after the per-layer stage.
     first = plan.layers if per_layer else (plan.compile or plan.layers)
     eager_end = plan.layers if compiling else plan.retime  # the compile stage comes after

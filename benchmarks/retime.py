@@ -134,14 +134,14 @@ def _worker(argv: list[str]) -> None:
 
     import torch
 
-    from advisor.device.allocator import settle_cpu_allocator
+    from advisor.device.allocator import keep_cpu_buffers_resident
     from advisor.errors import first_line
     from advisor.measure.timing import Sampler, TimingPolicy, reps_for, synchronize
 
     warnings.simplefilter("ignore")
     config, mode, device, setting = argv
     try:
-        settle_cpu_allocator()  # timed from the allocator state of a training loop
+        keep_cpu_buffers_resident()  # timed from the allocator state of a training loop
         v = build_variant(json.loads(Path(config).read_text()), mode, device, json.loads(setting))
     except Exception as e:  # noqa: BLE001 - the parent records it as the setting's entry
         send({"error": f"set-up: {first_line(e)}"})

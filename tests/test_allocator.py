@@ -1,4 +1,4 @@
-"""settle_cpu_allocator: after it, CPU tensors of any size come from the heap, not fresh mmaps,
+"""keep_cpu_buffers_resident: after it, CPU tensors of any size come from the heap, not fresh mmaps,
 and a buffer freed at the end of a step is reused by the next without page faults.
 
 Checked with glibc's own accounting (mallinfo2: bytes in mmapped blocks) in a fresh process, where
@@ -23,7 +23,7 @@ from tests.conftest import run_env
 PROBE = r"""
 import ctypes, ctypes.util, json, resource, sys
 import torch
-from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.allocator import keep_cpu_buffers_resident
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -55,7 +55,7 @@ if len(sys.argv) > 1:  # the public door: advisor.apply at training start
     import advisor
     advisor.apply(sys.argv[1], torch.nn.Conv2d(3, 8, 3), device="cpu").restore()
 else:
-    settle_cpu_allocator()
+    keep_cpu_buffers_resident()
 out["after"] = [mmapped_growth(n * MB) for n in (1, 16, 30)]
 out["huge"] = mmapped_growth(64 * MB)
 out["faults"] = [faults_of_a_written_buffer(96 * MB) for _ in range(12)]

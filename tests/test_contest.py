@@ -137,7 +137,7 @@ def test_cannot_pay_at_the_strict_interval_implies_it_at_the_usual_one() -> None
     for overhead_s, n in itertools.product((1.0, 3.0, 6.7), range(7, 61)):
         s, r = compiled[:n], rival[:n]
         assert median_ci(sorted(r), STRICT_Z)[1] >= median_ci(sorted(r))[1]
-        if c.payback_settled(overhead_s, [s, r]):
+        if c.payback_decided(overhead_s, [s, r]):
             verdict = c.payback(Measurement(samples_ms=s), Measurement(samples_ms=r),
                                 cold_s=overhead_s, rival_first_s=0.0, rival_label="x")  # fmt: skip
             assert verdict is not None
@@ -149,7 +149,7 @@ def test_payback_rounds_stop_once_they_show_the_compile_cannot_pay() -> None:
     c = Contest()
     compiled = [19.4, 19.3, 19.5, 19.4, 19.2, 19.6, 19.4, 19.3, 19.4, 19.5] * 5
     rival = [19.0, 18.9, 19.1, 19.0, 18.8, 19.2, 19.0, 18.9, 19.0, 19.1] * 5
-    rule = partial(c.payback_settled, 6.7)
+    rule = partial(c.payback_decided, 6.7)
     out = interleave(_samplers(compiled, rival), _Clock(), min_rounds=7, budget_s=10.0,
                      decided=rule)  # fmt: skip
     assert len(out[0]) == 7

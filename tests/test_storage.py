@@ -94,8 +94,8 @@ def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path:
     first, second = (Ledger(optuna.load_study(study_name="s", storage=storage), Settings(),
                             run=who, storage=storage) for who in ("one", "two"))  # fmt: skip
     claims = Claims(study, storage)
-    assert claims.claim("final_check:k", "one", settle_s=0.0)
-    assert not claims.claim("final_check:k", "two", settle_s=0.0)
+    assert claims.claim("final_check:k", "one", land_s=0.0)
+    assert not claims.claim("final_check:k", "two", land_s=0.0)
     assert second.wait_shared("final_check", "k", timeout_s=0.2, poll_s=0.05) == []
     check = FinalCheck(where="fresh process", speedup=1.3, speedup_ci=(1.1, 1.5), rounds=9,
                        held=True, one_thread=(1.2, 1.05, 1.3), other_load=0.4)  # fmt: skip
@@ -136,7 +136,7 @@ def test_processes_claiming_at_once_on_a_local_storage_get_one_winner_without_wa
         for p in procs:
             p.join(timeout=60)
         assert sorted(held for _, held, _ in got) == [False, True], got
-        assert all(took < 0.4 for _, _, took in got), got  # settle_s is 0.5
+        assert all(took < 0.4 for _, _, took in got), got  # land_s is 0.5
 
 
 def test_one_record_claims_key_after_key(tmp_path: Path) -> None:

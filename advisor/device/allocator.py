@@ -25,14 +25,14 @@ def release_free_heap() -> None:
         pass
 
 
-_ALLOCATOR_SETTLED = False
-SETTLE_BLOCK_BYTES = 31 * 2**20  # just under glibc's 32 MiB cap for the dynamic mmap threshold
+_RESIDENT = False
+RESIDENT_BLOCK_BYTES = 31 * 2**20  # just under glibc's 32 MiB cap for the dynamic mmap threshold
 # mallopt's parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 
 
-def settle_cpu_allocator() -> None:
+def keep_cpu_buffers_resident() -> None:
     """Put glibc malloc in the state of a training loop whose buffers stay resident: a step's
     large buffers are page-faulted once, on its first call, not on every call.
 
@@ -40,8 +40,8 @@ def settle_cpu_allocator() -> None:
     freed heap memory above 32 MiB (twice that threshold) to the OS: both are page-faulted again
     on the next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
     threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX), so
-    one 31 MiB block, allocated and freed, settles every buffer up to 31 MiB (a 3->16 3x3 conv
-    on 1x3x512x512 runs about 5x faster settled).
+    one 31 MiB block, allocated and freed, keeps every buffer up to 31 MiB resident (a 3->16 3x3
+    conv on 1x3x512x512 runs about 5x faster so).
 
     A buffer over 32 MiB would still be mmapped afresh on every call, so the first candidate
     timed in a process (before other candidates' buffers have grown the heap) would read up to
@@ -57,9 +57,9 @@ def settle_cpu_allocator() -> None:
     Done once per process, by the measuring process before any candidate and by
     `advisor.apply` on a CPU, so both run in the same state.
     """
-    global _ALLOCATOR_SETTLED
-    if not _ALLOCATOR_SETTLED:
-        block = torch.empty(SETTLE_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
+    global _RESIDENT
+    if not _RESIDENT:
+        block = torch.empty(RESIDENT_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
         del block
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -67,4 +67,4 @@ def settle_cpu_allocator() -> None:
             libc.mallopt(M_TRIM_THRESHOLD, -1)
         except (OSError, AttributeError):  # not glibc: the 31 MiB block is all it gets
             pass
-        _ALLOCATOR_SETTLED = True
+        _RESIDENT = True

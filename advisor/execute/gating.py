@@ -17,7 +17,7 @@ from advisor.compiled import (
     recompile_reason,
     start_inductor,
 )
-from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.errors import first_line
 from advisor.gate.layer import LayerVerdict
 from advisor.gate.numeric import Errors, Gate, compare, round_up
@@ -208,7 +208,7 @@ def _gate_only(
 ) -> TrialResult:
     check_deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
-    settle_cpu_allocator()
+    keep_cpu_buffers_resident()
     checked = Checked(0.0 if mode == "train" else None)
     t_gate = time.perf_counter()
     for case in range(len(gate.cases)):  # each reference read after its timing

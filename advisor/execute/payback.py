@@ -97,7 +97,7 @@ def cannot_pay(
     or None: None too for an eager candidate, a race without a rival, or a trial the race or the
     budget already stopped (their own reason says why). Its cold compile is the trial's first
     call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
-    the trial's policy (a settled bill stops them early). `pristine` is PyTorch's state before
+    the trial's policy (a decided bill stops them early). `pristine` is PyTorch's state before
     either was built; the compiled candidate's flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
         return None
@@ -121,7 +121,7 @@ def cannot_pay(
         overhead_s = max(0.0, cold_s - first_ms[1] / 1e3)
         samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock,
                              **rounds(policy),
-                             decided=partial(contest.payback_settled, overhead_s))  # fmt: skip
+                             decided=partial(contest.payback_decided, overhead_s))  # fmt: skip
     finally:
         other.close()
         prepare_flags(pristine, compiled.tuned)

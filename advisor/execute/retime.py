@@ -169,13 +169,13 @@ def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain
     `STRICT_Z` (a rule looked at after every round). `complexity[i]` is finalist i's number of
     changes from the default. More rounds would then only narrow intervals that cannot change
     the pick: a per-layer combination a few per cent slower than the simpler settings it builds
-    on settles at once. Finalists as simple as each other and within `min_gain` never settle:
+    on decides at once. Finalists as simple as each other and within `min_gain` never decide it:
     their rounds go on to the budget, as without a rule."""
     if len(samples[0]) < 5:  # the fewest a paired interval is computed from
         return False
     m = [Measurement(samples_ms=s) for s in samples]
 
-    def settles(c: int) -> bool:
+    def decides(c: int) -> bool:
         for x in range(len(samples)):
             if x == c:
                 continue
@@ -190,7 +190,7 @@ def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain
         return True
 
     order = sorted(range(len(samples)), key=lambda i: statistics.median(samples[i]))
-    return any(settles(c) for c in order)
+    return any(decides(c) for c in order)
 
 
 def decided_with_or_without_compile(
@@ -198,7 +198,7 @@ def decided_with_or_without_compile(
 ) -> bool:
     """`pick_decided` among all the finalists and, where some are compiled, among the eager ones
     (indices `eager`) too: a compiled leader whose cold compile then does not pay leaves the pick
-    to the eager finalists (`search.pick.decide`), and their order must be settled by the same
+    to the eager finalists (`search.pick.decide`), and their order must be decided by the same
     rounds."""
     if not pick_decided(samples, complexity, min_gain):
         return False

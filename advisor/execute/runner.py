@@ -21,7 +21,7 @@ from advisor.compiled import (
     recompile_reason,
     start_inductor,
 )
-from advisor.device.allocator import settle_cpu_allocator
+from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.device.global_state import global_state
 from advisor.errors import first_line
 from advisor.execute.gating import Checked
@@ -156,7 +156,7 @@ def _evaluate(
     deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
-    settle_cpu_allocator()
+    keep_cpu_buffers_resident()
     warm_device(device)
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
     memory = PeakMemory(device)

@@ -33,7 +33,7 @@ al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of t
   task, against fp32's (`advisor.gate.held_out`): a deep network learns the check's four batches
   nearly to nothing, and near that floor bf16 trails for a reason real training never meets.
   The same two allowances there, where that look can tell;
-- where it is outside both still, the curves may not have settled: a lag early in a run shrinks as
+- where it is outside both still, the curves may not have steadied: a lag early in a run shrinks as
   fp32's loss flattens. Both runs are trained again, twice as long, up to `max_steps`, while the gap
   closes, and judged at the longest horizon;
 - **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the task,
@@ -123,7 +123,7 @@ def _at(steps: int, ref: list[float], run: list[float], fp32: Fp32Runs) -> _Hori
                     fp32.cfg.max_degradation * learnt(ref, start))  # fmt: skip
 
 
-def _settle(
+def _lengthen(
     workload: Workload,
     own_path: Settings,
     precision: str,
@@ -218,7 +218,7 @@ def check_precision(
     held = look is not None and look.accepts  # judged at the first horizon, no longer runs
     now = first
     if lagging and not held:
-        now = _settle(workload, own_path, precision, device, fp32, runs, first, deadline)
+        now = _lengthen(workload, own_path, precision, device, fp32, runs, first, deadline)
     accepted = in_band or held or now.gap <= now.floor
     trained = f"{start:.3g} -> {now.ref[-1]:.3g} in fp32"
     before = (f"; after {first.steps} steps {_behind(first.gap)}" if now.steps != first.steps

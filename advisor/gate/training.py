@@ -218,7 +218,7 @@ def train(
         opt: Any = (Adam(params, cfg.lr) if scaler is None and Adam.handles(params)
                     else torch.optim.Adam(params, lr=cfg.lr))  # fmt: skip
         if scaler is not None:
-            settle_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
+            steady_scale(tuned, scaler, params, batches[0], targets[0], device, workload)
         losses = []
         for step in range(cfg.steps):
             in_time(deadline)
@@ -274,7 +274,7 @@ def judged_in_fp32(
         tuned.restore()
 
 
-def settle_scale(
+def steady_scale(
     tuned: Any,
     scaler: Any,
     params: list[Any],
@@ -283,7 +283,7 @@ def settle_scale(
     device: Any,
     workload: Workload,
 ) -> None:
-    """Back a fresh GradScaler off to the scale a long run settles at before the check's steps:
+    """Back a fresh GradScaler off to the scale a long run steadies at before the check's steps:
     it starts at 2**16 and skips the steps that overflow, halving each time, which in thousands of
     steps costs nothing but in a short check would show as lag, not as what fp16 does."""
     args, kwargs = batch

@@ -191,7 +191,7 @@ class Contest:
             cold_s=cold_s,
         )
 
-    def payback_settled(self, overhead_s: float, samples: list[list[float]]) -> bool:
+    def payback_decided(self, overhead_s: float, samples: list[list[float]]) -> bool:
         """For interleaved rounds of (compiled, rival): whether they already show, at
         `STRICT_Z`, that the compile cannot pay back (the 95% intervals lie inside)."""
         compiled, rival = (sorted(s) for s in samples)

@@ -129,7 +129,7 @@ def inversion(
     dropped candidate may have been misjudged as much: one dropped at `r` times the fastest
     screen may really be `r / spread` times the best, and it could win where that is within
     `min_gain`. Small disagreements (a few per cent between near-equal candidates, which full
-    timing orders otherwise) leave the cut standing: a survivor's order is settled by its full
+    timing orders otherwise) leave the cut standing: a survivor's order is decided by its full
     timing anyway."""
     cut = [m / out.best_ms for s in out.dropped if (m := out.median(s, plan)) is not None]
     off = [

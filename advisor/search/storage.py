@@ -262,11 +262,11 @@ class Claims:
     def _holder(self, key: str) -> Any:
         return self.study.user_attrs.get(f"claim:{key}")
 
-    def claim(self, key: str, owner: str, settle_s: float = 0.5) -> bool:
+    def claim(self, key: str, owner: str, land_s: float = 0.5) -> bool:
         """True when this process should measure, False when another process does. Where
         every process that shares the storage is on this host, the claim is read and written
         under a lock (the first claim wins). Elsewhere (a database server) it is held once
-        concurrent claims have landed: the last writer holds it, after `settle_s`."""
+        concurrent claims have landed: the last writer holds it, after `land_s`."""
         lock = local_lock(self._storage)  # a fresh one each time: a lock is entered once
         if lock is not None:
             with lock:
@@ -276,5 +276,5 @@ class Claims:
             return bool(self._holder(key) == owner)
         if self._holder(key) is None:
             self.study.set_user_attr(f"claim:{key}", owner)
-            time.sleep(settle_s)
+            time.sleep(land_s)
         return bool(self._holder(key) == owner)

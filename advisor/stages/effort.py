@@ -29,7 +29,7 @@ EFFORTS: tuple[EffortName, ...] = ("quick", "default", "full")
 
 # quick's timing: a global knob's win is a whole-model step; 5 samples within half a second give
 # its median to a few % on a quiet machine, and the re-time and the final check (where it runs)
-# settle what the search leaves close.
+# decide what the search leaves close.
 QUICK_MIN_SAMPLES = 5
 QUICK_MAX_TIME_S = 0.5
 # cudnn.benchmark is tried on this many finalists of the benchmark-off search, the best first:

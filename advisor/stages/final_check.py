@@ -109,7 +109,7 @@ def check_decided(samples: list[list[float]], min_gain: float = 0.02) -> bool:
     """Whether the rounds so far (the default's, the pick's, then a runner-up's if any)
     decide the check: each change's paired interval over the default at `STRICT_Z` lies above
     1.0x with the usual one reaching 1 + `min_gain` (it holds), or wholly below 1 + `min_gain`
-    (it fails); a runner-up and the pick are ordered by more than `min_gain` (never settled
+    (it fails); a runner-up and the pick are ordered by more than `min_gain` (never decided
     within it). The usual 95% intervals, which the check reports, lie inside the strict ones
     and give the same verdicts; they are only wider than the full rounds' would have been."""
     base, pick, *runner = samples

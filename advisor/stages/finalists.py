@@ -85,7 +85,7 @@ def retime_finalists(
 def after_compile(eager: Pick, compiled: Sequence[TrialResult]) -> list[TrialResult]:
     """What the re-time after the compile stage draws its finalists from (with the default):
     the `compiled` candidates, the eager answer `eager` and its fastest candidate (a compile's
-    bill alternative). The eager candidates the eager re-time ranked below its pick are settled
+    bill alternative). The eager candidates the eager re-time ranked below its pick are decided
     and not timed again."""
     return list({r.settings.model_dump_json(): r
                  for r in (*compiled, eager.chosen, eager.fastest)}.values())
