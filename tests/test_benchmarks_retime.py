@@ -209,7 +209,7 @@ def test_the_retimes_training_step_computes_the_advisors_timed_gradients(
     raw = json.loads(tiny_config.read_text())
     retime.build_variant(raw, "train", "cpu", {}).step()
     workload = workload_from_info(Config.model_validate(raw).workload)
-    timed = Candidate(workload, advisor.Settings(), torch.device("cpu"), "train", seed=7,
+    timed = Candidate(workload, advisor.Settings(), torch.device("cpu"), "train", seed=retime.SEED,
                       optimizer=False)  # fmt: skip
     timed.step()
     got = dict(tuned[0].model.named_parameters())

@@ -63,7 +63,7 @@ def loss_weights(outs: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
     small reach subnormal floats in some models' fp32 backward, which is slow there."""
     gen = torch.Generator().manual_seed(seed)
     draws = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
-    return [(d / max(o.numel(), 1)).to(o.device, acc_dtype(o)) for d, o in zip(draws, outs)]
+    return [(d / max(o.numel(), 1)).to(o.device, acc_dtype(o)) for d, o in zip(draws, outs, strict=True)]
 
 
 @dataclass
