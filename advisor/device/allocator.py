@@ -8,21 +8,26 @@ is what runs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import functools
 
 import torch
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library, found once (`find_library` runs `ldconfig -p` in a subprocess)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 def release_free_heap() -> None:
     """glibc: hand free heap pages back to the OS. Otherwise a candidate's buffers can land in
     memory an earlier allocation left resident, and its peak would not show in the RSS at all
     (a 36 MiB conv output can read as 0 MB in a long-lived process)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the peak is a lower bound there
-        pass
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the peak is a lower bound
+        _libc().malloc_trim(0)
 
 
 _RESIDENT = False
@@ -62,9 +67,8 @@ def keep_cpu_buffers_resident() -> None:
         block = torch.empty(RESIDENT_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
         del block
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            libc.mallopt(M_MMAP_MAX, 0)
-            libc.mallopt(M_TRIM_THRESHOLD, -1)
+            _libc().mallopt(M_MMAP_MAX, 0)
+            _libc().mallopt(M_TRIM_THRESHOLD, -1)
         except (OSError, AttributeError):  # not glibc: the 31 MiB block is all it gets
             pass
         _RESIDENT = True
