@@ -217,7 +217,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from advisor.report import cli_report
+    from advisor.report.write import cli_report
 
     return cli_report(args)
 

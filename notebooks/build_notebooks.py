@@ -222,7 +222,7 @@ def whole_model() -> nbformat.NotebookNode:
         ),
         new_code_cell(
             "from IPython.display import Image, display\n\n"
-            "from advisor.report import png_dir, write_report\n\n"
+            "from advisor.report.write import png_dir, write_report\n\n"
             "config = advice.save('tuned.json')\n"
             "report = write_report(str(config), Path('report.html'), storage)\n"
             "pngs = sorted(png_dir(report).glob('*.png'))\n"

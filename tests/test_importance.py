@@ -16,8 +16,9 @@ from optuna.trial import TrialState, create_trial
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.report import importance_title, write_report
 from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
+from advisor.report.plots import importance_title
+from advisor.report.write import write_report
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -16,7 +16,9 @@ import yaml
 
 import advisor
 from advisor.errors import AdvisorError
-from advisor.report import importance_problem, load_report_data, png_dir, write_report
+from advisor.report.load import load_report_data
+from advisor.report.plots import importance_problem
+from advisor.report.write import png_dir, write_report
 from tests.conftest import FAST_SPACE, run_env
 from tests.hostile._cli import advisor_cli_many, one_line_error
 
@@ -185,9 +187,8 @@ def test_out_is_a_directory(tuned: tuple[Path, str, str], tmp_path: Path) -> Non
 def test_time_plot_marks_failed_candidates(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
     import pandas as pd
 
-    from advisor.report import time_figure
     from advisor.report.load import _trials_from_csv
-    from advisor.report.plots import _png
+    from advisor.report.plots import _png, time_figure
 
     config, _, _ = tuned
     df = _trials_from_csv(config.with_name("tuned.trials.csv"))

@@ -14,34 +14,3 @@ The source is a config file or a stored study's name. The modules, in the order 
 What the console shows comes from here too: `progress` (the live progress and the summary
 tables) and `describe` (`advisor show`, `advisor env`).
 """
-
-from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
-from advisor.report.load import ReportData, Summary, load_report_data
-from advisor.report.page import render_html
-from advisor.report.plots import (
-    Plots,
-    importance_problem,
-    importance_title,
-    make_plots,
-    time_figure,
-)
-from advisor.report.write import cli_report, png_dir, write_report
-
-__all__ = [
-    "EXACT",
-    "FANOVA",
-    "Importance",
-    "Plots",
-    "ReportData",
-    "Summary",
-    "cli_report",
-    "importance_problem",
-    "importance_title",
-    "knob_importance",
-    "load_report_data",
-    "make_plots",
-    "png_dir",
-    "render_html",
-    "time_figure",
-    "write_report",
-]
