@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from advisor.advice import Advice
-    from advisor.search import Progress
+    from advisor.search.options import Progress
 
 
 def advise(

@@ -13,8 +13,8 @@ from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.verdict import own_path, path_name
-from advisor.search import SearchOutcome
 from advisor.search.compile_bill import benchmark_note, benchmark_search_s, compile_note
+from advisor.search.options import SearchOutcome
 from advisor.search.pick import Kept, Pick, decide, speedup_over
 from advisor.stages.confirm import after_challenge, after_final_check, first_step_note, runner_held
 from advisor.stages.per_layer import LayerChoice

@@ -27,9 +27,10 @@ from advisor.execute.probe import hand_over, launch_worker, probe_model
 from advisor.measure.contest import Contest
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
-from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator, search
+from advisor.search.options import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import Pick, decide, measured_in, speedup_over
 from advisor.search.pick_gates import gated_pick
+from advisor.search.run import make_evaluator, search
 from advisor.search.storage import open_storage
 from advisor.space import (
     SearchSpace,
@@ -49,9 +50,7 @@ from advisor.stages.later import measure_later
 from advisor.stages.per_layer import LayerChoice, per_layer_stage
 from advisor.stages.walltime import LOAD, StageClock, breakdown
 from advisor.workload.args import make_workload
-from advisor.workload.build import (
-    Workload,
-)
+from advisor.workload.build import Workload
 
 log = logging.getLogger("advisor")
 

@@ -31,7 +31,8 @@ def cli_worker(args: argparse.Namespace) -> int:
     from advisor.device.environment import resolve_device
     from advisor.execute.probe import hand_over, probe_model
     from advisor.execute.streams import stdout_to_stderr
-    from advisor.search import SearchOptions, make_evaluator, work
+    from advisor.search.options import SearchOptions
+    from advisor.search.run import make_evaluator, work
     from advisor.space import load_space, with_tolerances
     from advisor.workload.args import make_workload
     from advisor.workload.preflight import check_workload_sizes

@@ -58,7 +58,8 @@ SMALL_LAYERS = (
 def test_triton_is_measured_on_the_first_group_and_skipped_where_it_cannot_pay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from advisor.search import SearchOptions, make_evaluator
+    from advisor.search.options import SearchOptions
+    from advisor.search.run import make_evaluator
     from advisor.search.storage import open_storage
     from advisor.space import load_space
     from advisor.stages.per_layer import choose_layer_impls

@@ -26,8 +26,8 @@ from advisor.measure.candidate import Candidate
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
-from advisor.search import SearchOutcome
 from advisor.search.compile_bill import alternative, bill, compile_note, paying
+from advisor.search.options import SearchOutcome
 from advisor.search.pick import decide
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan

@@ -20,7 +20,8 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
 from advisor.measure.stop import Stop
 from advisor.measure.timing import TimingPolicy, measure
-from advisor.search import SearchOptions, search
+from advisor.search.options import SearchOptions
+from advisor.search.run import search
 from advisor.search.screen import inversion, record_dropped, screen
 from advisor.search.study import open_plan
 from advisor.space import compile_modes, load_space
@@ -396,7 +397,7 @@ def test_default_effort_measures_the_groups_that_carry_the_conv_work() -> None:
 
 
 def test_the_per_layer_stage_leaves_the_minor_groups_native_at_default_effort() -> None:
-    from advisor.search import make_evaluator
+    from advisor.search.run import make_evaluator
     from advisor.search.storage import open_storage
     from advisor.stages.layer_share import MINOR
     from advisor.stages.per_layer import choose_layer_impls

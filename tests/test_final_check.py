@@ -21,7 +21,7 @@ from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy
-from advisor.search import SearchOutcome
+from advisor.search.options import SearchOutcome
 from advisor.search.pick import Pick
 from advisor.service import beyond_noise
 from advisor.stages.confirm import challenger, runner_up
@@ -396,7 +396,7 @@ def test_a_cudnn_benchmark_challenger_is_not_checked_again_in_one_process() -> N
     """On CUDA one process cannot time cudnn.benchmark against the default (cuDNN's plan cache
     ignores the flag); the re-time compared them a process each. A pick is left unchecked with a
     note; a challenger of a kept default is left so silently: those processes kept the default."""
-    from advisor.search import SearchOptions
+    from advisor.search.options import SearchOptions
     from advisor.space import load_space
     from advisor.stages.budget import BudgetPlan
     from advisor.stages.confirm import check_pick

@@ -192,7 +192,7 @@ def test_advise_survives_a_failed_retime(plugins: None, caplog: pytest.LogCaptur
     from advisor.advice import build_advice
     from advisor.device.environment import current_environment
     from advisor.measure.stats import Measurement
-    from advisor.search import SearchOptions, SearchOutcome
+    from advisor.search.options import SearchOptions, SearchOutcome
     from advisor.stages.finalists import retime_finalists
 
     w = layer_workload(layer_spec(LAYER, input_shape=SHAPE))

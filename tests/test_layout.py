@@ -1,6 +1,7 @@
 """The package's layout holds: folders by stage in the order docs/architecture.md writes down, no
 import circle (imports inside functions and under TYPE_CHECKING count), no module over 400 lines,
-and CUDA, cuDNN and oneDNN named only in the device seam.
+no folder re-exporting its modules' names, and CUDA, cuDNN and oneDNN named only in the device
+seam.
 
 The imports are read from the source with `ast`, so nothing of the package runs here.
 """
@@ -150,9 +151,15 @@ def test_cuda_cudnn_and_onednn_are_named_only_in_the_device_seam() -> None:
 
 @pytest.mark.parametrize("folder", sorted(p.name for p in PACKAGE.iterdir() if p.is_dir()
                                           and (p / "__init__.py").exists()))  # fmt: skip
-def test_each_folder_says_what_it_offers(folder: str) -> None:
-    doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
+def test_each_folder_says_what_it_offers_and_re_exports_nothing(folder: str) -> None:
+    tree = ast.parse((PACKAGE / folder / "__init__.py").read_text())
+    doc = ast.get_docstring(tree)
     assert doc, f"advisor/{folder}/__init__.py has no docstring"
+    # A name has one path: what the folder's __init__ imports of the package, it uses itself.
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("advisor") for a in n.names}  # fmt: skip
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert imported <= used, f"advisor/{folder}/__init__.py re-exports {imported - used}"
     if folder != "examples":
         modules = {p.stem for p in (PACKAGE / folder).glob("*.py")} - {"__init__"}
         public = {m for m in modules if not m.startswith("_")}

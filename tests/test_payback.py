@@ -21,8 +21,8 @@ from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.stop import Stop
-from advisor.search import SearchOutcome
 from advisor.search.compile_bill import compile_note
+from advisor.search.options import SearchOutcome
 from advisor.space import SearchSpace, load_space
 from advisor.stages.compiling import compile_race
 from advisor.stages.later import reusable as _reusable

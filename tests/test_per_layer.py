@@ -196,7 +196,8 @@ def test_resumed_per_layer_stage_measures_nothing_again(tmp_path: Path) -> None:
 def test_layer_measurements_are_reused_only_under_the_same_global_settings(tmp_path: Path) -> None:
     import optuna
 
-    from advisor.search import SearchOptions, make_evaluator
+    from advisor.search.options import SearchOptions
+    from advisor.search.run import make_evaluator
     from advisor.search.storage import open_storage
     from advisor.space import load_space
     from advisor.stages.per_layer import choose_layer_impls

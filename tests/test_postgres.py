@@ -22,9 +22,11 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-from advisor.search import SearchOptions, enqueue_missing, open_plan, search
+from advisor.search.options import SearchOptions
 from advisor.search.point_lock import PointLocks
+from advisor.search.run import search
 from advisor.search.storage import open_storage
+from advisor.search.study import enqueue_missing, open_plan
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec

@@ -14,7 +14,7 @@ from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
 from advisor.measure.stats import Race, sign_test_p
 from advisor.measure.timing import TimingPolicy, measure
-from advisor.search import Progress
+from advisor.search.options import Progress
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")

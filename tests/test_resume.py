@@ -19,9 +19,9 @@ import torch
 
 import advisor
 from advisor.device.environment import current_environment
-from advisor.search import study_name_for
 from advisor.search.ledger import RECORD_FORMAT
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
+from advisor.search.study import study_name_for
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec

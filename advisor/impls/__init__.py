@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from advisor.errors import ImplError
-from advisor.impls._swap import fallbacks
 from advisor.impls.base import CONV_TYPES, ConvImpl, ConvSignature
-from advisor.impls.classes import class_reason, conv_input_shape, recipe_for
+from advisor.impls.classes import class_reason
 from advisor.impls.native import NativeImpl
 from advisor.impls.rewrites import FoldTimeImpl, TransposeAsMulImpl
 from advisor.impls.triton_conv import TritonImpl
@@ -100,12 +99,9 @@ __all__ = [
     "ConvImpl",
     "ConvSignature",
     "class_reason",
-    "conv_input_shape",
     "conv_modules",
-    "fallbacks",
     "get_impl",
     "names",
-    "recipe_for",
     "register",
     "swap",
     "why_not",

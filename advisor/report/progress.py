@@ -22,7 +22,7 @@ from advisor.stages.walltime import breakdown_line
 if TYPE_CHECKING:
     from advisor.advice import Advice
     from advisor.measure.results import TrialResult
-    from advisor.search import Progress as SearchProgress
+    from advisor.search.options import Progress as SearchProgress
 
 
 def _stderr_console() -> Console:

@@ -27,38 +27,3 @@ Every process that runs trials (`advisor advise`, `advisor worker`) runs the sam
    (on PostgreSQL the point is also locked while it is measured: `point_lock`);
 4. while other processes hold RUNNING trials, wait for them (and for their heartbeats).
 """
-
-from __future__ import annotations
-
-from advisor.search.options import (
-    CandidateFailed,
-    Progress,
-    SearchOptions,
-    SearchOutcome,
-    WorkSummary,
-)
-from advisor.search.run import WAIT_S, make_evaluator, search, work
-from advisor.search.study import (
-    Plan,
-    applicable_impls,
-    enqueue_missing,
-    open_plan,
-    study_name_for,
-)
-
-__all__ = [
-    "WAIT_S",
-    "CandidateFailed",
-    "Plan",
-    "Progress",
-    "SearchOptions",
-    "SearchOutcome",
-    "WorkSummary",
-    "applicable_impls",
-    "enqueue_missing",
-    "make_evaluator",
-    "open_plan",
-    "search",
-    "study_name_for",
-    "work",
-]

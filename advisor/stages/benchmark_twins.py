@@ -27,7 +27,7 @@ from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
-from advisor.search import Progress, SearchOutcome
+from advisor.search.options import Progress, SearchOutcome
 from advisor.space import SearchSpace, benchmark_finalists
 from advisor.stages.later import measure_later, reusable
 

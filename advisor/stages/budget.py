@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.search import SearchOutcome
+from advisor.search.options import SearchOutcome
 from advisor.space import SearchSpace
 from advisor.stages.layer_share import MAIN_SHARE
 

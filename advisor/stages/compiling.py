@@ -37,7 +37,7 @@ from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
-from advisor.search import SearchOutcome
+from advisor.search.options import SearchOutcome
 from advisor.search.pick import decide
 from advisor.space import Dropped, SearchSpace, compile_modes
 

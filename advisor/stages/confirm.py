@@ -26,7 +26,7 @@ import torch
 from advisor.config import FinalCheck
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
-from advisor.search import Progress, SearchOptions, SearchOutcome
+from advisor.search.options import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import Pick, decide
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan

@@ -21,9 +21,10 @@ from advisor.execute.evaluators import Evaluator
 from advisor.execute.ownership import owner_id
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
-from advisor.search import SearchOptions, SearchOutcome, make_evaluator
 from advisor.search.ledger import Entry, EntryKind
+from advisor.search.options import SearchOptions, SearchOutcome
 from advisor.search.pick import Pick
+from advisor.search.run import make_evaluator
 from advisor.search.storage import Claims
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload

@@ -17,8 +17,8 @@ from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
-from advisor.search import Progress, SearchOutcome
 from advisor.search.ledger import Stage
+from advisor.search.options import Progress, SearchOutcome
 
 __all__ = ["measure_later", "reusable"]
 

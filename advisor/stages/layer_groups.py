@@ -14,6 +14,7 @@ from torch import nn
 
 from advisor import impls
 from advisor.errors import first_line
+from advisor.impls.classes import conv_input_shape, recipe_for
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, ConvInput, Mode
 from advisor.workload.build import Workload, layer_workload_from_module
@@ -81,14 +82,14 @@ def layer_groups(
         try:
             kept = impls.class_reason(module)
             if kept is None:
-                shapes[name] = impls.conv_input_shape(module, c.shape)
+                shapes[name] = conv_input_shape(module, c.shape)
                 sig = impls.ConvSignature.from_module(module)
         except Exception as e:  # noqa: BLE001 - one layer the stage cannot take stops nothing
             kept = f"the per-layer stage cannot describe it: {first_line(e)}"
         if kept is not None:
             out.append(_kept(name, module, kept))
             continue
-        recipe = "|recipe" if impls.recipe_for(type(module)) is not None else ""
+        recipe = "|recipe" if recipe_for(type(module)) is not None else ""
         key = f"{sig}|{shapes[name]}|{c.dtype}|{c.layout}|grad={c.requires_grad}{recipe}"
         groups.setdefault(key, []).append(name)
     for key, names in groups.items():

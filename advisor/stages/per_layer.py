@@ -33,8 +33,9 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
-from advisor.search import Progress, SearchOptions, SearchOutcome, make_evaluator
+from advisor.search.options import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import choose, decide
+from advisor.search.run import make_evaluator
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
 from advisor.stages.autotune_bound import AutotuneBound

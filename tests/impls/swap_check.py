@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from advisor import impls
+from advisor.impls import _swap
 from advisor.workload.copying import copy_module
 
 
@@ -98,4 +99,4 @@ def compare(
     assert got[0].dtype == x.dtype, f"output dtype {got[0].dtype} for input dtype {x.dtype}"
     names = _names(swapped, x)
     errors = {name: rel_err(g, w) for name, g, w in zip(names, got, want)}
-    return Outcome(errors=errors, fallbacks=impls.fallbacks(swapped))
+    return Outcome(errors=errors, fallbacks=_swap.fallbacks(swapped))

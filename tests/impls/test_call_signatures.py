@@ -235,26 +235,26 @@ def test_fallback_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> Non
     module = impls.swap(T2(), "transpose_as_mul")
     x = torch.randn(1, 4, 3, 3)
     module(x)
-    assert impls.fallbacks(module) == 0
+    assert _swap.fallbacks(module) == 0
     with caplog.at_level(logging.DEBUG, logger="advisor.impls._swap"):
         out = module(x, output_size=[7, 7])
         module(x, output_size=[7, 6])
     assert out.shape == (1, 2, 7, 7)
-    assert module.fallbacks == 2 and impls.fallbacks(module) == 2
+    assert module.fallbacks == 2 and _swap.fallbacks(module) == 2
     first = caplog.records[0]
     assert first.name == _swap.__name__ and first.levelno == logging.DEBUG
     message = first.getMessage()
     assert "ConvTranspose2d(4, 2, kernel_size=(2, 2), stride=(2, 2))" in message
     assert "transpose_as_mul" in message and "output_padding [1, 1]" in message
     # the count travels with copies, starts over on a new swap, and leaves with the swap
-    assert impls.fallbacks(copy.deepcopy(module)) == 2
-    assert impls.fallbacks(pickle.loads(pickle.dumps(module))) == 2
+    assert _swap.fallbacks(copy.deepcopy(module)) == 2
+    assert _swap.fallbacks(pickle.loads(pickle.dumps(module))) == 2
     impls.swap(module, "unfold_gemm")
-    assert impls.fallbacks(module) == 0
+    assert _swap.fallbacks(module) == 0
     module(x, output_size=[7, 7])
-    assert impls.fallbacks(module) == 0  # unfold_gemm computes it
+    assert _swap.fallbacks(module) == 0  # unfold_gemm computes it
     impls.swap(module, "native")
-    assert "fallbacks" not in vars(module) and impls.fallbacks(module) == 0
+    assert "fallbacks" not in vars(module) and _swap.fallbacks(module) == 0
 
 
 def test_a_bug_in_an_implementation_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,7 +267,7 @@ def test_a_bug_in_an_implementation_still_raises(monkeypatch: pytest.MonkeyPatch
     module = impls.swap(nn.Conv2d(3, 4, 3), "unfold_gemm")
     with pytest.raises(RuntimeError, match="a bug"):
         module(torch.randn(1, 3, 5, 5))
-    assert impls.fallbacks(module) == 0
+    assert _swap.fallbacks(module) == 0
 
 
 def test_pytorch_errors_stay_pytorch_errors() -> None:
@@ -278,7 +278,7 @@ def test_pytorch_errors_stay_pytorch_errors() -> None:
     conv = impls.swap(nn.Conv2d(3, 4, 3), "unfold_gemm")
     with pytest.raises(RuntimeError):
         conv(torch.randn(1, 3, 0, 5))  # an empty spatial dim: PyTorch's own error
-    assert impls.fallbacks(conv) == 1
+    assert _swap.fallbacks(conv) == 1
 
 
 def test_lazy_module_stays_swapped_after_initialising() -> None:
@@ -301,4 +301,4 @@ def test_autocast_leaves_float64_alone_as_pytorch_does() -> None:
             got = module(x)
         assert got.dtype == torch.float64
         torch.testing.assert_close(got, want)
-        assert impls.fallbacks(module) == (impl == "triton")
+        assert _swap.fallbacks(module) == (impl == "triton")

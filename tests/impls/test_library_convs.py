@@ -82,15 +82,15 @@ def test_timm_convs_are_computed_as_timm_computes_them(timm, name: str, kwargs, 
 
 def test_a_weight_normed_timm_conv_is_both(timm) -> None:  # noqa: ANN001
     module = parametrizations.weight_norm(timm["StdConv2d"](3, 6, 3, padding=1)).double()
-    assert impls.recipe_for(type(module)) is not None  # the class parametrize derived from it
+    assert classes.recipe_for(type(module)) is not None  # the class parametrize derived from it
     out = compare(module, "unfold_gemm", torch.randn(2, 3, 7, 7, dtype=torch.float64))
     assert out.worst < 1e-10, out.errors
 
 
 def test_conv_input_shape_is_what_the_padded_conv_receives(timm) -> None:  # noqa: ANN001
     same = timm["Conv2dSame"](3, 6, 3, stride=2)
-    assert impls.conv_input_shape(same, (2, 3, 9, 10)) == (2, 3, 11, 11)
-    assert impls.conv_input_shape(nn.Conv2d(3, 6, 3), (2, 3, 9, 10)) == (2, 3, 9, 10)
+    assert classes.conv_input_shape(same, (2, 3, 9, 10)) == (2, 3, 11, 11)
+    assert classes.conv_input_shape(nn.Conv2d(3, 6, 3), (2, 3, 9, 10)) == (2, 3, 9, 10)
 
 
 class _Standardised(nn.Conv2d):
