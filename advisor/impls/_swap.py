@@ -218,6 +218,10 @@ def conv_out_size(size: int, k: int, s: int, d: int, pad: tuple[int, int]) -> in
     return (size + pad[0] + pad[1] - d * (k - 1) - 1) // s + 1
 
 
+def conv_transpose_out_size(size: int, k: int, s: int, p: int, op: int, d: int) -> int:
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
 def ntuple(value: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     return (value,) * ndim if isinstance(value, int) else tuple(value)
 

@@ -26,6 +26,7 @@ from advisor.impls._swap import (
     cast_for_autocast,
     conv_out_size,
     conv_tf32,
+    conv_transpose_out_size,
     ntuple,
     resolve_padding,
 )
@@ -313,12 +314,8 @@ def triton_conv_transpose(
     x, weight, bias, unbatched = _prepare(x, weight, bias)
     stride, padding = ntuple(stride, ndim), ntuple(padding, ndim)
     output_padding, dilation = ntuple(output_padding, ndim), ntuple(dilation, ndim)
-    out = tuple(
-        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
-        for i, k, s, p, op, d in zip(
-            x.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation
-        )
-    )
+    out = tuple(map(conv_transpose_out_size, x.shape[2:], weight.shape[2:], stride, padding,
+                    output_padding, dilation))
     geo = _Geometry.make(stride, padding, dilation, groups)
     out5 = (1,) * (3 - ndim) + out
     y = _ConvFn.apply(_to5d(x), _to5d(weight), bias, geo, out5, True)

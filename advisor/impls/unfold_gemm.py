@@ -25,6 +25,7 @@ from advisor.impls._swap import (
     autocast_dtype,
     conv_out_size,
     conv_tf32,
+    conv_transpose_out_size,
     ntuple,
     resolve_padding,
 )
@@ -215,10 +216,8 @@ def unfold_gemm_conv_transpose(
     n, cin = x.shape[:2]
     kernel = tuple(weight.shape[2:])
     cog = weight.shape[1]
-    out_spatial = [
-        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
-        for i, k, s, p, op, d in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
-    ]
+    out_spatial = list(map(conv_transpose_out_size, x.shape[2:], kernel, stride, padding,
+                           output_padding, dilation))
     # (G, Cog*K, Cig) @ (N, G, Cig, L) -> (N, G, Cog*K, L): one batched GEMM. No -1 in the
     # reshapes: it is ambiguous on a zero batch.
     length = prod(x.shape[2:])

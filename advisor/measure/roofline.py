@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from advisor.device.ops import cuda_ops
+from advisor.impls._swap import conv_transpose_out_size
 from advisor.impls.base import ConvSignature
 
 
@@ -34,8 +35,8 @@ def output_shape(sig: ConvSignature, input_shape: Sequence[int]) -> tuple[int, .
     out = []
     for i, (s_in, k, s, d) in enumerate(zip(size, sig.kernel_size, sig.stride, sig.dilation)):
         if sig.transposed:
-            p = int(sig.padding[i])
-            out.append((s_in - 1) * s - 2 * p + d * (k - 1) + sig.output_padding[i] + 1)
+            op = sig.output_padding[i]
+            out.append(conv_transpose_out_size(s_in, k, s, int(sig.padding[i]), op, d))
         elif sig.padding == "same":
             out.append(s_in)
         else:
