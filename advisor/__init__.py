@@ -84,6 +84,7 @@ def advise(
     database URL / journal path; a stored study resumes where it stopped (`fresh=True`
     discards it first).
     """
+    arguments = dict(locals())  # every parameter, as given: run_advise takes them all
     from advisor.service import run_advise  # the search engine: optuna and pandas load here
     from advisor.workload.preflight import check_workload_sizes
 
@@ -97,35 +98,7 @@ def advise(
         dtype=dtype,
         first_layer=first_layer,
     )
-    return run_advise(
-        model=model,
-        inputs=inputs,
-        layer=layer,
-        input_shape=input_shape,
-        dtype=dtype,
-        first_layer=first_layer,
-        model_file=model_file,
-        input_shapes=input_shapes,
-        batch_sizes=batch_sizes,
-        shape_weights=shape_weights,
-        mode=mode,
-        device=device,
-        space=space,
-        trials=trials,
-        storage=storage,
-        study_name=study_name,
-        fresh=fresh,
-        isolate=isolate,
-        trial_timeout_s=trial_timeout_s,
-        max_memory_mb=max_memory_mb,
-        objectives=objectives,
-        tolerances=tolerances,
-        budget_s=budget_s,
-        accept_noisy=accept_noisy,
-        steps=steps,
-        effort=effort,
-        progress=progress,
-    )
+    return run_advise(**arguments)
 
 
 __all__ = [
