@@ -106,6 +106,34 @@ def test_a_final_check_is_kept_in_the_study_for_the_runs_that_share_it(tmp_path:
     assert second.shared("retime", "k") == []
 
 
+def test_a_re_time_round_is_read_only_once_each_of_its_finalists_is_written(
+    tmp_path: Path,
+) -> None:
+    """A run writes its round an entry at a time: a run sharing the study that read the round
+    half-written took the default's trial for its re-time (two runs on one PostgreSQL study
+    disagreed on the baseline about one time in eight under load)."""
+    from advisor.knobs import Settings
+    from advisor.measure.results import TrialResult
+    from advisor.measure.stats import Measurement
+    from advisor.search.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url)
+    optuna.create_study(study_name="s", storage=storage)
+    first, second = (Ledger(optuna.load_study(study_name="s", storage=storage), Settings(),
+                            run=who, storage=storage) for who in ("one", "two"))  # fmt: skip
+    finalists = [
+        TrialResult(settings=s, status="ok", measurement=Measurement(samples_ms=[ms, ms * 1.01]))
+        for s, ms in ((Settings(), 2.0), (Settings(memory_format="channels_last"), 1.5))
+    ]
+    first.retime(finalists[:1], group="g")  # the round's first entry, the second not yet
+    assert second.wait_shared("retime", "g", timeout_s=0.2, poll_s=0.05, size=2) == []
+    first.retime(finalists, group="g")  # a whole round (the next one)
+    got = second.wait_shared("retime", "g", timeout_s=5.0, size=2)
+    assert sorted(e.result.median_ms for e in got if e.result) == pytest.approx([1.5075, 2.01])
+    assert second.shared("retime", "g") != []  # a round of one is whole at size 1
+
+
 def _claim_at_once(url: str, key: str, owner: str, barrier: Any, out: Any) -> None:
     from advisor.search.storage import Claims
 

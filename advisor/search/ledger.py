@@ -261,23 +261,25 @@ class Ledger:
         entry = Entry(kind=kind, key=key, seq=time.time(), run=self.run, **fields)
         return self.add(entry, keep)
 
-    def shared(self, kind: EntryKind, group: str) -> list[Entry]:
-        """The latest re-time round (or final check) any run of the study took of `group`:
-        what a run sharing the study reads instead of measuring it again."""
-        mine = [e for e in self._added if e.kind == kind and e.group == group]
-        if not mine:
-            return []
-        last = max(mine, key=lambda e: e.seq)
-        return [e for e in mine if (e.run, e.round) == (last.run, last.round)]
+    def shared(self, kind: EntryKind, group: str, size: int = 1) -> list[Entry]:
+        """The latest whole re-time round (or final check) any run of the study took of `group`,
+        an entry for each of its `size` candidates (a round is written an entry at a time): what
+        a run sharing the study reads instead of measuring it again."""
+        rounds: dict[tuple[str, int | None], list[Entry]] = {}
+        for e in self._added:  # in seq order
+            if e.kind == kind and e.group == group:
+                rounds.setdefault((e.run, e.round), []).append(e)
+        complete = [r for r in rounds.values() if len({e.key for e in r}) >= size]
+        return max(complete, key=lambda r: r[-1].seq, default=[])
 
     def wait_shared(
-        self, kind: EntryKind, group: str, timeout_s: float, poll_s: float = 0.5
+        self, kind: EntryKind, group: str, timeout_s: float, poll_s: float = 0.5, size: int = 1
     ) -> list[Entry]:
-        """`shared`, waiting up to `timeout_s` for the run that claimed it to write it."""
+        """`shared`, waiting up to `timeout_s` for the run that claimed it to write it whole."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.reload()
-            got = self.shared(kind, group)
+            got = self.shared(kind, group, size)
             if got or time.monotonic() >= deadline:
                 return got
             time.sleep(poll_s)

@@ -123,7 +123,7 @@ def check_pick(
     # Runs sharing the study check the pick once and agree (as with the re-time).
     checked = [outcome.baseline, chosen] + ([runner] if runner is not None else [])
     group = group_of(checked)
-    taken = taken_once(outcome, options, "final_check", group, options.trial_timeout_s)
+    taken = taken_once(outcome, options, "final_check", group)
     check = taken[-1].final if taken else None
     if check is None:
         try:

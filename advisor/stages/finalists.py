@@ -62,7 +62,7 @@ def retime_finalists(
     # Another run of this study that re-times these finalists: its round is this run's, so
     # both agree.
     group = group_of(fin)
-    taken = taken_once(outcome, options, "retime", group, options.trial_timeout_s * len(fin))
+    taken = taken_once(outcome, options, "retime", group, len(fin))
     if taken:
         outcome.ledger.retime([e.result for e in taken if e.result is not None], group, keep=False)
         return len(fin), None
@@ -100,18 +100,19 @@ def group_of(results: Sequence[TrialResult]) -> str:
 
 
 def taken_once(
-    outcome: SearchOutcome, options: SearchOptions, kind: EntryKind, group: str, timeout_s: float
+    outcome: SearchOutcome, options: SearchOptions, kind: EntryKind, group: str, size: int = 1
 ) -> list[Entry]:
-    """What another run sharing the study measured of `group` (a re-time, a final check), or
-    what the run that claimed it writes within `timeout_s`; [] where this run is to measure it
-    (its claim, or the other's did not come in time; an in-memory study shares nothing)."""
+    """What another run sharing the study measured of `group` (a re-time of its `size`
+    candidates, a final check), or what the run that claimed it writes within a trial's time
+    limit per candidate; [] where this run is to measure it (its claim, or the other's did not
+    come in time; an in-memory study shares nothing)."""
     ledger = outcome.ledger
     if options.storage == "memory" or ledger.study is None or ledger.storage is None:
         return []
     ledger.reload()
-    got = ledger.shared(kind, group)
+    got = ledger.shared(kind, group, size)
     if not got and not Claims(ledger.study, ledger.storage).claim(f"{kind}:{group}", owner_id()):
-        got = ledger.wait_shared(kind, group, timeout_s)
+        got = ledger.wait_shared(kind, group, options.trial_timeout_s * size, size=size)
     return got
 
 
