@@ -96,10 +96,6 @@ class TrialResult(BaseModel):
         return self
 
     @property
-    def gate_pending(self) -> bool:
-        return self.pending is not None
-
-    @property
     def shown_status(self) -> str:
         """The status a person reads: a candidate measured but never gated says so."""
         return "not gated" if self.pending is not None else self.status

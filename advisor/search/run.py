@@ -159,7 +159,7 @@ def _run(
             mine["failed"] += result.status == "failed"
             trial.set_user_attr("reason", result.reason)
             raise CandidateFailed(result.reason)
-        if not result.gate_pending:  # the best accepted so far, for the progress display
+        if result.pending is None:  # the best accepted so far, for the progress display
             best.append(result.median_ms)
         if plan.multi:
             return result.median_ms, float(result.peak_memory_mb or 0.0)
