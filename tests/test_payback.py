@@ -132,6 +132,7 @@ def test_inductors_layout_setting_is_read_without_importing_it(value: str | None
 
 
 def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None:
+    import signal
     import threading
     import time
 
@@ -142,9 +143,15 @@ def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None
         while time.perf_counter() - start < 5:  # a compile in Python: stopped between steps
             pass
     assert time.perf_counter() - start < 1
+    start = time.perf_counter()
+    with pytest.raises(CompileOverAllowance), compile_allowance(0.05):
+        threading.Event().wait(5)  # a compile waiting on its pool's result: woken and stopped
+    assert time.perf_counter() - start < 1
     with compile_allowance(0.05) as end:  # the first call returned in time: no stop after it
         end()
         time.sleep(0.1)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)  # a late one
+        time.sleep(0.01)
     wrapped = RuntimeError("InternalTorchDynamoError")
     wrapped.__cause__ = CompileOverAllowance()
     assert over_allowance(wrapped) and not over_allowance(RuntimeError("other"))
@@ -167,8 +174,19 @@ def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None
     assert race is not None and race.allowance_s == pytest.approx(37.5)
 
 
-@pytest.mark.slow  # two cold compiles of a small CNN
+@pytest.mark.slow  # two cold compiles of a small CNN, in a fresh process
 def test_a_real_cold_compile_past_its_allowance_stops_and_the_next_one_compiles() -> None:
+    # In a fresh process, as a worker runs it: stopped mid-compile, PyTorch's state as before,
+    # and the next compile in the same process runs to its end. A crash fails this test alone,
+    # with the stack faulthandler prints, not the test runner's process.
+    code = "from tests.test_payback import stop_a_cold_compile; stop_a_cold_compile()"
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=DATA.parents[1],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+
+
+def stop_a_cold_compile() -> None:
+    """The body of the test above."""
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
     space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
     gate = Gate(workload, CPU, "infer", space)
