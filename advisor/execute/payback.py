@@ -57,35 +57,27 @@ def over_allowance(e: BaseException) -> bool:
 def compile_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
     """Within it a cold compile that runs `seconds` is interrupted (`CompileOverAllowance`,
     raised in the main thread by SIGALRM, between two Python steps of the compiler); the
-    callable it yields ends the allowance (call it once the first call has returned). Without
-    an allowance, off the main thread or without SIGALRM: nothing is bounded.
-
-    The signal is sent to the main thread alone (a timer thread's `pthread_kill`, not an
-    interval timer, whose signal the kernel may hand to any thread: a library's thread would
-    see its system call interrupted), and it raises only while the allowance is live, so one
-    that arrives after `end` does nothing."""
-    usable = (seconds is not None and hasattr(signal, "pthread_kill")
-              and threading.current_thread() is threading.main_thread())  # fmt: skip
-    if not usable:
+    callable it yields ends the allowance (call it once the first call has returned): a signal
+    after it does nothing. Without an allowance, off the main thread or without SIGALRM:
+    nothing is bounded."""
+    main = threading.main_thread()
+    if seconds is None or not hasattr(signal, "SIGALRM") or threading.current_thread() is not main:
         yield lambda: None
         return
     live = threading.Event()
     live.set()
-    main = threading.main_thread().ident
-    assert main is not None
 
     def over(signum: int, frame: object) -> None:
         if live.is_set():
             live.clear()
             raise CompileOverAllowance
 
-    def fire() -> None:
+    def fire() -> None:  # to the main thread alone: another thread's system call would fail
         if live.is_set():
-            signal.pthread_kill(main, signal.SIGALRM)
+            signal.pthread_kill(main.ident or 0, signal.SIGALRM)
 
     old = signal.signal(signal.SIGALRM, over)
-    timer = threading.Timer(max(seconds or 0.0, 1e-3), fire)
-    timer.daemon = True
+    timer = threading.Timer(max(seconds, 1e-3), fire)
     timer.start()
     try:
         yield live.clear
