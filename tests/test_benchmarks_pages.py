@@ -34,6 +34,7 @@ def test_the_readme_block_is_the_tables_newest_zoo_rows() -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme[readme.index(pages.BEGIN):readme.index(pages.END) + len(pages.END)]
     assert block == pages.readme_block(rows, head)
+    assert "results/cuda-" in block  # the GPU's rows stay beside newer CPU machines
     # every wall time it shows is the newest that run completed there
     newest = pages.newest([r for r in rows if r["status"] == "ok" and r.get("wall_s")], head)
     for line in block.splitlines()[4:-2]:
