@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -294,12 +295,12 @@ def readme_block(rows: list[dict[str, Any]], head: str | None) -> str:
                     reverse=True)  # fmt: skip
     lines = [BEGIN, "", "| machine | effort | `small_cnn` (the bundled example) | eager answer "
              "| the zoo's models | rows from |", "| --- | --- | ---: | ---: | ---: | --- |"]  # fmt: skip
-    shown: dict[str, int] = {}  # by kind: newer CPU rows do not push the GPU's off
+    shown: Counter[str] = Counter()  # by kind: newer CPU rows do not push the GPU's off
     for machine, mine in ranked:
         kind = machine.split("-")[0]
-        if not any(r["model"] in zoo for r in mine) or shown.get(kind, 0) == README_MACHINES:
+        if not any(r["model"] in zoo for r in mine) or shown[kind] == README_MACHINES:
             continue
-        shown[kind] = shown.get(kind, 0) + 1
+        shown[kind] += 1
         env = max(mine, key=lambda r: r.get("date") or "")["env"]
         for effort in ("quick", "default", "full"):
             at = [r for r in mine if r["effort"] == effort and r["model"] in zoo]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -128,6 +129,16 @@ def run_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def in_fresh_process(body: Callable[..., None], *args: str, timeout_s: float = 300) -> None:
+    """Run `body(*args)`, a test module's function, in a fresh Python process and fail with its
+    stderr where it fails: the test runner's history (other tests' garbage, threads, caches)
+    does not count, and a crash fails one test, with faulthandler's stack, not the runner."""
+    code = f"from {body.__module__} import {body.__name__} as f; f(*{args!r})"
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=run_env(),
+                         capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import advisor
-from tests.conftest import DATA, run_env
+from tests.conftest import DATA, in_fresh_process, run_env
 
 SPACE = str(DATA / "memory_cpu.yaml")
 LAYER = {"layer": "Conv2d(3, 48, 3, padding=1)", "input_shape": "3,3,256,256"}
@@ -74,10 +74,7 @@ def test_in_process_peaks_survive_a_fragmented_heap(tmp_path: Path) -> None:
     a candidate's buffers can land there without growing the RSS. Each peak must still show.
     In a fresh process that makes the fragmentation itself: the test runner's own heap holds
     other tests' garbage, which a collection during a trial frees where a buffer lands unseen."""
-    code = f"from tests.test_memory import peaks_in_a_fragmented_heap as f; f({str(tmp_path)!r})"
-    run = subprocess.run([sys.executable, "-c", code], cwd=DATA.parents[1], env=run_env(),
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
+    in_fresh_process(peaks_in_a_fragmented_heap, str(tmp_path), timeout_s=120)
 
 
 def peaks_in_a_fragmented_heap(folder: str) -> None:

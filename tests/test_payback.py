@@ -27,6 +27,7 @@ from advisor.space import SearchSpace, load_space
 from advisor.stages.compiling import compile_race
 from advisor.stages.later import reusable as _reusable
 from advisor.workload.args import make_workload
+from tests.conftest import in_fresh_process
 
 DATA = Path(__file__).parent / "data"
 CPU = torch.device("cpu")
@@ -179,10 +180,7 @@ def test_a_real_cold_compile_past_its_allowance_stops_and_the_next_one_compiles(
     # In a fresh process, as a worker runs it: stopped mid-compile, PyTorch's state as before,
     # and the next compile in the same process runs to its end. A crash fails this test alone,
     # with the stack faulthandler prints, not the test runner's process.
-    code = "from tests.test_payback import stop_a_cold_compile; stop_a_cold_compile()"
-    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=DATA.parents[1],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
+    in_fresh_process(stop_a_cold_compile)
 
 
 def stop_a_cold_compile() -> None:
