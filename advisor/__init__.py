@@ -15,10 +15,6 @@ from advisor.execute.profiling import start_early
 
 start_early()  # $ADVISOR_PROFILE_DIR: the command's profile begins before torch's import
 
-from advisor.execute.children import start_for_cli
-
-start_for_cli()  # the `advisor advise` command: its children's server imports torch beside it
-
 from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings
 from advisor.config import Config, config_schema, load_config, save_config
 from advisor.device.environment import Environment, current_environment

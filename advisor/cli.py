@@ -265,10 +265,12 @@ def run() -> NoReturn:
     waits for the prompt (`leave`). With `$ADVISOR_PROFILE_DIR` set it is profiled (from the
     package's import on: `advisor.execute.profiling`; started here if that import came
     earlier)."""
+    from advisor.execute.children import start_for_cli
     from advisor.execute.profiling import start
     from advisor.execute.worker_process import leave
 
     start("advisor")  # a no-op without the variable, or once the profile runs
+    start_for_cli(sys.argv[1:])  # `advise` and `worker`: their children's server, a fork
     gc.freeze()
     code = main()
     gc.freeze()  # what the run made, too: no collection in the exit handlers walks it

@@ -73,41 +73,54 @@ def test_spawn_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @linux_only
-def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_its_parent() -> None:
+@pytest.mark.parametrize("fork", [False, True], ids=["spawned_server", "forked_server"])
+def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_its_parent(
+    fork: bool,
+) -> None:
     """Run in a fresh interpreter so the pipes are this test's: the child's print lands on the
     parent's stderr, never its stdout (which may carry JSON); the server is gone once the
-    parent has exited."""
+    parent has exited. The command's server (`fork`) is this process forked: its stdout is the
+    parent's stderr too, and it holds none of the parent's other files (a pipe it held would
+    not reach its end when the parent exits)."""
     code = textwrap.dedent(
-        """
-        import sys
+        f"""
+        import os, sys
         from advisor.execute import children
         from tests.test_children import _run_child
         from multiprocessing import forkserver
-        print(children.start_method(), _run_child("HOME")[1], forkserver._forkserver._forkserver_pid)
+        children.start_server(fork={fork})
+        server = forkserver._forkserver._forkserver_pid
+        torch_there = _run_child("HOME")[1]  # the server serves: its set-up is done
+        named = open(f"/proc/{{server}}/cmdline").read() == open("/proc/self/cmdline").read()
+        fds = {{int(fd): os.readlink(f"/proc/{{server}}/fd/{{fd}}")
+               for fd in os.listdir(f"/proc/{{server}}/fd")}}
+        print(children.start_method(), torch_there, server, named,
+              fds[1] == os.readlink("/proc/self/fd/2"),
+              os.readlink("/proc/self/fd/1") not in fds.values())
         """
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, env=run_env(), check=True)  # fmt: skip
-    method, torch_there, server = done.stdout.split()
-    assert (method, torch_there) == ("forkserver", "True")
+    method, torch_there, server, forked, out_is_err, no_stdout = done.stdout.split()
+    assert (method, torch_there, forked) == ("forkserver", "True", str(fork))
+    assert (out_is_err, no_stdout) == ("True", "True")
     assert "child says hello on stdout" in done.stderr
     assert not os.path.exists(f"/proc/{server}")  # stopped and reaped at exit: nothing left
 
 
 @pytest.mark.parametrize(
-    ("argv", "starts"),
+    ("args", "starts"),
     [
-        (["-m", "advise", "--layer", "x"], True),
-        (["/usr/bin/advisor", "worker"], True),
-        (["/usr/bin/advisor", "advise", "--in-process"], False),
-        (["/usr/bin/advisor", "show", "tuned.json"], False),
-        (["train.py", "advise"], False),  # a user's script that imports the advisor
+        (["advise", "--layer", "x"], True),
+        (["worker"], True),
+        (["advise", "--in-process"], False),
+        (["show", "tuned.json"], False),
     ],
 )
-def test_the_cli_starts_the_server_only_for_commands_that_start_children(
-    monkeypatch: pytest.MonkeyPatch, argv: list[str], starts: bool
+def test_the_cli_forks_the_server_only_for_commands_that_start_children(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], starts: bool
 ) -> None:
     started: list[bool] = []
-    monkeypatch.setattr(children, "start_server", lambda: started.append(True))
-    children.start_for_cli(argv)
-    assert bool(started) == starts
+    monkeypatch.setattr(children, "start_server", lambda fork=False: started.append(fork))
+    children.start_for_cli(args)
+    assert started == ([True] if starts else [])

@@ -6,8 +6,10 @@ but each pays the interpreter's start and torch's import: seconds of CPU, more t
 quick advise measures. On Linux the children are therefore forked from
 multiprocessing's fork server, a process started once that has only imported torch and the
 advisor's child code: no tensor made, no thread pool, no CUDA context, so a child forked from it
-is as fresh as a spawned one, less the import. Elsewhere, and where `ADVISOR_START_METHOD=spawn`,
-children are spawned.
+is as fresh as a spawned one, less the import. The `advisor` command forks that server from
+itself once its own imports are done (torch among them), instead of starting a new interpreter
+that imports torch again beside it. Elsewhere, and where `ADVISOR_START_METHOD=spawn`, children
+are spawned.
 
 What a forked child would otherwise take from the server and not from its parent is passed with
 it: the parent's environment at the child's start (applied before the child's own code runs)
@@ -22,11 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import multiprocessing as mp
 import os
+import socket
 import sys
+import threading
 from collections.abc import Callable
-from multiprocessing import forkserver, reduction, util
+from multiprocessing import connection, forkserver, reduction, resource_tracker, util
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -62,10 +67,12 @@ def _forks() -> bool:
     )
 
 
-def start_server() -> None:
+def start_server(fork: bool = False) -> None:
     """Start the fork server if it is not running: it imports `PRELOAD` while the caller goes
-    on (the CLI calls this before its own import of torch, so the two imports overlap). A server
-    that died is started again, and its environment recorded again."""
+    on. With `fork` (the command, its own imports done: `start_for_cli`) the server is a fork of
+    this process, so torch is imported once, not twice side by side (`_fork_here`); else, or
+    where this process cannot be forked safely, a new interpreter. A server that died is
+    started again, and its environment recorded again."""
     global _server_env
     if not _forks():
         return
@@ -78,11 +85,63 @@ def start_server() -> None:
         # process's children (a negative priority runs last): a run leaves no process behind.
         util.Finalize(None, _stop_server, exitpriority=-10)
     before = getattr(server, "_forkserver_pid", None)
-    # The server's own output (a warning at import) must not reach our stdout: it may be JSON.
-    with fd_stdout_to_stderr():
-        server.ensure_running()
+    if not (fork and before is None and _fork_here(server)):
+        # The server's own output (a warning at import) must not reach our stdout: it may be JSON.
+        with fd_stdout_to_stderr():
+            server.ensure_running()
     if _server_env is None or getattr(server, "_forkserver_pid", None) != before:
         _server_env = dict(os.environ)
+
+
+def _forkable() -> bool:
+    """Whether this process can be the server's parent by a fork: one Python thread (a fork
+    copies only the calling thread; a spawned server has OpenBLAS's pool as this process has,
+    which re-forms after a fork), not profiled (the profile would run on in the server), and
+    multiprocessing's server the one this module knows (`forkserver.main`'s arguments; Python
+    3.14 adds an authentication key). Like `PRELOAD`, the command runs no torch op before."""
+    params = list(inspect.signature(forkserver.main).parameters)
+    return (
+        params == ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
+        and not hasattr(forkserver._forkserver, "_forkserver_authkey")
+        and threading.active_count() == 1
+        and not profiling.on()
+    )
+
+
+def _fork_here(server: Any) -> bool:
+    """Start `server` as a fork of this process, as `ForkServer.ensure_running` starts it in a
+    new interpreter (a listening socket, a pipe whose closing ends it): what this process has
+    imported, the server has; it imports the rest of `PRELOAD`. It keeps only the socket, the
+    pipe and the standard streams (its stdout is this process's stderr), and leaves without
+    this process's exit handlers. False where it cannot (`_forkable`): it is then spawned."""
+    if not _forkable():
+        return False
+    with server._lock:
+        resource_tracker.ensure_running()
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(address)
+            if not util.is_abstract_socket_namespace(address):
+                os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the server
+                try:
+                    keep = {0, 1, 2, listener.fileno(), alive_r}
+                    for fd in map(int, os.listdir("/proc/self/fd")):
+                        if fd not in keep:
+                            with contextlib.suppress(OSError):
+                                os.close(fd)
+                    os.dup2(2, 1)
+                    forkserver.main(listener.fileno(), alive_r, PRELOAD)
+                finally:
+                    os._exit(0)
+            os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+    return True
 
 
 def _stop_server() -> None:
@@ -90,16 +149,13 @@ def _stop_server() -> None:
         forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
 
-def start_for_cli(argv: list[str] | None = None) -> None:
-    """Where this process is the `advisor` command about to start children (`advise` or
-    `worker`, isolated), start the fork server before the command imports torch: the two
-    imports overlap. Called by the package's import, which is the command's first; a no-op for
-    any other program."""
-    argv = sys.argv if argv is None else argv
-    command = len(argv) > 1 and (argv[0] == "-m" or os.path.basename(argv[0]) == "advisor")
-    if command and argv[1] in ("advise", "worker") and "--in-process" not in argv:
+def start_for_cli(args: list[str]) -> None:
+    """The `advisor` command's arguments (`cli.run`, its imports done): where it will start
+    children (`advise` or `worker`, isolated), their server is forked from it now, while it
+    goes on to parse and plan."""
+    if args[:1] in (["advise"], ["worker"]) and "--in-process" not in args:
         with contextlib.suppress(Exception):  # the children then start as they can, later
-            start_server()
+            start_server(fork=True)
 
 
 def start_method() -> str:
