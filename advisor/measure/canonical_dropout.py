@@ -21,7 +21,9 @@ activation is then a graph mutating its input, and an in-place dropout after it
 (`Hardswish(inplace=True)`, `Dropout(inplace=True)`: MobileNetV3's classifier) makes the backward
 fail ("modified by an inplace operation") on a model that trains compiled. So the mask is drawn by a
 custom op (`advisor::canonical_dropout_affine`): opaque to Dynamo and Inductor, it runs eagerly
-inside the compiled graph, with the same seed and call number as in eager mode. A graph break in the
+inside the compiled graph, with the same seed and call number as in eager mode. Eager calls skip the
+op and run its function directly: a custom op's first call imports Dynamo (about 1.4 s of a
+process's time on a 2-core CPU). A graph break in the
 model itself does the same under any TorchFunctionMode (Dynamo compiles the mode per op after it):
 an in-place activation before an in-place dropout still fails there, in the gate's capture only.
 """
@@ -50,8 +52,7 @@ _SIGNATURES = {f: inspect.signature(f) for f in _DROPOUTS}
 _BY_NAME = {f.__name__: f for f in _DROPOUTS}
 
 
-@torch.library.custom_op("advisor::canonical_dropout_affine", mutates_args=())
-def affine(name: str, shape: list[int], p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _affine(name: str, shape: list[int], p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`a`, `b` (fp32, on the CPU) with `name`(x) == x * a + b for the mask drawn under `seed`."""
     func = _BY_NAME[name]
     with torch.random.fork_rng(devices=[]):
@@ -60,6 +61,9 @@ def affine(name: str, shape: list[int], p: float, seed: int) -> tuple[torch.Tens
         torch.manual_seed(seed)
         zeros = func(torch.zeros(shape), p=p, training=True)
     return ones - zeros, zeros
+
+
+affine = torch.library.custom_op("advisor::canonical_dropout_affine", _affine, mutates_args=())
 
 
 @affine.register_fake
@@ -91,7 +95,8 @@ class canonical_dropout(TorchFunctionMode):  # noqa: N801 - used as a context ma
         if not bound.arguments["training"] or p == 0 or not torch.is_tensor(x):
             return func(*args, **kwargs)
         self.calls += 1
-        a, b = affine(func.__name__, list(x.shape), p, self.seed * 100_003 + self.calls)
+        draw = affine if torch.compiler.is_compiling() else _affine  # the op for Dynamo only
+        a, b = draw(func.__name__, list(x.shape), p, self.seed * 100_003 + self.calls)
         a, b = a.to(x.device, x.dtype), b.to(x.device, x.dtype)
         if bound.arguments["inplace"]:  # as PyTorch's: the input itself, changed
             return x.mul_(a).add_(b)
