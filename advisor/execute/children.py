@@ -27,13 +27,13 @@ import gc
 import inspect
 import multiprocessing as mp
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing import connection, forkserver, reduction, resource_tracker, util
+from multiprocessing import forkserver, reduction, util
 from multiprocessing.connection import Connection
 from typing import Any
+from unittest import mock
 
 from advisor.execute import profiling
 from advisor.execute.streams import fd_stdout_to_stderr
@@ -97,50 +97,42 @@ def _forkable() -> bool:
     """Whether this process can be the server's parent by a fork: one Python thread (a fork
     copies only the calling thread; a spawned server has OpenBLAS's pool as this process has,
     which re-forms after a fork), not profiled (the profile would run on in the server), and
-    multiprocessing's server the one this module knows (`forkserver.main`'s arguments; Python
+    multiprocessing's server the one this module knows (`forkserver.main`'s arguments: Python
     3.14 adds an authentication key). Like `PRELOAD`, the command runs no torch op before."""
     params = list(inspect.signature(forkserver.main).parameters)
     return (
         params == ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
-        and not hasattr(forkserver._forkserver, "_forkserver_authkey")
         and threading.active_count() == 1
         and not profiling.on()
     )
 
 
 def _fork_here(server: Any) -> bool:
-    """Start `server` as a fork of this process, as `ForkServer.ensure_running` starts it in a
-    new interpreter (a listening socket, a pipe whose closing ends it): what this process has
+    """Start `server` by `ForkServer.ensure_running` (its socket, and the pipe whose closing
+    ends it), with a fork of this process in place of a new interpreter: what this process has
     imported, the server has; it imports the rest of `PRELOAD`. It keeps only the socket, the
     pipe and the standard streams (its stdout is this process's stderr), and leaves without
     this process's exit handlers. False where it cannot (`_forkable`): it is then spawned."""
     if not _forkable():
         return False
-    with server._lock:
-        resource_tracker.ensure_running()
-        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
-        with socket.socket(socket.AF_UNIX) as listener:
-            listener.bind(address)
-            if not util.is_abstract_socket_namespace(address):
-                os.chmod(address, 0o600)
-            listener.listen()
-            alive_r, alive_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the server
-                try:
-                    keep = {0, 1, 2, listener.fileno(), alive_r}
-                    for fd in map(int, os.listdir("/proc/self/fd")):
-                        if fd not in keep:
-                            with contextlib.suppress(OSError):
-                                os.close(fd)
-                    os.dup2(2, 1)
-                    forkserver.main(listener.fileno(), alive_r, PRELOAD)
-                finally:
-                    os._exit(0)
-            os.close(alive_r)
-        server._forkserver_address = address
-        server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
+
+    def fork(_exe: str, _args: list[str], passfds: list[int]) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        try:  # the server
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd > 2 and fd not in passfds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            os.dup2(2, 1)
+            listener, alive = passfds
+            forkserver.main(listener, alive, PRELOAD)
+        finally:
+            os._exit(0)
+
+    with mock.patch.object(util, "spawnv_passfds", fork):
+        server.ensure_running()
     return True
 
 
