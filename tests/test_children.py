@@ -81,15 +81,19 @@ def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_i
     parent's stderr, never its stdout (which may carry JSON); the server is gone once the
     parent has exited. The command's server (`fork`) is this process forked: its stdout is the
     parent's stderr too, and it holds none of the parent's other files (a pipe it held would
-    not reach its end when the parent exits)."""
+    not reach its end when the parent exits); multiprocessing's resource tracker, started with
+    it, is spawned as always."""
     code = textwrap.dedent(
         f"""
         import os, sys
         from advisor.execute import children
         from tests.test_children import _run_child
         from multiprocessing import forkserver
+        from multiprocessing import resource_tracker
         children.start_server(fork={fork})
         server = forkserver._forkserver._forkserver_pid
+        tracker = resource_tracker._resource_tracker._pid  # started beside it, never forked
+        assert "resource_tracker" in open(f"/proc/{{tracker}}/cmdline").read()
         torch_there = _run_child("HOME")[1]  # the server serves: its set-up is done
         named = open(f"/proc/{{server}}/cmdline").read() == open("/proc/self/cmdline").read()
         fds = {{int(fd): os.readlink(f"/proc/{{server}}/fd/{{fd}}")
@@ -104,7 +108,7 @@ def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_i
     method, torch_there, server, forked, out_is_err, no_stdout = done.stdout.split()
     assert (method, torch_there, forked) == ("forkserver", "True", str(fork))
     assert (out_is_err, no_stdout) == ("True", "True")
-    assert "child says hello on stdout" in done.stderr
+    assert "child says hello on stdout" in done.stderr and "resource_tracker" not in done.stderr
     assert not os.path.exists(f"/proc/{server}")  # stopped and reaped at exit: nothing left
 
 

@@ -150,7 +150,7 @@ def test_another_question_or_fresh_is_not_answered_from_it(
 
 def test_a_corrupt_foreign_or_partial_entry_is_not_reused(model_file: Path) -> None:
     kw = _kw(model_file)
-    first = advisor.advise(**kw)
+    advisor.advise(**kw)
     path = entry_path(_lookup(**kw).key or "")
     good = path.read_text()
     for bad in ("{not json", good[: len(good) // 2], '{"format": 2, "key": "x"}',
@@ -160,11 +160,12 @@ def test_a_corrupt_foreign_or_partial_entry_is_not_reused(model_file: Path) -> N
         assert _lookup(**kw).advice is None  # no traceback: answered afresh
     path.write_text(good.replace(f'"key":"{path.stem}"', '"key":"another"'))
     assert _lookup(**kw).advice is None  # an entry copied under another key
-    again = advisor.advise(**kw)  # resumes the stored study, and stores its answer again
+    # Answered afresh: the stored study resumed, its finalists re-timed (so the pick may differ
+    # from the first within noise: it did in CI under load), and the answer stored again
+    again = advisor.advise(**kw)
     assert again.config.result is not None and not any(
         REUSED in n for n in again.config.result.notes
     )
-    assert again.settings == first.settings
     assert _lookup(**kw).advice is not None
 
     # An answer the budget cut short is not stored: a rerun resumes the study instead.

@@ -115,8 +115,14 @@ def _fork_here(server: Any) -> bool:
     this process's exit handlers. False where it cannot (`_forkable`): it is then spawned."""
     if not _forkable():
         return False
+    from multiprocessing import resource_tracker
 
-    def fork(_exe: str, _args: list[str], passfds: list[int]) -> int:
+    resource_tracker.ensure_running()  # spawned as always: `ensure_running` starts it first
+    spawn: Any = util.spawnv_passfds
+
+    def fork(exe: str, args: list[str], passfds: list[int]) -> int:
+        if "forkserver" not in args[-1]:  # not the server: started as multiprocessing starts it
+            return spawn(exe, args, passfds)
         pid = os.fork()
         if pid:
             return pid
