@@ -115,13 +115,11 @@ def _fork_here(server: Any) -> bool:
     this process's exit handlers. False where it cannot (`_forkable`): it is then spawned."""
     if not _forkable():
         return False
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()  # spawned as always: `ensure_running` starts it first
     spawn: Any = util.spawnv_passfds
 
     def fork(exe: str, args: list[str], passfds: list[int]) -> int:
-        if "forkserver" not in args[-1]:  # not the server: started as multiprocessing starts it
+        # `ensure_running` starts the resource tracker first: spawned, as multiprocessing does
+        if "forkserver" not in args[-1]:
             return spawn(exe, args, passfds)
         pid = os.fork()
         if pid:
