@@ -22,7 +22,13 @@ from advisor.measure.stop import Stop
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.search.options import SearchOptions
 from advisor.search.run import search
-from advisor.search.screen import inversion, record_dropped, screen
+from advisor.search.screen import (
+    SCREEN_MIN_STEP_MS,
+    inversion,
+    min_step_ms,
+    record_dropped,
+    screen,
+)
 from advisor.search.study import open_plan
 from advisor.space import compile_modes, load_space
 from advisor.stages.effort import effort_of
@@ -288,13 +294,22 @@ def test_the_guard_weighs_the_screens_error_against_the_cut(tmp_path: Path) -> N
     assert inversion(out, plan, [full("default", 100.0), stopped]) is None
 
 
-def test_a_short_step_is_not_screened(tmp_path: Path) -> None:
+def test_a_short_step_is_screened_only_where_survivors_are_parked(tmp_path: Path) -> None:
     plan, options = _plan(tmp_path)
     before = list(plan.cands)
-    ms = {s.label(): 5.0 for s in plan.cands}  # a launch-bound GPU step: a screen cannot pay
+    ms = {s.label(): 5.0 for s in plan.cands}
+    ms[before[1].label()] = 50.0  # 10x the default's step
+    # a launch-bound GPU step: a survivor would be built and warmed up again, a screen cannot pay
     ev = ScriptedEvaluator(ms, ms)
-    assert screen(plan, ev, options, time.perf_counter() + 60, 0.0, Contest()) is None
+    cuda = min_step_ms(torch.device("cuda"))
+    assert cuda == SCREEN_MIN_STEP_MS > 5.0
+    assert screen(plan, ev, options, time.perf_counter() + 60, 0.0, Contest(), cuda) is None
     assert plan.cands == before and len(ev.calls) == 1  # the default's screen told it
+    # on a CPU a survivor resumes from the park (one re-warming call): every step is screened
+    ev = ScriptedEvaluator(ms, ms)
+    out = screen(plan, ev, options, time.perf_counter() + 60, 0.0, Contest(), min_step_ms(CPU))
+    assert out is not None and [s.label() for s in out.dropped] == [before[1].label()]
+    assert len(ev.calls) == len(before) and before[1] not in plan.cands
 
 
 def test_a_resumed_study_is_not_screened(tmp_path: Path) -> None:

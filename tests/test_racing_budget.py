@@ -140,11 +140,12 @@ def test_a_precision_check_past_the_budget_stops_the_candidate() -> None:
     assert len(gate.checks) == 1
 
 
-def _space(tmp_path: Path, race: bool) -> str:
-    path = tmp_path / f"race_{race}.yaml"
+def _space(tmp_path: Path, race: bool, layouts: int = 2) -> str:
+    path = tmp_path / f"race_{race}_{layouts}.yaml"
+    formats = ", ".join(["contiguous", "channels_last"][:layouts])
     path.write_text(
         "name: racing\ndevice: cpu\n"
-        "knobs: {memory_format: [contiguous, channels_last], conv_impl: [native, test_slow]}\n"
+        f"knobs: {{memory_format: [{formats}], conv_impl: [native, test_slow]}}\n"
         "timing: {warmup_runs: 1, warmup_s: 0, min_samples: 7, max_samples: 30, "
         "target_rel_ci: 0.001, max_time_s: 1.0}\n"
         f"per_layer: false\nrace: {str(race).lower()}\n"
@@ -161,16 +162,24 @@ def test_racing_stops_a_slow_candidate_and_never_picks_it(
     # multi-threaded conv there waits for its second thread, tens of ms: test_slow's 20 ms
     # would no longer stand out)
     kw = dict(layer="Conv2d(8, 8, 1)", input_shape="1,8,4,4", device="cpu")
-    advice = advisor.advise(**kw, space=_space(tmp_path, True), isolate=isolate)
+    # two candidates: too few to screen, so the race alone stops the slow one
+    advice = advisor.advise(**kw, space=_space(tmp_path, True, layouts=1), isolate=isolate)
     rows = {r.settings.label(): r for r in advice.results}
     slow = [r for label, r in rows.items() if "test_slow" in label]
-    assert slow and all(r.status == "stopped" for r in slow)
-    for r in slow:  # 20 ms over a step well under a millisecond: stopped early, not gated
-        # five samples, or three to four when its warm-up runs (over twice the limit) count
-        assert 3 <= len(r.measurement.samples_ms) <= 5 and r.rel_error is None
-        assert "sign test" in r.reason
+    assert len(slow) == 1 and slow[0].status == "stopped"
+    # 20 ms over a step well under a millisecond: stopped early, not gated; five samples, or
+    # three to four when its warm-up runs (over twice the limit) count
+    assert 3 <= len(slow[0].measurement.samples_ms) <= 5 and slow[0].rel_error is None
+    assert "sign test" in slow[0].reason
     assert "test_slow" not in advice.settings.label()
-    assert advice.config.result.stopped >= len(slow)  # channels_last may lose here too
+    # four candidates: on a CPU every step is screened (a survivor is parked), and a screen
+    # above its drop line stops once its median is known
+    screened = advisor.advise(**kw, space=_space(tmp_path, True), isolate=isolate)
+    slow = [r for r in screened.results if "test_slow" in r.settings.label()]
+    assert len(slow) == 2 and all(r.status == "stopped" for r in slow)
+    for r in slow:
+        assert r.stop.kind == "screened" and len(r.measurement.samples_ms) <= 3
+    assert "test_slow" not in screened.settings.label()
     # without racing, the same candidates are measured and gated in full
     full = advisor.advise(**kw, space=_space(tmp_path, False))
     assert all(r.status == "ok" for r in full.results)

@@ -141,7 +141,6 @@ def test_mann_whitney_and_clearly_faster() -> None:
     ratio, lo, hi = speedup(slow, fast)
     assert ratio == pytest.approx(2.0)
     assert lo <= ratio <= hi
-    assert fast.overlaps(same) and not fast.overlaps(slow)
 
 
 def test_a_short_step_is_repeated_back_to_back_within_a_sample() -> None:

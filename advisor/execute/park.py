@@ -8,7 +8,7 @@ survivor's full timing starts from one re-warming call (`timing.measure(resume=.
 Only on a CPU, and within `CPU_BYTES` (at most an eighth of the memory free when the park is
 made) of parameters, gradients, buffers and inputs: on a GPU a parked model's memory would be
 taken from the candidates timed meanwhile (their allocator and cuDNN's workspaces), and a GPU
-step long enough to be screened (`screen.SCREEN_MIN_STEP_MS` and more) is rare. The park
+step long enough to be screened there (`screen.SCREEN_MIN_STEP_MS` and more) is rare. The park
 is emptied where its candidates' workload stops being the one timed (a re-time, another
 workload), and a candidate is taken from it once.
 """
@@ -25,9 +25,14 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.stats import Measurement
 
-__all__ = ["CPU_BYTES", "Park", "Parked", "cpu_budget"]
+__all__ = ["CPU_BYTES", "Park", "Parked", "cpu_budget", "parks"]
 
 CPU_BYTES = 1 << 30
+
+
+def parks(device: torch.device) -> bool:
+    """Whether screened candidates are parked on `device`: on a CPU only."""
+    return device.type == "cpu"
 
 
 def cpu_budget() -> int:
@@ -62,7 +67,7 @@ class Park:
 
     def __init__(self, device: torch.device, budget_bytes: int | None = None) -> None:
         self.device = device
-        if device.type != "cpu":
+        if not parks(device):
             self.budget = 0
         else:
             self.budget = cpu_budget() if budget_bytes is None else budget_bytes

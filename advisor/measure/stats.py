@@ -105,10 +105,6 @@ class Measurement(BaseModel):
             (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.samples_ms else math.inf
         )
 
-    def overlaps(self, other: Measurement) -> bool:
-        """True when the two medians' intervals overlap: the difference is within noise."""
-        return self.ci_low_ms <= other.ci_high_ms and other.ci_low_ms <= self.ci_high_ms
-
     def warnings(self) -> list[str]:
         out = []
         if len(self.samples_ms) < 5:

@@ -29,7 +29,7 @@ from advisor.search.options import (
 )
 from advisor.search.outcome import ledger_of, read_outcome
 from advisor.search.point_lock import PointLocks
-from advisor.search.screen import inversion, record_dropped, screen
+from advisor.search.screen import inversion, min_step_ms, record_dropped, screen
 from advisor.search.shared_checks import reused
 from advisor.search.sqlite_claim import TrialClaims
 from advisor.search.study import (
@@ -195,7 +195,10 @@ def _run(
     try:
         # `race: false` promises every candidate measured and gated in full: no screen either
         screening = options.screen and space.race
-        screened = screen(plan, evaluator, options, deadline, start, contest) if screening else None
+        screened = None
+        if screening:
+            shortest = min_step_ms(device)
+            screened = screen(plan, evaluator, options, deadline, start, contest, shortest)
         _loop(plan, space, device, objective, on_trial, deadline, shared)
         if screened is not None and screened.dropped:
             full = ledger_of(plan, options).results()

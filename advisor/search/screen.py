@@ -31,10 +31,12 @@ import time
 from dataclasses import dataclass, field
 
 import optuna
+import torch
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from advisor.execute.evaluators import Evaluator
+from advisor.execute.park import parks
 from advisor.knobs import Settings
 from advisor.measure.contest import SCREEN_SAMPLES, Contest
 from advisor.measure.results import TrialResult
@@ -42,14 +44,21 @@ from advisor.measure.stop import Stop
 from advisor.search.options import Progress, SearchOptions
 from advisor.search.study import Plan, evaluated, point_key
 
-__all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "record_dropped", "screen"]
+__all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "min_step_ms", "record_dropped", "screen"]
 
-# Below this step time (PyTorch's default's screen) no candidate is screened: each one's fixed
-# costs (its build, first call and warm-up, paid again by a survivor's full timing) are then
-# about what a gate of a few steps saves, and a launch-bound GPU step has few candidates
-# `SCREEN_DROP` apart to drop. A CPU step of 100 ms is where a dropped candidate's numeric gate
-# and training check cost seconds.
+# Below this step time (PyTorch's default's screen) no candidate is screened where survivors are
+# not parked (a GPU: `execute.park`): each one's fixed costs (its build, first call and warm-up,
+# paid again by its full timing) are then about what a gate of a few steps saves, and a
+# launch-bound GPU step has few candidates `SCREEN_DROP` apart to drop. On a CPU a survivor is
+# parked and pays one re-warming call, so every step is screened: one far above the fastest
+# (bf16 without bf16 units) then costs one warm-up and one sample, not two and three.
 SCREEN_MIN_STEP_MS = 20.0
+
+
+def min_step_ms(device: torch.device) -> float:
+    """The shortest default step screened on `device` (`SCREEN_MIN_STEP_MS` where nothing is
+    parked)."""
+    return 0.0 if parks(device) else SCREEN_MIN_STEP_MS
 
 
 @dataclass
@@ -74,11 +83,12 @@ def screen(
     deadline: float,
     start: float,
     contest: Contest,
+    min_step_ms: float = SCREEN_MIN_STEP_MS,
 ) -> Screen | None:
     """Screen a fresh grid's candidates and narrow `plan.cands` to the survivors, default first
     and then fastest screen first. None (nothing screened, the plan as it was) for a study that
     holds results already (a resumed run: its stored trials stand), a Pareto search, a grid of
-    fewer than three candidates, or a default step under `SCREEN_MIN_STEP_MS`."""
+    fewer than three candidates, or a default step under `min_step_ms`."""
     if plan.multi or not plan.grid or len(plan.cands) < 3:
         return None
     if any(evaluated(t) for t in plan.study.get_trials(deepcopy=False)):
@@ -92,7 +102,7 @@ def screen(
         if left <= 0 and i > 0:
             break  # the rest are timed in full, as far as the budget goes
         r = evaluator(s, race=race, time_left_s=max(left, 1.0))
-        if i == 0 and r.measurement is not None and r.median_ms < SCREEN_MIN_STEP_MS:
+        if i == 0 and r.measurement is not None and r.median_ms < min_step_ms:
             return None  # too short a step for a screen to pay (`SCREEN_MIN_STEP_MS`)
         out.results[point_key(plan.params(s))] = r
         if r.status != "failed" and r.measurement is not None:
