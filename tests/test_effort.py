@@ -117,7 +117,7 @@ def test_a_screen_takes_its_samples_and_stops() -> None:
 @pytest.mark.parametrize(
     ("step_ms", "limit_ms", "samples"),
     [
-        (10.0, 4.0, 1),  # a warm-up above twice the limit, one sample above it: decided
+        (10.0, 4.0, 1),  # its first warm-up run above twice the limit: decided, its one sample
         (10.0, 8.0, 2),  # warm-ups under twice the limit: two samples of three decide
         (10.0, 12.0, 3),  # under the limit: the whole screen
     ],
@@ -130,19 +130,18 @@ def test_a_screen_above_the_drop_line_stops_once_its_median_is_known(
                           target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
     m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms, screen=3))
     assert len(m.samples_ms) == samples and m.stop is not None
-    assert m.warmup_runs == (1 if step_ms > 2 * limit_ms else 2)
+    assert m.warmup_runs == (0 if step_ms > 2 * limit_ms else 2)
     assert m.stop == "screened" and m.median_ms == pytest.approx(step_ms)
+    assert m.warmup_s is not None and m.sampling_s == pytest.approx(samples * step_ms / 1e3)
 
 
 def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:
     race = Race(10.0, screen=3)
-    assert race.screened_out([11.0], warmups=[25.0, 30.0])
-    assert not race.screened_out([9.0], warmups=[25.0, 30.0])  # slow warm-ups, a fast sample
-    assert race.screened_out([11.0], warmups=[25.0, 15.0])  # two of three
-    assert not race.screened_out([11.0], warmups=[15.0, 15.0])  # one of three: not a majority
-    assert race.screened_out([11.0, 12.0], warmups=[15.0, 15.0])
-    assert not Race(float("inf"), screen=3).screened_out([1e9], warmups=[1e9, 1e9])
-    assert not Race(10.0).screened_out([1e9], warmups=[1e9, 1e9])  # not a screen
+    assert not race.screened_out([11.0])  # one of three: not a majority
+    assert race.screened_out([11.0, 12.0])  # two of three
+    assert not race.screened_out([9.0, 11.0])  # the median not above it
+    assert not Race(float("inf"), screen=3).screened_out([1e9, 1e9])
+    assert not Race(10.0).screened_out([1e9, 1e9])  # not a screen
 
 
 class ScriptedEvaluator:

@@ -208,19 +208,16 @@ class Race:
     horizon_steps: int | None = None
     allowance_s: float | None = None  # the longest cold compile that could still pay back
 
-    def screened_out(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
+    def screened_out(self, samples: Sequence[float]) -> bool:
         """A screened candidate whose screen median is already known to lie above the limit
         (`SCREEN_DROP` times the fastest screened so far): the median of its samples is above
-        it, and so are most of the `screen` runs it would have, counting the samples and the
-        warm-up runs above twice the limit (as `lost` counts them). bf16 on a CPU without
-        bf16 units, 13x slower than the default, then stops after one sample, not three."""
+        it, and so are most of the `screen` samples it would have. (One whose warm-up run is
+        over twice the limit stops there: `timing.measure`.)"""
         if self.screen is None or not samples or not math.isfinite(self.limit_ms):
             return False
         if quantile(sorted(samples), 0.5) <= self.limit_ms:
             return False
-        above = sum(s > self.limit_ms for s in samples)
-        above += sum(w > 2 * self.limit_ms for w in warmups)
-        return above > self.screen // 2
+        return sum(s > self.limit_ms for s in samples) > self.screen // 2
 
     def lost(self, samples: Sequence[float], warmups: Sequence[float] = ()) -> bool:
         counted = [w for w in warmups if w > 2 * self.limit_ms]

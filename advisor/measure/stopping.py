@@ -57,7 +57,7 @@ def enough(
     if n >= policy.max_samples:
         return True, None
     if race is not None and race.screen is not None and (
-        n >= race.screen or race.screened_out(samples, warm_ms[:2])
+        n >= race.screen or race.screened_out(samples)
     ):
         return True, "screened"
     if race is not None and race.lost(samples, warm_ms[:2]):

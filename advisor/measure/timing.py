@@ -302,7 +302,12 @@ def _measure(
         warm += 1
         screened = race is not None and race.screen is not None
         if screened and warm_ms and warm_ms[-1] > 2 * race.limit_ms:  # type: ignore[union-attr]
-            break  # a screen this far above its drop line needs one sample more, not a warm-up
+            # A screen decided: twice its drop line is three times the fastest screen, over
+            # twice the steady state of any candidate that could still win (a CPU run after the
+            # first call is not). The run is its one sample.
+            run_s = warm_ms[-1] / 1e3
+            return Measurement(samples_ms=warm_ms[-1:], first_call_ms=first_ms, warmup_runs=warm - 1,
+                               stop="screened", warmup_s=clock() - warm_start - run_s, sampling_s=run_s)  # fmt: skip
         if warm >= 1000 or (deadline is not None and clock() >= deadline):
             break  # past the budget: one warm-up run is all it gets
     synchronize(device)
