@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from advisor.device.environment import cpu_has_bf16_units
 from advisor.gate.held_out import HeldOut
 from advisor.gate.precision import check_precision
 from advisor.knobs import Settings
@@ -54,17 +55,18 @@ def test_bf16_trailing_at_memorisations_floor_trains_like_fp32_on_held_out_batch
     before the look.
 
     Whether a draw ends outside there depends on the CPU's bf16 path: seed 0 did on a Zen 4 and
-    a Xeon with bf16 units, and ended within on a Zen 2 without them (0.75% behind, under the
-    0.81% floor; a bf16 conv there is emulated), where seed 1 ended 4.6% behind. So the draw is
-    the first of a few that ends outside on the training batches; bf16 is accepted at every
-    draw."""
+    a Xeon with bf16 units, and ended within on a Zen 2 and a Zen 3 without them (0.75% behind,
+    under the 0.81% floor; a bf16 conv there is emulated), where seed 1 ended 4.6% behind. So the
+    draw is the first of a few that ends outside on the training batches, tried first where it
+    did on this kind of CPU (a draw costs 30-50 s here); bf16 is accepted at every draw."""
     workload = make_workload(model_file=str(DATA / "deep_bottleneck_resnet.py"))
     cfg = PrecisionCheckSettings()
 
     def outside(c: PrecisionCheck) -> bool:
         return c.gap > c.floor and c.gap > cfg.band_factor * c.band
 
-    for seed in range(4):
+    first = 0 if cpu_has_bf16_units() else 1
+    for seed in (first, *(s for s in range(4) if s != first)):
         check = check_precision(workload, BF16, "bf16", CPU, "train", cfg, seed=seed)
         assert check.accepted and check.judged, check.summary
         if outside(check):
