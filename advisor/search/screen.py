@@ -51,7 +51,8 @@ __all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "min_step_ms", "record_d
 # paid again by its full timing) are then about what a gate of a few steps saves, and a
 # launch-bound GPU step has few candidates `SCREEN_DROP` apart to drop. On a CPU a survivor is
 # parked and pays one re-warming call, so every step is screened: one far above the fastest
-# (bf16 without bf16 units) then costs one warm-up and one sample, not two and three.
+# (bf16 without bf16 units) then costs its first call and one run, not a race's warm-ups and
+# samples (`timing.measure`).
 SCREEN_MIN_STEP_MS = 20.0
 
 
@@ -83,12 +84,12 @@ def screen(
     deadline: float,
     start: float,
     contest: Contest,
-    min_step_ms: float = SCREEN_MIN_STEP_MS,
+    shortest_ms: float = SCREEN_MIN_STEP_MS,
 ) -> Screen | None:
     """Screen a fresh grid's candidates and narrow `plan.cands` to the survivors, default first
     and then fastest screen first. None (nothing screened, the plan as it was) for a study that
     holds results already (a resumed run: its stored trials stand), a Pareto search, a grid of
-    fewer than three candidates, or a default step under `min_step_ms`."""
+    fewer than three candidates, or a default step under `shortest_ms` (`min_step_ms`)."""
     if plan.multi or not plan.grid or len(plan.cands) < 3:
         return None
     if any(evaluated(t) for t in plan.study.get_trials(deepcopy=False)):
@@ -102,7 +103,7 @@ def screen(
         if left <= 0 and i > 0:
             break  # the rest are timed in full, as far as the budget goes
         r = evaluator(s, race=race, time_left_s=max(left, 1.0))
-        if i == 0 and r.measurement is not None and r.median_ms < min_step_ms:
+        if i == 0 and r.measurement is not None and r.median_ms < shortest_ms:
             return None  # too short a step for a screen to pay (`SCREEN_MIN_STEP_MS`)
         out.results[point_key(plan.params(s))] = r
         if r.status != "failed" and r.measurement is not None:
