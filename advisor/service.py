@@ -285,47 +285,32 @@ def _eager_stages(
     compiling: bool,
     layer_results: list[TrialResult],
 ) -> tuple[int, str | None, list[LayerChoice], dict[str, int]]:
-    """After the search: the first re-time and the per-layer stage, with the re-time it calls
-    for: the eager answer (the layer measurements it takes go to `layer_results`). Returns how
-    many were re-timed last, why a re-time failed, the per-layer choices and the stage's counts."""
-    # The global finalists are re-timed together first, so the per-layer stage works from the
-    # settings that would be recommended; its combination is then re-timed with them,
-    # interleaved, before it can be picked. Where the search already decided the pick
-    # (`Contest.clear_lead`), the first re-time is left until after the per-layer stage.
-    first = plan.layers if per_layer else (plan.compile or plan.layers)
-    eager_end = plan.layers if compiling else plan.retime  # the compile stage comes after
-    retimed, retime_error = 0, None
+    """After the search: the re-time, and where the model's layers are tuned the per-layer
+    stage before it: the eager answer (the layer measurements it takes go to `layer_results`).
+    Returns how many were re-timed, why the re-time failed, the per-layer choices and the
+    stage's counts."""
+    # One re-time of the eager candidates, after the per-layer stage where there is one: the
+    # stage works from the search's gated pick, and its combination is timed interleaved with
+    # the global finalists before it can be picked.
     contest = sp.contest(options.steps)
-    deferred = per_layer and contest.clear_lead(outcome.results, outcome.baseline, sp.retime_top)
-    if not deferred:
-        with clock.stage("re-time"):
-            retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                     deadline=first,
-                                                     evaluator=evaluator)  # fmt: skip
     choices: list[LayerChoice] = []
     stats: dict[str, int] = {}
-    new: list[TrialResult] = []
-    with clock.stage("global knobs"):  # the per-layer stage tunes the layers of a gated pick
-        gated_pick(outcome, evaluator, contest, first, options.progress)
-    if per_layer and retime_error is None:
+    end: float | None = plan.compile or plan.layers
+    if per_layer:
+        with clock.stage("global knobs"):  # the per-layer stage tunes the layers of a gated pick
+            gated_pick(outcome, evaluator, contest, plan.layers, options.progress)
         options.deadline = plan.layers
         with clock.stage("per-layer"):
-            choices, combined = per_layer_stage(workload, outcome, dev, sp, options, stats,
-                                                evaluator=evaluator,
-                                                measured=layer_results)  # fmt: skip
-        if combined is not None:
-            new.append(combined)
+            choices = per_layer_stage(workload, outcome, dev, sp, options, stats,
+                                      evaluator=evaluator, measured=layer_results)  # fmt: skip
+        end = plan.layers if compiling else plan.retime
     if workload.is_layer:  # says why no compiled candidate is measured
         compile_candidates(outcome, sp, dev, False, contest, layer=True)
-    if (new or deferred) and retime_error is None:
-        with clock.stage("re-time"):
-            again, retime_error = retime_finalists(workload, outcome, dev, sp, options,
-                                                   only_with=None if deferred else new,
-                                                   deadline=eager_end,
-                                                   evaluator=evaluator)  # fmt: skip
-        retimed = again or retimed
-        with clock.stage("global knobs"):
-            gated_pick(outcome, evaluator, contest, eager_end, options.progress)
+    with clock.stage("re-time"):
+        retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
+                                                 deadline=end, evaluator=evaluator)  # fmt: skip
+    with clock.stage("global knobs"):
+        gated_pick(outcome, evaluator, contest, end, options.progress)
     return retimed, retime_error, choices, stats
 
 

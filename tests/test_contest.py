@@ -87,22 +87,6 @@ def test_a_compiled_finalist_is_re_timed_with_the_fastest_eager_candidate() -> N
     assert c.finalists([base, pick], base, top=3) == [pick, base]
 
 
-def test_a_clear_lead_needs_no_re_time_before_the_later_stages() -> None:
-    c = Contest()
-    cl_bf16 = Settings(memory_format="channels_last", amp="bf16")
-    spread = (0.98, 0.99, 1.0, 1.01, 1.02) * 3
-    clear = [_r(Settings(), 38.0, spread=spread), _r(Settings(amp="bf16"), 28.2, spread=spread),
-             _r(cl_bf16, 19.5, spread=spread)]  # fmt: skip
-    assert c.clear_lead(clear, clear[0], top=3)
-    close = [*clear, _r(CL, 20.0, spread=(0.95, 1.0, 1.05) * 3)]
-    assert not c.clear_lead(close, close[0], top=3)
-    near = [_r(Settings(), 20.2, spread=(0.95, 1.0, 1.05) * 3), _r(cl_bf16, 19.5, spread=spread)]
-    assert not c.clear_lead(near, near[0], top=3)
-    fast_default = [_r(Settings(), 10.0, spread=spread), _r(cl_bf16, 19.5, spread=spread)]
-    assert not c.clear_lead(fast_default, fast_default[0], top=3)
-    assert not c.clear_lead(clear, clear[0], top=0)  # re-times turned off
-
-
 def test_a_compile_that_saves_a_millisecond_cannot_pay_a_minute_back() -> None:
     # MobileNetV3-Small train, 2-core CPU: compiled 25.1 ms beside its eager rival at 28.1 ms,
     # cold compile 65.3 s: at most ~3-5 ms a step, paid after 13,000+ steps: beyond 10,000.

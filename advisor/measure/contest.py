@@ -132,16 +132,6 @@ class Contest:
             chosen.append(baseline)
         return chosen
 
-    def clear_lead(self, results: Sequence[TrialResult], baseline: TrialResult, top: int) -> bool:
-        """Whether one candidate's interval lies below every other finalist's, the default's
-        included, by more than `min_gain`: a re-time could then only confirm it."""
-        fin = self.finalists(results, baseline, top) if top else []
-        lead = [r for r in fin if r.settings != baseline.settings]
-        base = baseline.measurement
-        if len(lead) != 1 or lead[0].measurement is None or base is None:
-            return False
-        return lead[0].measurement.ci_high_ms * (1 + self.min_gain) < base.ci_low_ms
-
     def beyond_noise(self, speedup: tuple[float, float, float]) -> bool:
         """A speedup (ratio, low, high) whose whole interval clears `min_gain`."""
         return speedup[1] > 1 + self.min_gain

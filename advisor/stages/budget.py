@@ -1,7 +1,7 @@
 """A run's time budget: when each stage must stop starting work, and what the budget left out.
 
-The stages, in order: the eager search of the global knobs, the first re-time and the per-layer
-stage, the compile stage (torch.compile on the best eager settings), then the final interleaved
+The stages, in order: the eager search of the global knobs, the per-layer stage and the eager
+re-time, the compile stage (torch.compile on the best eager settings), then the final interleaved
 re-time and the final check of the recommendation in a fresh process, which keep a reserve.
 """
 
@@ -23,7 +23,7 @@ class BudgetPlan:
     """When each stage must stop starting work (`time.perf_counter()` values)."""
 
     search: float  # the global knobs
-    layers: float  # the first re-time and the per-layer stage
+    layers: float  # the per-layer stage (and the eager re-time where a compile stage follows)
     end: float  # the final check: the run ends about here
     compile: float | None = None  # the compile stage (None: the space compiles nothing)
     retime: float | None = None  # the final re-time (None: `end`)

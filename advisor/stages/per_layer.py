@@ -266,12 +266,11 @@ def per_layer_stage(
     stats: dict[str, int] | None = None,
     evaluator: Evaluator | None = None,
     measured: list[TrialResult] | None = None,
-) -> tuple[list[LayerChoice], TrialResult | None]:
+) -> list[LayerChoice]:
     """Choose conv implementations per layer under the best global settings; if that changes any
-    layer, measure the combination on the whole model and add it to the outcome's candidates.
-    With `evaluator` (the run's own), the layer groups and the combination are measured with it.
-
-    Returns the per-layer choices and the combination's result (None when nothing changed)."""
+    layer, measure the combination on the whole model (unless measured already) and add it to
+    the outcome's candidates. With `evaluator` (the run's own), the layer groups and the
+    combination are measured with it. Returns the per-layer choices."""
     contest = space.contest(options.steps)
     best = decide(outcome.results, outcome.baseline, contest).chosen
     start = time.perf_counter()
@@ -305,16 +304,14 @@ def per_layer_stage(
         measured=measured,
     )
     layers = layers_map(choices, best.settings.conv_impl)
-    if not layers:
-        return choices, None
     combined = best.settings.model_copy(update={"layers": layers})
-    known = outcome.ledger.standing(combined)  # measured by this run or an earlier one
-    if known is not None:
-        return choices, known
+    # nothing changed, or measured by this run or an earlier one
+    if not layers or outcome.ledger.standing(combined) is not None:
+        return choices
     if options.deadline is not None and time.perf_counter() >= options.deadline:
         if stats is not None:
             stats["combination"] = len(layers)  # chosen, but no time left to measure it
-        return choices, None
+        return choices
     ev = evaluator or make_evaluator(workload, device, space, options)
     left = None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
     try:
@@ -322,4 +319,4 @@ def per_layer_stage(
     finally:
         if ev is not evaluator:
             ev.close()
-    return choices, outcome.ledger.standing(combined)
+    return choices
