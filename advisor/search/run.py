@@ -195,10 +195,8 @@ def _run(
     try:
         # `race: false` promises every candidate measured and gated in full: no screen either
         screening = options.screen and space.race
-        screened = None
-        if screening:
-            shortest = min_step_ms(device)
-            screened = screen(plan, evaluator, options, deadline, start, contest, shortest)
+        screened = (screen(plan, evaluator, options, deadline, start, contest, min_step_ms(device))
+                    if screening else None)  # fmt: skip
         _loop(plan, space, device, objective, on_trial, deadline, shared)
         if screened is not None and screened.dropped:
             full = ledger_of(plan, options).results()
