@@ -1,6 +1,7 @@
 """A process settles each layout once (advisor.measure.settle): the first step it measures in a
 memory format warms up until it has stopped getting faster; a later one in that layout warms up
-with the policy's runs, in a trial, a screen and the re-time alike."""
+with the policy's runs, in a trial, a screen and the re-time alike. A layer's every step settles,
+with no time floor on a CPU."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy, measure, warm_up
 from advisor.space import SearchSpace
-from advisor.workload.build import Workload, layer_workload
+from advisor.workload.build import Workload, layer_workload, object_workload
 from advisor.workload.layer_spec import layer_spec
 from tests.conftest import FakeClock
 from tests.test_timing import COLD, STEADY
@@ -30,6 +31,11 @@ CL = Settings(memory_format="channels_last")
 
 
 def _workload() -> Workload:
+    """A model: a layer's steps follow a rule of their own."""
+    return object_workload(torch.nn.Conv2d(4, 8, 3), torch.randn(1, 4, 16, 16))
+
+
+def _layer() -> Workload:
     return layer_workload(layer_spec("Conv2d(4, 8, 3)", input_shape="1,4,16,16"))
 
 
@@ -69,6 +75,26 @@ def test_trials_settle_the_first_candidate_in_each_layout(monkeypatch: pytest.Mo
     for settings in (Settings(), Settings(amp="bf16"), CL, CL.model_copy(update={"amp": "bf16"})):
         evaluate(w, settings, CPU, "infer", space, gate, policy=quick)
     assert asked == [True, False, True, False]
+
+
+def test_every_step_of_a_layer_settles_with_no_time_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[bool, float]] = []
+    real = runner_mod.measure
+
+    def spy(fn: Any, device: torch.device, policy: TimingPolicy, **kw: Any) -> Measurement:
+        asked.append((kw["settle"], policy.warmup_s))
+        return real(fn, device, policy, **kw)
+
+    monkeypatch.setattr(runner_mod, "measure", spy)
+    w = _layer()
+    space = SearchSpace(name="s", knobs={})
+    gate = Gate(w, CPU, "infer", space)
+    timed = TimingPolicy(warmup_runs=1, warmup_s=0.05, min_samples=3, max_samples=3,
+                         max_time_s=0.01)  # fmt: skip
+    for settings in (Settings(), Settings(conv_impl="unfold_gemm"), Settings()):
+        evaluate(w, settings, CPU, "infer", space, gate, policy=timed)
+    assert asked == [(True, 0.0)] * 3
+    assert w.warmed == set()  # a layer's steps record nothing: each settles
 
 
 def test_the_re_time_settles_only_a_finalist_whose_layout_the_process_has_not(

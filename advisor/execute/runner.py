@@ -6,6 +6,7 @@ training loop does under `advisor.apply` (see `advisor.measure.candidate`); the 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from functools import partial
@@ -156,6 +157,8 @@ def _evaluate(
     deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
+    if workload.is_layer and device.type != "cuda":
+        policy = dataclasses.replace(policy, warmup_s=0.0)  # a layer's step settles (`settles`)
     keep_cpu_buffers_resident()
     warm_device(device)
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's

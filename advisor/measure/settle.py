@@ -8,6 +8,11 @@ getting faster (`settling`). A later step in that layout starts from a process t
 them (its buffers' pages touched, the allocator's heap grown) and warms up with the policy's runs
 (`warmup_runs`, `warmup_s`): settling every candidate and every finalist again would about
 double a quick run's warm-up.
+
+A layer's step is the exception: it is short, so settling costs it a few runs where `warmup_s`
+costs it hundreds, and every candidate of a layer group settles, with no time floor (on a CPU;
+a GPU's warm-up is its launches and keeps the policy's). Both implementations of a group then
+warm up alike: a second one given only the policy's runs reads a few percent slow.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ def settles(workload: Workload, case: int, memory_format: str) -> bool:
     """Whether a step of `workload` (shape case `case`) in `memory_format` warms up until it
     settles: the first this process measures in that layout (the default's trial, the first
     channels_last candidate, each finalist of the final check's fresh process). Asking records
-    it: later steps in that layout warm up with the policy's runs."""
+    it: later steps in that layout warm up with the policy's runs. Every step of a layer settles."""
+    if workload.is_layer:
+        return True
     key = (case, memory_format)
     first = key not in workload.warmed
     workload.warmed.add(key)
