@@ -244,15 +244,12 @@ _VERDICT_FIELDS = (
 
 def with_verdict(pending: TrialResult, verdict: TrialResult) -> TrialResult:
     """A result measured without its gate, with the gate's verdict (`gate_only`): accepted or
-    rejected as the gate said; a gate that failed or was stopped (the budget) leaves it failed
-    or stopped, never picked. Its wall time counts the gate's."""
+    rejected as the gate said; a gate that failed or ran out of time leaves it failed or stopped,
+    never picked. Its wall time counts the gate's."""
     update = {k: getattr(verdict, k) for k in _VERDICT_FIELDS}
     update["pending"] = None
     if pending.wall_s is not None and verdict.wall_s is not None:
         update["wall_s"] = pending.wall_s + verdict.wall_s
-    if verdict.status == "stopped" and verdict.stop is not None and verdict.stop.kind != "out_of_time":
-        stop = Stop(kind="gate_stopped", detail=verdict.reason)
-        update.update(stop=stop, reason=stop.text())
-    elif verdict.status == "failed":
+    if verdict.status == "failed":
         update["reason"] = f"its gate, once it could be picked: {verdict.reason}"
     return pending.model_copy(update=update)

@@ -292,7 +292,7 @@ def _raced(m: Measurement, race: Race) -> Stop | None:
 
 def _above_bar(gate: Gate, settings: Settings, m: Measurement, bar_ms: float | None) -> bool:
     """Whether an eager candidate measured in full lies above the bar of the fastest so far:
-    its gate then waits until the pick needs it (`Contest.cannot_win`'s test). A compiled one is
+    its gate then waits until the pick needs it (`Contest.could_win`'s test). A compiled one is
     gated still (its bar came from an earlier window: a re-time decides); so is a shape set's
     case, whose weighted whole is what counts, and PyTorch's default, the baseline."""
     if settings.compiled or settings == Settings() or len(gate.cases) > 1 or bar_ms is None:

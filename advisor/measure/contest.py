@@ -66,16 +66,10 @@ class Contest:
     def bar_ms(self, leader: Measurement) -> float:
         return leader.ci_high_ms * (1 + self.min_gain)
 
-    def cannot_win(
-        self, m: Measurement, leader: Measurement | None, unjudged: str | None = None
-    ) -> Stop | None:
-        """Out where `m`, measured in full, lies wholly above the bar of `leader`."""
-        if leader is None:
-            return None
-        bar = self.bar_ms(leader)
-        if m.ci_low_ms <= bar:
-            return None
-        return Stop(kind="cannot_win", ms=m.ci_low_ms, bar_ms=bar, unjudged=unjudged)
+    def could_win(self, m: Measurement, leader: Measurement) -> bool:
+        """Whether `m`, measured in full, reaches below the bar of `leader` (wholly above it,
+        it is not gated: the gate's checks are paid only for a candidate that could be picked)."""
+        return m.ci_low_ms <= self.bar_ms(leader)
 
     # ---- measuring: the race a candidate's samples run ----------------------------------------
 
@@ -124,7 +118,7 @@ class Contest:
         if not ok:
             return [baseline]
         lead = ok[0].measurement
-        chosen = [r for r in ok if self.cannot_win(r.measurement, lead) is None][:top]  # type: ignore[arg-type]
+        chosen = [r for r in ok if self.could_win(r.measurement, lead)][:top]  # type: ignore[arg-type]
         eager = next((r for r in ok if not r.settings.compiled), None)
         if any(r.settings.compiled for r in chosen) and eager is not None and eager not in chosen:
             chosen.append(eager)

@@ -105,16 +105,6 @@ class Measurement(BaseModel):
             (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.samples_ms else math.inf
         )
 
-    def warnings(self) -> list[str]:
-        out = []
-        if len(self.samples_ms) < 5:
-            out.append(f"only {len(self.samples_ms)} samples")
-        if self.samples_ms and max(self.samples_ms) > 3 * self.median_ms:
-            out.append("outliers over 3x the median: the machine may be busy")
-        if self.first_call_ms is not None and self.first_call_ms > 10 * self.median_ms:
-            out.append(f"first call took {self.first_call_ms:.1f} ms (lazy init or autotuning)")
-        return out
-
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
     """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).

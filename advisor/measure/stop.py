@@ -21,10 +21,8 @@ StopKind = Literal[
     "raced",  # its samples are above the race's limit (a sign test): slower than the leader
     "screened",  # its screen was above the screen's drop line: not timed in full
     "budget",  # the run's time budget ran out before it was measured in full
-    "cannot_win",  # measured in full, above the bar the pick could take it under: not gated
     "cannot_pay",  # a cold compile that cannot pay back within the horizon
     "out_of_time",  # the budget ran out during its precision's training check
-    "gate_stopped",  # its gate, asked for once it could be picked, was stopped (the budget)
 ]
 
 
@@ -37,8 +35,6 @@ class Stop(BaseModel):
     ms: float | None = None  # the candidate's own figure: its CI low end, or its screen median
     bar_ms: float | None = None  # what it was measured against: the race limit or the pick's bar
     samples: int | None = None  # the samples it had when it stopped
-    # cannot_win: the precision not judged on this model because of it (its check not paid)
-    unjudged: str | None = None
     # screened: the fastest screen's figures and the drop factor
     best_label: str | None = None
     drop: float | None = None
@@ -48,7 +44,6 @@ class Stop(BaseModel):
     rival_ms: float | None = None
     saving_ms: float | None = None
     cold_s: float | None = None  # cannot_pay, budget: its first call (a cold compile)
-    detail: str | None = None  # gate_stopped: what stopped the gate, as it said it
 
     def text(self) -> str:
         """The sentence a person reads."""
@@ -75,20 +70,6 @@ class Stop(BaseModel):
             )
         if k == "budget":
             return "stopped: the time budget ran out before it was measured in full"
-        if k == "cannot_win":
-            slower = (
-                f"cannot win: {self.ms:.3f} ms at best, slower than the best accepted "
-                f"candidate's {self.bar_ms:.3f} ms"
-            )
-            if self.unjudged is not None:
-                return (
-                    f"{slower}; {self.unjudged} not judged on this model (its training check is "
-                    "paid only for a candidate that could be picked)"
-                )
-            return (
-                f"{slower}; not gated (the gate's checks are paid only for a candidate that "
-                "could be picked)"
-            )
         if k == "cannot_pay":
             if self.rival is None:  # stopped during its compile, before any sample
                 return (
@@ -108,6 +89,4 @@ class Stop(BaseModel):
                 f"{self.rival_ms:.3f} ms), {most}, and its first call took {self.cold_s:.1f} s "
                 "with empty caches; not checked further"
             )
-        if k == "out_of_time":
-            return "the budget ran out during its precision check"
-        return f"its gate, once it could be picked: {self.detail}"
+        return "the budget ran out during its precision check"  # out_of_time

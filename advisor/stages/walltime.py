@@ -22,7 +22,7 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 
 __all__ = ["GATE", "LOAD", "PROCESS_STARTS", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
-           "harness_share", "process_age_s", "stage_harness_share", "stage_of", "timed_by_stage",
+           "harness_share", "process_age_s", "stage_of", "timed_by_stage",
            "timed_s"]
 
 LOAD = "start-up and load"
@@ -237,21 +237,6 @@ def harness_share(stage_s: dict[str, float], gate_apart: bool = False) -> float 
         if total <= 0:
             return None
     return min(1.0, max(0.0, 1.0 - stage_s[TIMED] / total))
-
-
-def stage_harness_share(
-    stage_s: dict[str, float], stage: str, gate_apart: bool = False
-) -> float | None:
-    """A stage's share of its own wall time outside its timed samples (`"global knobs: timed
-    samples"`); `gate_apart`: the stage's gate checks counted apart, as in `harness_share`."""
-    span = stage_s.get(stage)
-    if not span:
-        return None
-    if gate_apart:
-        span -= sum(stage_s.get(f"{stage}: {part}", 0.0) for part in GATE_PARTS)
-        if span <= 0:
-            return None
-    return min(1.0, max(0.0, 1.0 - stage_s.get(f"{stage}: {TIMED}", 0.0) / span))
 
 
 def breakdown_line(stage_s: dict[str, float]) -> str:
