@@ -242,7 +242,7 @@ def check_cost(argv: list[str]) -> int:
     import torch
 
     from advisor.device.environment import current_environment
-    from advisor.gate.precision import _gap, fp32_runs
+    from advisor.gate.precision import final_gap, fp32_runs
     from advisor.space import load_space
     from advisor.workload.build import model_workload
 
@@ -287,8 +287,8 @@ def check_cost(argv: list[str]) -> int:
             side = fp32_runs(w, cpu, "train", cfg, seed)
             seconds = time.perf_counter() - t0
             ref = side.runs["fp32"]
-            gaps = {k: _gap(side.runs[k], ref, side.cfg.batches, side.starts.get(k, side.start),
-                            side.start) for k in band_runs}  # fmt: skip
+            gaps = {k: abs(final_gap(side.runs[k], ref, side.starts.get(k, side.start), side.start))
+                    for k in band_runs}  # fmt: skip
             lines.append(_cost_row(name, seed, seconds, side.cfg.lr, gaps))
             print(lines[-1], file=sys.stderr, flush=True)
     text = "\n".join(lines)

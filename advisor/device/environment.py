@@ -225,7 +225,3 @@ def memory_limit(device: str | torch.device) -> tuple[int, str] | None:
     except (AttributeError, OSError, ValueError):
         return None
     return (int(total), "RAM") if total > 0 else None
-
-
-def triton_interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"

@@ -41,6 +41,29 @@ from advisor.workload.info import WorkloadInfo
 if TYPE_CHECKING:
     from advisor.workload.build import Workload
 
+
+def receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
+    """A child's next message, 'timeout', or 'dead' when it died or closed the pipe."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if conn.poll(0.1):
+            try:
+                return conn.recv()
+            except (EOFError, OSError):
+                return "dead"
+        if not proc.is_alive():
+            # It may have sent its last message just before exiting.
+            return conn.recv() if conn.poll(0) else "dead"
+    return "timeout"
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 class RetimeFailed(RuntimeError):
     """The interleaved re-time of the finalists could not finish; the message says why."""
 
@@ -188,19 +211,8 @@ class IsolatedEvaluator:
         return why
 
     def _receive(self, timeout_s: float) -> Any:
-        """The worker's next message, 'timeout', or 'dead' when it died or closed the pipe."""
         assert self._conn is not None and self._proc is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._conn.poll(0.1):
-                try:
-                    return self._conn.recv()
-                except (EOFError, OSError):
-                    return "dead"
-            if not self._proc.is_alive():
-                # It may have sent its last message just before exiting.
-                return self._conn.recv() if self._conn.poll(0) else "dead"
-        return "timeout"
+        return receive(self._conn, self._proc, timeout_s)
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -315,11 +327,7 @@ class IsolatedEvaluator:
             proc.join(timeout=5)
         code = proc.exitcode if proc is not None else None
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            why = f"worker crashed ({name})"
+            why = f"worker crashed ({signal_name(-code)})"
             if -code == signal.SIGKILL:
                 why += ": killed, possibly by the out-of-memory killer"
             return why

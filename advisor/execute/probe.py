@@ -15,8 +15,6 @@ paid them already.
 from __future__ import annotations
 
 import contextlib
-import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -26,7 +24,7 @@ import torch
 
 from advisor.errors import AdvisorError, ModelFileError, first_line
 from advisor.execute.children import start_child
-from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator
+from advisor.execute.isolate import STARTUP_TIMEOUT_S, IsolatedEvaluator, receive, signal_name
 from advisor.execute.profiling import kill, rename
 from advisor.execute.worker_process import (
     LEAVE_S,
@@ -37,7 +35,7 @@ from advisor.execute.worker_process import (
 from advisor.workload.deferred import DeferredWorkload
 from advisor.workload.info import ModelFileInfo, parse_info
 
-__all__ = ["ProbeChild", "hand_over", "probe_model", "receive", "user_failure"]
+__all__ = ["ProbeChild", "hand_over", "probe_model", "user_failure"]
 
 
 @dataclass
@@ -126,31 +124,13 @@ def probe_model(
         proc.join(timeout=5)
         code = proc.exitcode
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            raise ModelFileError(f"{what} crashed ({name})")
+            raise ModelFileError(f"{what} crashed ({signal_name(-code)})")
         raise ModelFileError(f"{what} ended the process (exit code {code})")
     finally:
         if proc is not None:
             kill(proc)
             proc.join(timeout=10)
             parent.close()
-
-
-def receive(conn: Connection, proc: Any, timeout_s: float) -> Any:
-    """The child's next message, 'timeout', or 'dead' when it exited without one."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if conn.poll(0.1):
-            try:
-                return conn.recv()
-            except (EOFError, OSError):
-                return "dead"
-        if not proc.is_alive():
-            return conn.recv() if conn.poll(0) else "dead"
-    return "timeout"
 
 
 def user_failure(e: BaseException) -> str:

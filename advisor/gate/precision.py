@@ -64,7 +64,7 @@ import torch
 from advisor.apply import apply_settings
 from advisor.gate import training
 from advisor.gate.held_out import held_out
-from advisor.gate.reference_runs import Fp32Runs, _fits, _gap, final_gap, fp32_runs, learnt
+from advisor.gate.reference_runs import Fp32Runs, _fits, final_gap, fp32_runs, learnt
 from advisor.gate.training import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Mode
@@ -80,8 +80,6 @@ __all__ = [
     "fp32_runs",
     "half_ulp",
 ]
-
-_ = _gap  # the band's distance, imported from here by `python -m benchmarks gates check-cost`
 
 
 def significant_bits(own_path: Settings) -> int:

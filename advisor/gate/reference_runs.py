@@ -48,12 +48,6 @@ def final_gap(run: list[float], ref: list[float], start: float, ref_start: float
     return run[-1] / max(abs(start), 1e-12) - ref[-1] / max(abs(ref_start), 1e-12)
 
 
-def _gap(run: list[float], ref: list[float], batches: int, start: float, ref_start: float) -> float:
-    """A band run's distance from the reference: its final gap either way (`batches`: the
-    signature `python -m benchmarks gates check-cost` calls)."""
-    return abs(final_gap(run, ref, start, ref_start))
-
-
 @dataclass(frozen=True)
 class Fp32Runs:
     """The fp32 side of a training check, the same whichever precision is judged against it:
@@ -176,7 +170,7 @@ def _band(
                              cfg.jitter * (1 + j), deadline)  # fmt: skip
         runs[f"fp32 jittered {j + 1}"] = run
         starts[f"fp32 jittered {j + 1}"] = start
-        gaps.append(_gap(run, ref, cfg.batches, start, start))
+        gaps.append(abs(final_gap(run, ref, start, start)))
     for k in range(cfg.batch_runs):
         other = training.batches_of(workload, cfg.batches, 5000 + 100 * seed + 10 * k)
         aims = training.targets_of(workload, other, device, mode, cfg, seed)
@@ -187,7 +181,7 @@ def _band(
         weights.update({f"fp32 other batches {k + 1}": w for w in kept_w})
         own = training.start_loss(workload, device, other, aims)
         starts[f"fp32 other batches {k + 1}"] = own
-        gaps.append(_gap(run, ref, cfg.batches, own, start))
+        gaps.append(abs(final_gap(run, ref, own, start)))
     return runs, max(gaps, default=0.0), starts
 
 

@@ -163,15 +163,10 @@ def start_loss(
 ) -> float:
     """The task's starting loss: the untrained model's mean loss over the batches, in fp32 and
     training mode (what each batch's first step sees). Gaps, bands and what fp32 learnt are
-    fractions of it: a pass's mean is not a start (MobileNetV3-Small at Adam 1e-3: first step
-    0.925, first pass 4, last 1.7, which read as learnt)."""
+    fractions of it: a pass's mean is not a start."""
     model = workload.make_model()
     model.train()
-    tuned = apply_settings(REFERENCE, model, device, training=True, warn=False)
-    try:
-        return mean_loss(tuned, device, batches, targets)
-    finally:
-        tuned.restore()
+    return judged_in_fp32(model, device, batches, targets)
 
 
 def epochs(losses: list[float], batches: int) -> list[float]:

@@ -8,11 +8,8 @@ import torch
 
 from advisor import impls
 from advisor.config import load_config
-from advisor.device.environment import (
-    current_environment,
-    resolve_device,
-    triton_interpreter_enabled,
-)
+from advisor.device.environment import current_environment, resolve_device
+from advisor.impls.triton_loader import interpreting
 from advisor.knobs import KNOBS, amp_why_not, compile_why_not
 
 
@@ -113,7 +110,7 @@ def env_dict(device: str = "auto") -> dict[str, Any]:
         "environment": env.model_dump(mode="json"),
         "knobs": knobs,
         "implementations": impl_status,
-        "triton_interpreter": triton_interpreter_enabled(),
+        "triton_interpreter": interpreting(),
     }
 
 

@@ -37,7 +37,8 @@ import torch
 
 from advisor.config import FinalCheck
 from advisor.errors import AdvisorError, first_line
-from advisor.execute.probe import receive, user_failure
+from advisor.execute.isolate import receive
+from advisor.execute.probe import user_failure
 from advisor.execute.profiling import kill
 from advisor.execute.retime import retime
 from advisor.execute.worker_process import LEAVE_S

@@ -209,12 +209,7 @@ def timed_s(results: Sequence[TrialResult]) -> float:
     survivor's screen, and the trial's samples of a finalist whose re-time replaced them,
     included): what the run measured, as against the harness around it (building, warming up,
     gating, processes)."""
-    total_ms = 0.0
-    for r in results:
-        taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
-        for m in [*taken, *r.replaced, *([r.screen] if r.screen is not None else [])]:
-            total_ms += sum(m.samples_ms) * m.reps
-    return total_ms / 1e3
+    return sum(timed_by_stage(results).values())
 
 
 GATE_PARTS = ("precision checks", GATE, "gate's compiles")
