@@ -123,17 +123,16 @@ class Advice:
                 )
         return pd.DataFrame(rows)
 
-    def save(self, path: str | Path, trials_csv: bool = True) -> Path:
+    def save(self, path: str | Path) -> Path:
         """Write the config, and its trials (and per-layer) CSV beside it, all or none: every file
         is made in full first, then all are renamed into place. An OutputError (an OSError) names
         the file that could not be written; files that were there are left as they were."""
         path = Path(path)
         config, trials, layers = output_paths(path)
-        files: dict[Path, str] = {config: self.config.model_dump_json(indent=2) + "\n"}
-        if trials_csv:
-            files[trials] = self.trials.to_csv(index=False)
-            if self.layer_choices:
-                files[layers] = self.layer_trials.to_csv(index=False)
+        files = {config: self.config.model_dump_json(indent=2) + "\n",
+                 trials: self.trials.to_csv(index=False)}  # fmt: skip
+        if self.layer_choices:
+            files[layers] = self.layer_trials.to_csv(index=False)
         atomic_write_all(files)
         return path
 

@@ -141,7 +141,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     eager_written: list[Path] = []
 
     def write_eager(advice: Any) -> None:
-        _save(advice, out)
+        advice.save(out)  # the config and its CSVs, all or none (an OutputError names the file)
         eager_written.append(out)
         if not args.quiet:
             reporter.eager(advice, out)
@@ -175,21 +175,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
         print(f"advisor: interrupted during the compile stage: {out} keeps the eager answer "
               "(without torch.compile)", file=sys.stderr)  # fmt: skip
         return 130
-    _save(advice, out)
+    advice.save(out)  # the config and its CSVs, all or none (an OutputError names the file)
     if not args.quiet:
         reporter.summary(advice, out)
     if args.json:
         print(advice.config.model_dump_json(indent=2))
     return 0
-
-
-def _save(advice: Any, out: Path) -> None:
-    try:
-        advice.save(out)  # the config and its CSVs, all or none
-    except AdvisorError:
-        raise
-    except OSError as e:
-        raise AdvisorError(f"cannot write {out}: {e.strerror or e}") from None
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -140,21 +140,11 @@ class Ledger:
         self.reload()
 
     @classmethod
-    def of(
-        cls, results: Sequence[TrialResult], default: Settings, numbers: Sequence[int] = ()
-    ) -> Ledger:
-        """A ledger of `results` as trials (numbered in order, or by `numbers`), no study."""
-        numbers = list(numbers) or list(range(len(results)))
+    def of(cls, results: Sequence[TrialResult], default: Settings) -> Ledger:
+        """A ledger of `results` as the search's trials, numbered in order, no study."""
         entries = [
-            Entry(
-                kind="trial",
-                key=key_of(r.settings),
-                seq=float(i),
-                number=n,
-                stage="search" if n >= 0 else "per-layer",
-                result=r,
-            )
-            for i, (r, n) in enumerate(zip(results, numbers, strict=True))
+            Entry(kind="trial", key=key_of(r.settings), seq=float(i), number=i, result=r)
+            for i, r in enumerate(results)
         ]
         return cls(None, default, entries=entries)
 

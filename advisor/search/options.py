@@ -76,7 +76,6 @@ class SearchOutcome:
         study_name: str = "",
         environment: Environment | None = None,
         elapsed_s: float = 0.0,
-        trial_numbers: Sequence[int] = (),
         pareto: bool = False,
         not_measured: list[str] | None = None,
         screen_note: str | None = None,
@@ -86,7 +85,7 @@ class SearchOutcome:
     ) -> None:
         if ledger is None:
             assert baseline is not None, "an outcome from results needs its baseline"
-            ledger = Ledger.of(results or [], baseline.settings, trial_numbers)
+            ledger = Ledger.of(results or [], baseline.settings)
         self.ledger = ledger
         self.dropped = dropped if dropped is not None else []
         self.study_name = study_name

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from advisor.execute.evaluators import Evaluator
 from advisor.knobs import Settings
@@ -64,17 +63,7 @@ def measure_later(
             result = outcome.ledger.standing(settings)
             assert result is not None
         measured.append(result)
-        _report(progress, n + 1, len(candidates), result, start, stage)
+        if progress is not None:
+            elapsed = time.perf_counter() - start
+            progress(Progress(n + 1, len(candidates), None, result, elapsed, stage=stage))
     return measured
-
-
-def _report(
-    progress: Callable[[Progress], None] | None,
-    done: int,
-    total: int,
-    last: Any,
-    start: float,
-    stage: str,
-) -> None:
-    if progress is not None:
-        progress(Progress(done, total, None, last, time.perf_counter() - start, stage=stage))

@@ -35,7 +35,6 @@ from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import choose, decide
-from advisor.search.run import make_evaluator
 from advisor.search.storage import LayerStore, measured_under, open_storage
 from advisor.space import SearchSpace
 from advisor.stages.autotune_bound import AutotuneBound
@@ -263,14 +262,14 @@ def per_layer_stage(
     device: torch.device,
     space: SearchSpace,
     options: SearchOptions,
-    stats: dict[str, int] | None = None,
-    evaluator: Evaluator | None = None,
-    measured: list[TrialResult] | None = None,
+    stats: dict[str, int],
+    evaluator: Evaluator,
+    measured: list[TrialResult],
 ) -> list[LayerChoice]:
     """Choose conv implementations per layer under the best global settings; if that changes any
     layer, measure the combination on the whole model (unless measured already) and add it to
-    the outcome's candidates. With `evaluator` (the run's own), the layer groups and the
-    combination are measured with it. Returns the per-layer choices."""
+    the outcome's candidates. The run's `evaluator` measures the layer groups and the
+    combination; the layers' results go to `measured`. Returns the per-layer choices."""
     contest = space.contest(options.steps)
     best = decide(outcome.results, outcome.baseline, contest).chosen
     start = time.perf_counter()
@@ -280,11 +279,6 @@ def per_layer_stage(
             elapsed, stage = time.perf_counter() - start, "per-layer implementations"
             options.progress(Progress(done, total, None, last, elapsed, stage=stage))
 
-    def make_layer_evaluator(wl: Workload) -> Evaluator:
-        if evaluator is None:
-            return make_evaluator(wl, device, space, options)
-        return Lent(evaluator, wl, home=workload)  # the run's worker measures the layers too
-
     storage = open_storage(options.storage)
     choices = choose_layer_impls(
         workload,
@@ -292,7 +286,7 @@ def per_layer_stage(
         device,
         options.mode,
         space,
-        make_layer_evaluator,
+        lambda wl: Lent(evaluator, wl, home=workload),  # the run's worker measures the layers
         storage,
         outcome.study_name,
         space.min_gain,
@@ -309,14 +303,8 @@ def per_layer_stage(
     if not layers or outcome.ledger.standing(combined) is not None:
         return choices
     if options.deadline is not None and time.perf_counter() >= options.deadline:
-        if stats is not None:
-            stats["combination"] = len(layers)  # chosen, but no time left to measure it
+        stats["combination"] = len(layers)  # chosen, but no time left to measure it
         return choices
-    ev = evaluator or make_evaluator(workload, device, space, options)
     left = None if options.deadline is None else max(0.0, options.deadline - time.perf_counter())
-    try:
-        outcome.ledger.trial(ev(combined, time_left_s=left), "per-layer")
-    finally:
-        if ev is not evaluator:
-            ev.close()
+    outcome.ledger.trial(evaluator(combined, time_left_s=left), "per-layer")
     return choices
