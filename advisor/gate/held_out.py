@@ -1,16 +1,9 @@
 """The training check's look on held-out batches: what a precision's trained weights make of
-batches of the task they never trained on, against fp32's. This is how the published record
-judges a precision (Kalamkar et al. 2019, NVIDIA's ResNet-50 v1.5): by the validation metric,
-within the variation between runs.
+batches of the task they never trained on, against fp32's: a validation set's judgement, for a
+network that learns the check's four batches nearly to nothing (why: docs/numeric-gate.md,
+"Held-out batches").
 
-Why it is needed: the check's task is four fixed batches, learnt in turn, and a deep network can
-learn them almost to nothing within the check's horizon. Near that floor what is left of the loss
-is memorisation of those batches, whose gradient is small next to bf16's rounding of the forward
-and the backward: bf16 can then end several times the allowance behind fp32 while fp32's band on
-other batches is zero. Real training never reaches that regime (its batches are new at every
-step).
-
-So where a precision ends outside both allowances on its training batches, the check also
+Where a precision ends outside both allowances on its training batches, the check also
 evaluates, in fp32, on `batches` held-out batches of the same task (same teacher, new inputs):
 
 - the precision's trained weights and fp32's (the **held-out gap**, over the held-out start);

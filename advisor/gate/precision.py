@@ -2,13 +2,8 @@
 is acceptable for this model: decided by what it does to training (or, in infer mode, to the
 outputs' information), measured once per precision per model.
 
-One step's rounding is the wrong yardstick for "does my model still train": on real networks
-PyTorch's own bf16 path differs from fp32 after one step by far more than any fixed tolerance
-(ResNet-18's first-step gradients by 0.37), yet it trains. Published practice judges a precision
-by where training ends: bf16 reaches fp32's accuracy with the same hyper-parameters (Kalamkar et
-al. 2019; Google's TPU ResNet-50 reference), and tools accept about 1% less of the final metric
-(Intel Neural Compressor's default `tolerable_loss` 0.01 relative; Olive's `max-degradation`
-0.01). So, in train mode:
+Where training ends decides, not one step's rounding (why, and the published tolerances it
+follows: docs/numeric-gate.md section 3). In train mode:
 
 - a task the model can learn at the scale of its own outputs (`advisor.gate.training`): fixed
   synthetic batches drawn like the example inputs, targets from a *teacher* (the model with every
