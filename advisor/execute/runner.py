@@ -182,7 +182,6 @@ def _evaluate(
         pending = "precision"
     elif race is not None and settings.compiled and gate.dropout:
         pending = "capture"
-    deferred = False
     screen = parked.screen if parked is not None else None
     for case in range(len(gate.cases)):  # each reference read after its timing
         cand: Candidate | None = None
@@ -228,19 +227,15 @@ def _evaluate(
                     kept = Parked(cand, m, max(peak, memory.growth_mb()), memory.first_call_mb)
                     if park.keep(settings, kept):
                         cand = None  # its full timing resumes it
-            elif pending is None and _above_bar(gate, settings, m, bar):
-                pending = "checks"  # slower than the fastest so far: its gate waits too
-                peak = max(peak, memory.growth_mb())
-                deferred = True
-            elif pending is not None:
-                peak = max(peak, memory.growth_mb())
-                deferred = True  # gated only where it could be picked (`gate_only`)
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
-                t0 = time.perf_counter()
-                checked.add(cand, settings, gate, gate.cases[case], mode)
-                gate_s += time.perf_counter() - t0
+                if pending is None and _above_bar(gate, settings, m, bar):
+                    pending = "checks"  # slower than the fastest so far: its gate waits too
+                if pending is None:  # else gated only where it could be picked (`gate_only`)
+                    t0 = time.perf_counter()
+                    checked.add(cand, settings, gate, gate.cases[case], mode)
+                    gate_s += time.perf_counter() - t0
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
@@ -269,7 +264,7 @@ def _evaluate(
         "first_call_peak_mb": memory.first_call_mb,
         "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
     }
-    if deferred:
+    if pending is not None:
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
                            **measured)  # fmt: skip
     try:

@@ -37,12 +37,15 @@ def _params(t: FrozenTrial) -> dict[str, Any]:
 def knob_importance(study: optuna.Study) -> Importance:
     """Importance of each knob for the time (values[0]) of the study's accepted trials.
 
-    Raises ValueError when no knob took two values among the accepted trials, ImportError when
-    fANOVA is needed and scikit-learn is missing (the message says why it was needed)."""
+    Raises ValueError when there are fewer than two accepted trials or no knob took two values
+    among them, ImportError when fANOVA is needed and scikit-learn is missing (the message says
+    why it was needed)."""
     from optuna.trial import TrialState
 
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     points = [(_params(t), float(t.values[0])) for t in done if t.values]
+    if len(points) < 2:
+        raise ValueError(f"needs at least 2 accepted trials; this study has {len(points)}")
     failed = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
     # Rejected/failed candidates have no time: the shares describe the accepted ones only.
     left_out = (

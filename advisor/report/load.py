@@ -11,7 +11,6 @@ per-layer rows and the optional roofline column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +102,7 @@ def _from_config(path: Path, storage: str | None) -> ReportData:
     csv = path.with_name(path.stem + ".trials.csv")
     layer_rows: list[dict[str, Any]] = []
     if stored is not None:
-        trials, _ = _trials_from_study(stored)
+        trials = _trials_from_study(stored)[0]
         layer_rows = read_layer_rows(stored.layers, cfg.mode, env)
         notes.append(f"trials from study {stored.study.study_name!r}")
     elif csv.is_file():
@@ -124,7 +123,7 @@ def _from_study(stored: StoredStudy) -> ReportData:
     study = stored.study
     attrs = study.user_attrs
     workload = attrs.get("workload") or {}
-    trials, results = _trials_from_study(stored)
+    trials, results, base = _trials_from_study(stored)
     env = attrs.get("environment") or {}
     mode = str(attrs.get("mode", "?"))
     min_gain = float(attrs.get("min_gain", DEFAULT_MIN_GAIN))  # the space's, set by the search
@@ -134,7 +133,7 @@ def _from_study(stored: StoredStudy) -> ReportData:
         source=f"study {study.study_name!r}",
         environment=env,
         trials=trials,
-        summary=_summary_from_results(results, min_gain),
+        summary=_summary_from_results(results, base, min_gain),
         study=study,
     )
     data.layer_rows = read_layer_rows(stored.layers, mode, env)
@@ -189,39 +188,26 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
 # ---------------------------------------------------------------- trials and summary
 
 
-def _results(stored: StoredStudy) -> list[tuple[int, TrialResult]]:
-    """Every measured candidate's standing, from the study's ledger (`advisor.search.ledger`):
-    the search's trials by number, then the later stages' (numbered -1: not optuna trials)."""
+def _trials_from_study(
+    stored: StoredStudy,
+) -> tuple[pd.DataFrame, list[TrialResult], TrialResult]:
+    """The trials table, every measured candidate's standing from the study's ledger
+    (`advisor.search.ledger`: the search's trials by number, then the later stages', numbered
+    -1), and the baseline: PyTorch's default where it was measured (the search enqueues it
+    first), else the first."""
+    import pandas as pd
+
+    from advisor.advice import trial_row
     from advisor.knobs import Settings
     from advisor.search.ledger import Ledger
 
     ledger = Ledger(stored.study, Settings())
-    return list(zip(ledger.numbers(), ledger.results(), strict=True))
-
-
-def _baseline_of(results: Sequence[TrialResult]) -> TrialResult:
-    """PyTorch's default if it was measured (the search enqueues it first), else the first."""
-    from advisor.knobs import Settings
-
-    default = Settings()
-    for r in results:
-        if r.settings == default:
-            return r
-    return results[0]
-
-
-def _trials_from_study(stored: StoredStudy) -> tuple[pd.DataFrame, list[TrialResult]]:
-    import pandas as pd
-
-    from advisor.advice import trial_row
-
-    numbered = _results(stored)
-    if not numbered:
+    results = ledger.results()
+    if not results:
         raise StorageError(f"study {stored.study.study_name!r} has no measured trials yet")
-    results = [r for _, r in numbered]
-    baseline = _baseline_of(results)
-    df = pd.DataFrame([trial_row(n, r, baseline) for n, r in numbered])
-    return df, results
+    base = ledger.baseline() or results[0]
+    rows = [trial_row(n, r, base) for n, r in zip(ledger.numbers(), results, strict=True)]
+    return pd.DataFrame(rows), results, base
 
 
 def _summary_from_config(cfg: Config) -> Summary | None:
@@ -248,14 +234,15 @@ def _summary_from_config(cfg: Config) -> Summary | None:
     )
 
 
-def _summary_from_results(results: list[TrialResult], min_gain: float) -> Summary | None:
-    """What the search would have recommended from these trials (same pick rule as `advise`,
-    with the search space's `min_gain`)."""
+def _summary_from_results(
+    results: list[TrialResult], base: TrialResult, min_gain: float
+) -> Summary | None:
+    """What the search would have recommended from these trials against `base` (same pick rule
+    as `advise`, with the search space's `min_gain`)."""
     from advisor.advice import precision_verdicts
     from advisor.measure.contest import Contest
     from advisor.search.pick import decide, speedup_over
 
-    base = _baseline_of(results)
     if base.status != "ok" or base.measurement is None:
         return None
     pick = decide(results, base, Contest(min_gain=min_gain))

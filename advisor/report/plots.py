@@ -99,22 +99,6 @@ def _target_kwargs(study: optuna.Study) -> dict[str, Any]:
     return {"target_name": "median ms"}
 
 
-def importance_problem(study: optuna.Study) -> str | None:
-    """Why knob importance cannot be computed for this study, or None when it can."""
-    from optuna.trial import TrialState
-
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(done) < 2:
-        return f"needs at least 2 completed (accepted) trials; this study has {len(done)}"
-    params: dict[str, set[str]] = {}
-    for t in done:
-        for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items():
-            params.setdefault(k, set()).add(repr(v))
-    if not any(len(v) > 1 for v in params.values()):
-        return "no knob took more than one value among the accepted trials"
-    return None
-
-
 def _optuna_plot(make: Callable[[], Any]) -> tuple[Any, str | None]:
     """Call an optuna plot function; (figure, None) or (None, why it could not be drawn)."""
     try:
@@ -169,8 +153,7 @@ def make_plots(data: ReportData) -> Plots:
             mpl_fig.set_size_inches(8, 4.5)
             mpl_fig.tight_layout()
             plots.png["history"] = _png(mpl_fig)
-    problem = importance_problem(study)
-    imp, why_imp = (None, problem) if problem else _optuna_plot(lambda: knob_importance(study))
+    imp, why_imp = _optuna_plot(lambda: knob_importance(study))
     if imp is None:
         plots.notes["importance"] = why_imp or "not computable"
     else:

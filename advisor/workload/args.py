@@ -39,18 +39,24 @@ def make_workload(
 ) -> Workload:
     """The workload to tune. Several input shapes or batch sizes (with weights) make a shape set:
     the objective is then the weighted time over those shapes."""
-    workload = _base_workload(
-        model,
-        inputs,
-        layer,
-        layer_file,
-        input_shape or (input_shapes[0] if input_shapes else None),
-        dtype,
-        first_layer,
-        model_file,
-        build,
-        inputs_fn,
-    )
+    given = [x is not None for x in (model, layer or layer_file, model_file)]
+    if sum(given) != 1:
+        raise AdvisorError("give exactly one of: a model with inputs, a layer spec, a model file")
+    if first_layer and not (layer or layer_file):
+        raise AdvisorError("--first-layer describes a layer spec, not a model")
+    workload: Workload
+    if model is not None:
+        if inputs is None:
+            raise AdvisorError("a model needs example inputs: advise(model, (x,))")
+        workload = object_workload(model, inputs)
+    elif model_file is not None:
+        workload = model_workload(model_file, build=build, inputs=inputs_fn)
+    else:
+        shape = input_shape or (input_shapes[0] if input_shapes else None)
+        spec = layer_spec(
+            layer, input_shape=shape, dtype=dtype, file=layer_file, first_layer=first_layer
+        )
+        workload = layer_workload(spec)
     shapes = [_shape(s) for s in input_shapes] if input_shapes and len(input_shapes) > 1 else None
     if shapes or batch_sizes or shape_weights:
         workload = with_shape_set(
@@ -67,31 +73,3 @@ def _shape(s: Any) -> tuple[int, ...]:
             raise AdvisorError(f"not a comma-separated list of integers: {s!r}") from None
     return tuple(int(v) for v in s)
 
-
-def _base_workload(
-    model: nn.Module | None,
-    inputs: Any,
-    layer: str | dict[str, Any] | None,
-    layer_file: str | None,
-    input_shape: Any,
-    dtype: str | None,
-    first_layer: bool,
-    model_file: str | None,
-    build: str,
-    inputs_fn: str,
-) -> Workload:
-    given = [x is not None for x in (model, layer or layer_file, model_file)]
-    if sum(given) != 1:
-        raise AdvisorError("give exactly one of: a model with inputs, a layer spec, a model file")
-    if first_layer and not (layer or layer_file):
-        raise AdvisorError("--first-layer describes a layer spec, not a model")
-    if model is not None:
-        if inputs is None:
-            raise AdvisorError("a model needs example inputs: advise(model, (x,))")
-        return object_workload(model, inputs)
-    if model_file is not None:
-        return model_workload(model_file, build=build, inputs=inputs_fn)
-    spec = layer_spec(
-        layer, input_shape=input_shape, dtype=dtype, file=layer_file, first_layer=first_layer
-    )
-    return layer_workload(spec)

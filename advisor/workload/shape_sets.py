@@ -70,8 +70,8 @@ def with_shape_set(
     variants: list[tuple[Sequence[int] | None, int | None]] = (
         [(s, None) for s in shapes] if shapes else [(None, b) for b in batch_sizes or []]
     )
-    if len(variants) < 2 and not weights:
-        return workload if not variants else _single(workload, *variants[0])
+    if not variants and not weights:
+        return workload
     w = list(weights) if weights else [1.0] * len(variants)
     if len(w) != len(variants):
         raise SpecError(f"{len(w)} shape weights for {len(variants)} shapes")
@@ -102,15 +102,6 @@ def with_shape_set(
         workload.input_grad,
         workload.input_layout,
         cases[0].kwargs,
-    )
-
-
-def _single(workload: Workload, shape: Sequence[int] | None, batch: int | None) -> Workload:
-    return with_shape_set(
-        workload,
-        shapes=[shape] if shape else None,
-        batch_sizes=[batch] if batch else None,
-        weights=[1.0],
     )
 
 
