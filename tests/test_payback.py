@@ -200,3 +200,27 @@ def stop_a_cold_compile() -> None:
     free = Race(limit_ms=1e9, bar_ms=1e9)
     done = evaluate(workload, Settings(compile="default"), CPU, "infer", space, gate, race=free)
     assert done.status == "ok" and done.compile_cold_s is not None, done.reason
+
+
+@pytest.mark.slow  # a worker's start, Inductor's and a stopped cold compile (about 10 s)
+def test_a_worker_whose_compile_was_stopped_is_asked_to_leave_not_killed() -> None:
+    # A killed worker's named semaphores (tqdm's lock, made while Inductor compiles) would stay
+    # registered with the resource tracker, which warns of them when the command exits.
+    from advisor.execute.isolate import IsolatedEvaluator
+
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    ev = IsolatedEvaluator(workload.info, CPU, "infer", space, timeout_s=120.0)
+    try:
+        assert ev(Settings()).status == "ok"
+        worker = ev._proc
+        assert worker is not None
+        race = Race(limit_ms=1e9, bar_ms=1e9, rival=Settings().model_dump_json(),
+                    horizon_steps=1000, allowance_s=0.05)  # fmt: skip
+        stopped = ev(Settings(compile="default"), race=race)
+        assert stopped.stop is not None and stopped.stop.kind == "cannot_pay", stopped.reason
+        assert stopped.stop.rival is None  # stopped mid-compile
+        assert worker.exitcode == 0  # it left (its exit handlers ran); a kill reads -9
+        assert ev(Settings()).status == "ok"  # a fresh worker goes on
+    finally:
+        ev.close()

@@ -266,8 +266,13 @@ class IsolatedEvaluator:
         result = TrialResult.model_validate_json(msg[1])
         interrupted = result.stop is not None and result.stop.kind == "cannot_pay" and (
             result.stop.rival is None)  # a compile stopped mid-way: its compiler's state
-        if result.failure == "device" or interrupted:
+        if result.failure == "device":
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
+        elif interrupted:
+            # The next trial gets a fresh worker; this one is asked to leave, not killed: a
+            # killed worker's semaphores (tqdm's lock, made by Inductor) outlive it, and the
+            # resource tracker warns of them at the command's exit
+            self.close()
         return result
 
     def know(self, checks: list[PrecisionCheck]) -> None:
