@@ -58,26 +58,10 @@ def test_a_step_in_a_settled_layout_warms_up_with_the_policy_s_runs() -> None:
     assert clock.calls == len(COLD) + 2
 
 
-def test_trials_settle_the_first_candidate_in_each_layout(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[bool] = []
-    real = runner_mod.measure
-
-    def spy(*args: Any, **kw: Any) -> Measurement:
-        asked.append(kw["settle"])
-        return real(*args, **kw)
-
-    monkeypatch.setattr(runner_mod, "measure", spy)
-    w = _workload()
-    space = SearchSpace(name="s", knobs={})
-    gate = Gate(w, CPU, "infer", space)
-    quick = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=3,
-                         max_time_s=0.01)  # fmt: skip
-    for settings in (Settings(), Settings(amp="bf16"), CL, CL.model_copy(update={"amp": "bf16"})):
-        evaluate(w, settings, CPU, "infer", space, gate, policy=quick)
-    assert asked == [True, False, True, False]
-
-
-def test_every_step_of_a_layer_settles_with_no_time_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+def _warm_ups(
+    monkeypatch: pytest.MonkeyPatch, w: Workload, settings: list[Settings], warmup_s: float
+) -> list[tuple[bool, float]]:
+    """Each trial's (settles, its policy's warmup_s), as the runner asks `measure`."""
     asked: list[tuple[bool, float]] = []
     real = runner_mod.measure
 
@@ -86,14 +70,25 @@ def test_every_step_of_a_layer_settles_with_no_time_floor(monkeypatch: pytest.Mo
         return real(fn, device, policy, **kw)
 
     monkeypatch.setattr(runner_mod, "measure", spy)
-    w = _layer()
     space = SearchSpace(name="s", knobs={})
     gate = Gate(w, CPU, "infer", space)
-    timed = TimingPolicy(warmup_runs=1, warmup_s=0.05, min_samples=3, max_samples=3,
-                         max_time_s=0.01)  # fmt: skip
-    for settings in (Settings(), Settings(conv_impl="unfold_gemm"), Settings()):
-        evaluate(w, settings, CPU, "infer", space, gate, policy=timed)
-    assert asked == [(True, 0.0)] * 3
+    policy = TimingPolicy(warmup_runs=1, warmup_s=warmup_s, min_samples=3, max_samples=3,
+                          max_time_s=0.01)  # fmt: skip
+    for s in settings:
+        evaluate(w, s, CPU, "infer", space, gate, policy=policy)
+    return asked
+
+
+def test_trials_settle_the_first_candidate_in_each_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    trials = [Settings(), Settings(amp="bf16"), CL, CL.model_copy(update={"amp": "bf16"})]
+    asked = _warm_ups(monkeypatch, _workload(), trials, 0.0)
+    assert [settle for settle, _ in asked] == [True, False, True, False]
+
+
+def test_every_step_of_a_layer_settles_with_no_time_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = _layer()
+    trials = [Settings(), Settings(conv_impl="unfold_gemm"), Settings()]
+    assert _warm_ups(monkeypatch, w, trials, 0.05) == [(True, 0.0)] * 3
     assert w.warmed == set()  # a layer's steps record nothing: each settles
 
 
