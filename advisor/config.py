@@ -235,21 +235,7 @@ def _umask() -> int:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves a half-written file."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """`atomic_write` for bytes (also the report's PNGs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a config is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_all({path: text})
 
 
 def output_paths(path: str | Path) -> list[Path]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.config import atomic_write, atomic_write_bytes
+from advisor.config import atomic_write_all
 from advisor.errors import AdvisorError
 from advisor.report.load import load_report_data
 from advisor.report.page import render_html
@@ -34,12 +34,8 @@ def write_report(source: str, out: str | Path, storage: str | None = None) -> Pa
     folder = png_dir(out)
     names = {k: f"{folder.name}/{k}.png" for k in plots.png}
     page = render_html(data, plots, names)
-    try:
-        for k, payload in plots.png.items():
-            atomic_write_bytes(folder / f"{k}.png", payload)
-        atomic_write(out, page)  # last: the page refers to the PNGs
-    except OSError as e:
-        raise AdvisorError(f"cannot write {out}: {e.strerror or e}") from None
+    pngs: dict[Path, str | bytes] = {folder / f"{k}.png": v for k, v in plots.png.items()}
+    atomic_write_all({**pngs, out: page})  # all or none; the page, which refers to the PNGs, last
     return out
 
 
