@@ -208,9 +208,11 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from advisor.report.write import cli_report
+    from advisor.report.write import png_dir, write_report
 
-    return cli_report(args)
+    out = write_report(args.source, args.out, args.storage)
+    print(f"Wrote {out} (plots in {png_dir(out)}/)")
+    return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ The source is a config file or a stored study's name. The modules, in the order 
   fANOVA);
 - `plots`: the plots, in memory (matplotlib PNG bytes, plotly HTML divs);
 - `page`: the HTML page, which needs no network;
-- `write`: the files, written last and atomically, and the `advisor report` command;
+- `write`: the files, written last, all or none;
 - `layer_rows`: the per-layer rows and their roofline column.
 
 What the console shows comes from here too: `progress` (the live progress and the summary

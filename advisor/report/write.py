@@ -1,22 +1,18 @@
-"""Writing a report: the HTML file and its PNGs beside it, and the `advisor report` command.
+"""Writing a report: the HTML file and its PNGs beside it.
 
-Everything is loaded and drawn in memory first and the files are written last, each atomically
-(`advisor.config`'s writers), so a failure never leaves a half-written report.
+Everything is loaded and drawn in memory first and the files are written last, all or none
+(`advisor.config.atomic_write_all`), so a failure never leaves a half-written report.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from advisor.config import atomic_write_all
 from advisor.errors import AdvisorError
 from advisor.report.load import load_report_data
 from advisor.report.page import render_html
 from advisor.report.plots import make_plots
-
-if TYPE_CHECKING:
-    import argparse
 
 
 def png_dir(out: Path) -> Path:
@@ -38,8 +34,3 @@ def write_report(source: str, out: str | Path, storage: str | None = None) -> Pa
     atomic_write_all({**pngs, out: page})  # all or none; the page, which refers to the PNGs, last
     return out
 
-
-def cli_report(args: argparse.Namespace) -> int:
-    out = write_report(args.source, args.out, args.storage)
-    print(f"Wrote {out} (plots in {png_dir(out)}/)")
-    return 0
