@@ -55,25 +55,20 @@ def local_lock(
 
 
 class TrialClaims:
-    """Exclusive claims of trials of one SQLite-stored study by one owner."""
+    """Exclusive claims of trials of one SQLite-stored study by one owner, under the lock every
+    process sharing the database takes (`local_lock`)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_id: int, owner: str) -> None:
-        engine = getattr(storage, "engine", None)
-        database = engine.url.database if engine is not None else None
-        if not database or database == ":memory:":
-            raise ValueError("trial claims need a SQLite database file")
-        self._database = Path(database)
         self._storage, self._study_id, self._owner = storage, study_id, owner
-
-    def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return _lock_beside(self._database)
 
     def claim(self, trial: optuna.Trial) -> bool:
         """Name this owner the trial's owner unless another process did first: True when it is
         this process's trial now."""
         storage = self._storage
         trial_id = storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
-        with self._locked():
+        lock = local_lock(storage)
+        assert lock is not None, "trial claims are for a SQLite database"
+        with lock:
             # An unfinished trial is read from the database, not from optuna's cache.
             owner = storage.get_trial(trial_id).user_attrs.get("worker")
             if owner not in (None, self._owner):
