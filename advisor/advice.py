@@ -129,8 +129,10 @@ class Advice:
         the file that could not be written; files that were there are left as they were."""
         path = Path(path)
         config, trials, layers = output_paths(path)
-        files = {config: self.config.model_dump_json(indent=2) + "\n"}
-        files[trials] = self.trials.to_csv(index=False)
+        files = {
+            config: self.config.model_dump_json(indent=2) + "\n",
+            trials: self.trials.to_csv(index=False),
+        }
         if self.layer_choices:
             files[layers] = self.layer_trials.to_csv(index=False)
         atomic_write_all(files)
