@@ -137,30 +137,30 @@ def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None
     import threading
     import time
 
-    from advisor.execute.payback import CompileOverAllowance, compile_allowance, over_allowance
+    from advisor.execute.payback import OverAllowance, first_call_allowance, over_allowance
 
     start = time.perf_counter()
-    with pytest.raises(CompileOverAllowance), compile_allowance(0.05):
+    with pytest.raises(OverAllowance), first_call_allowance(0.05):
         while time.perf_counter() - start < 5:  # a compile in Python: stopped between steps
             pass
     assert time.perf_counter() - start < 1
     start = time.perf_counter()
-    with pytest.raises(CompileOverAllowance), compile_allowance(0.05):
+    with pytest.raises(OverAllowance), first_call_allowance(0.05):
         threading.Event().wait(5)  # a compile waiting on its pool's result: woken and stopped
     assert time.perf_counter() - start < 1
-    with compile_allowance(0.05) as end:  # the first call returned in time: no stop after it
+    with first_call_allowance(0.05) as end:  # the first call returned in time: no stop after it
         end()
         time.sleep(0.1)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)  # a late one
         time.sleep(0.01)
     wrapped = RuntimeError("InternalTorchDynamoError")
-    wrapped.__cause__ = CompileOverAllowance()
+    wrapped.__cause__ = OverAllowance()
     assert over_allowance(wrapped) and not over_allowance(RuntimeError("other"))
     caught: list[BaseException] = []
 
     def off_main() -> None:
         try:
-            with compile_allowance(0.01):
+            with first_call_allowance(0.01):
                 time.sleep(0.05)  # no signal off the main thread: nothing is bounded
         except BaseException as e:  # noqa: BLE001 - recorded for the assertion
             caught.append(e)

@@ -36,27 +36,28 @@ from advisor.measure.stop import Stop
 from advisor.measure.timing import Sampler, TimingPolicy, interleave, warm_up
 from advisor.workload.build import Workload
 
-__all__ = ["CompileOverAllowance", "cannot_pay", "compile_allowance", "over_allowance"]
+__all__ = ["OverAllowance", "cannot_pay", "first_call_allowance", "over_allowance"]
 
 
-class CompileOverAllowance(Exception):
-    """A cold compile ran past its allowance (`Race.allowance_s`): stopped where it was."""
+class OverAllowance(Exception):
+    """A first call (a cold compile, autotuning) ran past its allowance (`Race.allowance_s`):
+    stopped where it was."""
 
 
 def over_allowance(e: BaseException) -> bool:
     """Whether `e` is the allowance's stop, as raised or as Dynamo wrapped it."""
     seen: BaseException | None = e
     while seen is not None:
-        if isinstance(seen, CompileOverAllowance):
+        if isinstance(seen, OverAllowance):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
 @contextlib.contextmanager
-def compile_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
-    """Within it a cold compile that runs `seconds` is interrupted (`CompileOverAllowance`,
-    raised in the main thread by SIGALRM, between two Python steps of the compiler); the
+def first_call_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
+    """Within it a first call (a cold compile, autotuning) that runs `seconds` is interrupted
+    (`OverAllowance`, raised in the main thread by SIGALRM, between two Python steps); the
     callable it yields ends the allowance (call it once the first call has returned): a signal
     after it does nothing. Without an allowance, off the main thread or without SIGALRM:
     nothing is bounded."""
@@ -70,7 +71,7 @@ def compile_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
     def over(signum: int, frame: object) -> None:
         if live.is_set():
             live.clear()
-            raise CompileOverAllowance
+            raise OverAllowance
 
     def fire() -> None:  # to the main thread alone: another thread's system call would fail
         if live.is_set():

@@ -30,7 +30,7 @@ from advisor.execute.gating import close_candidate as _close
 from advisor.execute.gating import failed as _failed
 from advisor.execute.gating import verdict as _verdict
 from advisor.execute.park import Park, Parked
-from advisor.execute.payback import cannot_pay, compile_allowance, over_allowance
+from advisor.execute.payback import cannot_pay, first_call_allowance, over_allowance
 from advisor.gate.numeric import Gate
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
@@ -169,7 +169,7 @@ def _evaluate(
     checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
     bar = race.bar_ms if race is not None else None
-    allowance = race.allowance_s if race is not None and settings.compiled else None
+    allowance = race.allowance_s if race is not None else None  # a one-off's, where bounded
     horizon = race.horizon_steps if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
@@ -193,7 +193,7 @@ def _evaluate(
             else:
                 cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
             first_started = time.perf_counter()
-            with compile_allowance(allowance) as allowed:
+            with first_call_allowance(allowance) as allowed:
                 def after_first() -> None:
                     allowed()
                     memory.after_first()
@@ -240,12 +240,13 @@ def _evaluate(
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
             if over_allowance(e) and allowance is not None and horizon is not None:
-                # stopped mid-compile: the compiler's state is dropped, the candidate is out;
-                # the most it could save a step is what its allowance repays over the horizon
+                # stopped mid-compile or mid-autotuning: the compiler's state is dropped, the
+                # candidate is out; the most it could save a step is what its allowance repays
                 torch.compiler.reset()
                 lost = Stop(kind="cannot_pay", horizon_steps=horizon,
                             saving_ms=allowance * 1e3 / horizon,
-                            cold_s=time.perf_counter() - first_started)  # fmt: skip
+                            cold_s=time.perf_counter() - first_started,
+                            one_off="cold compile" if settings.compiled else "autotuning")  # fmt: skip
             else:
                 failure = recompile_reason(e, len(gate.cases)) or first_line(e)
         if cand is not None:

@@ -79,21 +79,26 @@ class Contest:
         bar_of: Measurement | None = None,
         rival: str | None = None,
         pays: bool = False,
+        allowance_s: float | None = None,
     ) -> Race | None:
         """The race against `leader` (None: no race): its samples stop beyond the bar times
         `race_margin`; measured in full above the bar of `bar_of` (default: the leader) it is
         not gated. `rival` (settings JSON) with `pays`: a compiled candidate is timed beside
         it, and stops where its cold compile cannot pay back within the horizon, or once the
-        compile has run longer than the most it could repay (`compile_allowance_s`)."""
+        compile has run longer than the most it could repay (`compile_allowance_s`).
+        `allowance_s` alone: the candidate's first call (autotuning) stops once it has run
+        that long (`autotune_allowance_s`)."""
         if not self.racing or leader is None:
             return None
         bar = self.bar_ms(bar_of if bar_of is not None else leader)
+        if pays:
+            allowance_s = self.compile_allowance_s(leader.median_ms)
         return Race(
             self.bar_ms(leader) * self.race_margin,
             bar_ms=bar,
             rival=rival,
-            horizon_steps=self.horizon_steps if pays else None,
-            allowance_s=self.compile_allowance_s(leader.median_ms) if pays else None,
+            horizon_steps=self.horizon_steps if pays or allowance_s is not None else None,
+            allowance_s=allowance_s,
         )
 
     def screen(self, fastest_ms: float) -> Race:
@@ -182,10 +187,14 @@ class Contest:
         saving_ms = median_ci(rival, STRICT_Z)[1] - median_ci(compiled, STRICT_Z)[0]
         return not self.pays(overhead_s, saving_ms)
 
+    def autotune_allowance_s(self, native_ms: float, layers: int) -> float:
+        """The longest autotuning that could still pay back within the horizon on a group whose
+        native step share is `native_ms` x `layers`, the most any kernel could save it."""
+        return native_ms * layers * self.horizon_steps / 1e3
+
     def autotune_cannot_pay(self, cost_ms: float, native_ms: float, layers: int) -> bool:
-        """Whether autotuning that costs `cost_ms` cannot pay back on a group whose native step
-        share is `native_ms` x `layers`, the most any kernel could save it."""
-        return native_ms * layers * self.horizon_steps < cost_ms
+        """Whether autotuning that costs `cost_ms` cannot pay back on that group."""
+        return cost_ms / 1e3 > self.autotune_allowance_s(native_ms, layers)
 
     # ---- the pick's noise rule ------------------------------------------------------------------
 

@@ -187,8 +187,8 @@ class Race:
     gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
     `rival` (settings JSON) and `horizon_steps`: a compiled candidate is timed beside its
     rival and stopped where its cold compile cannot pay back within the horizon;
-    `allowance_s`: its cold compile is stopped once it has run this long (what it could repay
-    within the horizon at the largest gain the rule allows).
+    `allowance_s`: its first call (a cold compile, autotuning) is stopped once it has run this
+    long (what it could repay within the horizon at the largest gain the rule allows).
     """
 
     limit_ms: float
@@ -196,7 +196,7 @@ class Race:
     screen: int | None = None
     rival: str | None = None
     horizon_steps: int | None = None
-    allowance_s: float | None = None  # the longest cold compile that could still pay back
+    allowance_s: float | None = None  # the longest first call that could still pay back
 
     def screened_out(self, samples: Sequence[float]) -> bool:
         """A screened candidate whose screen median is already known to lie above the limit

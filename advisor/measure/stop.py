@@ -21,7 +21,7 @@ StopKind = Literal[
     "raced",  # its samples are above the race's limit (a sign test): slower than the leader
     "screened",  # its screen was above the screen's drop line: not timed in full
     "budget",  # the run's time budget ran out before it was measured in full
-    "cannot_pay",  # a cold compile that cannot pay back within the horizon
+    "cannot_pay",  # a one-off (cold compile, autotuning) that cannot pay back in the horizon
     "out_of_time",  # the budget ran out during its precision's training check
 ]
 
@@ -44,6 +44,7 @@ class Stop(BaseModel):
     rival_ms: float | None = None
     saving_ms: float | None = None
     cold_s: float | None = None  # cannot_pay, budget: its first call (a cold compile)
+    one_off: Literal["cold compile", "autotuning"] = "cold compile"  # cannot_pay: what it paid
 
     def text(self) -> str:
         """The sentence a person reads."""
@@ -71,10 +72,11 @@ class Stop(BaseModel):
         if k == "budget":
             return "stopped: the time budget ran out before it was measured in full"
         if k == "cannot_pay":
-            if self.rival is None:  # stopped during its compile, before any sample
+            if self.rival is None:  # stopped during its first call, before any sample
+                doing = "compiling" if self.one_off == "cold compile" else self.one_off
                 return (
-                    f"its cold compile cannot pay back within {self.horizon_steps:,} steps: "
-                    f"stopped after {self.cold_s:.1f} s of compiling, more than it could save "
+                    f"its {self.one_off} cannot pay back within {self.horizon_steps:,} steps: "
+                    f"stopped after {self.cold_s:.1f} s of {doing}, more than it could save "
                     f"at most ({self.saving_ms:.3f} ms a step) over {self.horizon_steps:,} steps"
                 )
             saving = self.saving_ms or 0.0

@@ -76,7 +76,7 @@ def choose_layer_impls(
     make_evaluator: Callable[[Workload], Evaluator],
     storage: Any,
     study_name: str,
-    min_gain: float = 0.02,
+    steps: int | None = None,
     progress: Callable[[int, int, TrialResult | None], None] | None = None,
     deadline: float | None = None,
     stats: dict[str, int] | None = None,
@@ -91,7 +91,11 @@ def choose_layer_impls(
     provably cannot beat the group's best so far is stopped early (`stats.Race`). Groups are
     not started after `deadline` (a `time.perf_counter()` value); `stats` counts them
     ("unmeasured") and the measurements found stored ("reused"). An implementation that
-    autotunes is tried only where `bound` says its autotuning can pay."""
+    autotunes is tried only where `bound` (default: one learning this run's costs) says its
+    autotuning can pay, and is stopped mid-autotuning once it has spent what it could repay
+    within the horizon (`steps`) even at zero time a step."""
+    contest = space.contest(steps)
+    bound = bound if bound is not None else AutotuneBound(contest)
     stats = stats if stats is not None else {}
     stats.setdefault("unmeasured", 0)
     stats.setdefault("reused", 0)
@@ -126,7 +130,7 @@ def choose_layer_impls(
             stats["shared"] = stats.get("shared", 0) + len(before)
             evaluator = _measure_group(g, usable, settings, store, done, evaluator,
                                        make_evaluator, deadline, stats,
-                                       space.contest(), elsewhere, bound, skipped,
+                                       contest, elsewhere, bound, skipped,
                                        measured)  # fmt: skip
             keys = {name: (g.key, name, measured_under(settings)) for name in usable}
             results = {name: done[k] for name, k in keys.items() if k in done}
@@ -134,7 +138,7 @@ def choose_layer_impls(
                 count += 1
                 if progress is not None:
                     progress(count, total, r)
-            choices.append(_choose(g, results, skipped, min_gain))
+            choices.append(_choose(g, results, skipped, contest.min_gain))
     finally:
         if evaluator is not None:
             evaluator.close()
@@ -216,7 +220,11 @@ def _measure_group(
             switched = True
             race = None
             if contest is not None and leader is not None:
-                race = contest.race(leader.measurement)
+                # autotuning stops once it has spent what the group's native time could repay
+                allowance = None
+                if impls.get_impl(name).autotunes and native is not None and native.status == "ok":
+                    allowance = contest.autotune_allowance_s(native.median_ms, len(g.names))
+                race = contest.race(leader.measurement, allowance_s=allowance)
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             res = evaluator(
                 settings.model_copy(update={"conv_impl": name, "layers": {}}),
@@ -289,12 +297,11 @@ def per_layer_stage(
         lambda wl: Lent(evaluator, wl, home=workload),  # the run's worker measures the layers
         storage,
         outcome.study_name,
-        space.min_gain,
+        options.steps,
         report,
         deadline=options.deadline,
         stats=stats,
         every_group=options.every_layer_group,
-        bound=AutotuneBound(contest),
         measured=measured,
     )
     layers = layers_map(choices, best.settings.conv_impl)
