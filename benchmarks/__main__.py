@@ -204,6 +204,13 @@ def run(argv: list[str]) -> int:
             if not f.is_file():
                 raise UsageError(f"not a file: {f}")
             rows += table.read(f)
+        from benchmarks.pages import known_commit
+
+        # a device run's copy has no git: its commit was typed in (--commit), so check it here
+        for r in rows:
+            if r.get("commit") and not known_commit(r["commit"]):
+                raise UsageError(f"a row names commit {r['commit']}, which this repository does "
+                                 "not have: was --commit typed right?")  # fmt: skip
         target = args.table or table.TABLE
         known = {tuple(r.get(k) for k in (*table.KEY, "date")) for r in table.read(target)}
         new = [r for r in rows if tuple(r.get(k) for k in (*table.KEY, "date")) not in known]

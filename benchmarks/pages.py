@@ -48,6 +48,16 @@ def commits_old(commit: str | None, head: str | None) -> int | None:
     return int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else None
 
 
+def known_commit(commit: str) -> bool:
+    """Whether `commit` names a commit of this repository (`git rev-parse --verify`)."""
+    try:
+        r = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
 def head_commit() -> str | None:
     try:
         r = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT,

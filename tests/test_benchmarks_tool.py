@@ -55,6 +55,20 @@ def test_a_table_with_a_bad_line_is_named_and_nothing_is_written(tmp_path: Path)
     assert r.returncode == 2 and "not a row of the table" in r.stderr
 
 
+def test_a_row_naming_a_commit_this_repository_lacks_is_refused(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    target = tmp_path / "table.jsonl"
+    head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True, check=True).stdout.strip()  # fmt: skip
+    rows.write_text(json.dumps(_row(commit=head)) + "\n" + json.dumps(_row(commit="993ef7335a")) + "\n")
+    r = _cli("merge", str(rows), "--table", str(target))
+    assert r.returncode == 2 and "commit 993ef7335a, which this repository does not have" in r.stderr
+    assert not target.exists()  # none of the file's rows
+    rows.write_text(json.dumps(_row(commit=head)) + "\n")
+    r = _cli("merge", str(rows), "--table", str(target))
+    assert r.returncode == 0 and [x["commit"] for x in table.read(target)] == [head]
+
+
 def test_list_names_every_set_and_model() -> None:
     r = _cli("list")
     assert r.returncode == 0
