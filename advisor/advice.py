@@ -24,6 +24,8 @@ from advisor.workload.info import WorkloadInfo
 if TYPE_CHECKING:
     import pandas as pd
 
+    from advisor.search.ledger import Stage
+
 
 def timing_of(m: Measurement) -> Timing:
     return Timing(
@@ -85,9 +87,9 @@ class Advice:
         decided = self.pick.text()  # the pick's row says why, and how it got there
         return pd.DataFrame(
             [
-                {**trial_row(n, r, self.baseline), "pareto": any(r is p for p in pareto),
+                {**trial_row(o, r, self.baseline), "pareto": any(r is p for p in pareto),
                  "picked": decided if r.settings == chosen else ""}
-                for n, r in zip(self.outcome.trial_numbers, self.results, strict=True)
+                for o, r in zip(self.outcome.trial_origins, self.results, strict=True)
             ]
         )  # fmt: skip
 
@@ -102,7 +104,7 @@ class Advice:
                 rows.append({"layers": ",".join(c.group.names), "layer": c.group.description,
                              "impl": "native", "status": "kept", "reason": c.why, "chosen": True})  # fmt: skip
             for impl, r in c.results.items():
-                row = trial_row(-1, r, c.results["native"])
+                row = trial_row((-1, "per-layer"), r, c.results["native"])
                 row.update(
                     layers=",".join(c.group.names),
                     layer=c.group.description,
@@ -151,9 +153,11 @@ def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:
     ]
 
 
-def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
+def trial_row(origin: tuple[int, Stage], r: TrialResult, baseline: TrialResult) -> dict[str, Any]:
     """One row of the trials table: a candidate's settings, its measurement and speedup over
-    `baseline`, its verdict and its costs (`number`: its trial, or -1 for a later stage's)."""
+    `baseline`, its verdict and its costs (`origin`: its trial number, -1 for a later stage's,
+    and the stage that measured it, as the ledger holds them)."""
+    number, stage = origin
     m = r.measurement
     own = r.replaced[0] if r.replaced else m  # the trial's own phases, before any re-time
     row: dict[str, Any] = {
@@ -190,19 +194,11 @@ def trial_row(number: int, r: TrialResult, baseline: TrialResult) -> dict[str, A
         accepted_with=r.rejected_by or "",
         retimed=r.retimed,
         peak_memory_mb=r.peak_memory_mb,
-        stage=trial_stage(r, number),
+        stage="global knobs" if stage == "search" else stage,
         wall_s=r.wall_s if r.wall_s is not None else math.nan,
         gate_s=r.gate_s if r.gate_s is not None else math.nan,
     )
     return row
-
-
-def trial_stage(r: TrialResult, number: int) -> str:
-    """The stage that measured a trial: the global knobs' search (optuna trials), or the compile
-    or per-layer stage (their candidates join the outcome without a trial number)."""
-    if number >= 0:
-        return "global knobs"
-    return "compile" if r.settings.compiled else "per-layer"
 
 
 def payback(

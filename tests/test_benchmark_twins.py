@@ -53,6 +53,9 @@ def test_a_quick_cuda_run_searches_twice_at_most_in_one_process_of_its_own(
         trials = list(csv.DictReader(f))
     benchmarked = [t for t in trials if t["cudnn_benchmark"] == "True"]
     assert 1 <= len(benchmarked) <= 2, [t["label"] for t in trials]
+    # each row names the stage that measured it, as the ledger holds it
+    assert {t["stage"] for t in benchmarked} == {"cudnn.benchmark"}
+    assert {t["stage"] for t in trials if t["cudnn_benchmark"] == "False"} == {"global knobs"}
     forwards = _bench_forwards(log)
     # The search's worker, the flag's, and the final check's fresh process at most: one CUDA
     # context for each kind of process. The flag's process runs its twins first, so cuDNN's

@@ -53,7 +53,8 @@ def test_entries_are_kept_in_the_study_and_another_reader_sees_them() -> None:
     mine.final_check(COMPILED, final)
     other = Ledger(study, DEFAULT, run="b")
     assert [r.settings for r in other.results()] == [DEFAULT, BF16, COMPILED]
-    assert other.numbers() == [0, 1, -1]  # the compile is not an optuna trial
+    # the compile is not an optuna trial
+    assert other.origins() == [(0, "search"), (1, "search"), (-1, "compile")]
     assert other.standing(BF16).status == "rejected"  # type: ignore[union-attr]
     assert other.standing(BF16).measurement.median_ms == 6.0  # type: ignore[union-attr]
     assert other.checks() == [check]

@@ -206,7 +206,7 @@ def _trials_from_study(
     if not results:
         raise StorageError(f"study {stored.study.study_name!r} has no measured trials yet")
     base = ledger.baseline() or results[0]
-    rows = [trial_row(n, r, base) for n, r in zip(ledger.numbers(), results, strict=True)]
+    rows = [trial_row(o, r, base) for o, r in zip(ledger.origins(), results, strict=True)]
     return pd.DataFrame(rows), results, base
 
 

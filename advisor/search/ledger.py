@@ -223,9 +223,10 @@ class Ledger:
         self._view = out
         return out
 
-    def numbers(self) -> list[int]:
-        """Each standing's optuna trial number (-1: measured by a later stage)."""
-        return [e.number for e in self._trial_entries()]
+    def origins(self) -> list[tuple[int, Stage]]:
+        """Each standing's optuna trial number (-1: measured by a later stage) and the stage
+        that measured it."""
+        return [(e.number, e.stage) for e in self._trial_entries()]
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results() if r.settings == self.default), None)

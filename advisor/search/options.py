@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from advisor.device.environment import Environment
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult
-from advisor.search.ledger import Ledger
+from advisor.search.ledger import Ledger, Stage
 from advisor.search.shared_checks import SharedChecks
 from advisor.space import Dropped
 
@@ -64,7 +64,7 @@ class SearchOptions:
 class SearchOutcome:
     """What a run has measured so far (its `ledger`, the one record every stage reads and
     adds to) and what it knows of the rest: the candidates the space dropped, those the budget
-    left unmeasured, what screening did. `results`, `baseline` and `trial_numbers` are read
+    left unmeasured, what screening did. `results`, `baseline` and `trial_origins` are read
     from the ledger; built from a list of results (a test, a reused advice), the ledger holds
     them as trials."""
 
@@ -108,8 +108,8 @@ class SearchOutcome:
         return base
 
     @property
-    def trial_numbers(self) -> list[int]:
-        return self.ledger.numbers()
+    def trial_origins(self) -> list[tuple[int, Stage]]:
+        return self.ledger.origins()
 
     @property
     def pareto(self) -> list[TrialResult]:
