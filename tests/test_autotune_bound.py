@@ -75,12 +75,18 @@ def test_triton_is_stopped_mid_autotuning_where_it_cannot_pay_and_held_where_kno
         .replace("race: false", "race: true"))  # the allowance is a race's  # fmt: skip
     space = load_space(str(space_file), CPU)
 
+    made: list = []
+
+    def evaluator(wl: object, options: SearchOptions) -> object:
+        made.append(make_evaluator(wl, CPU, space, options))  # type: ignore[arg-type]
+        return made[-1]
+
     def choose(name: str, steps: int, bound: AutotuneBound | None = None) -> list:
         url = f"sqlite:///{tmp_path / name}"
-        options = SearchOptions(mode="infer", storage=url, study_name="x")
+        options = SearchOptions(mode="infer", storage=url, study_name="x", isolate=True)
         return choose_layer_impls(model_workload(str(net)), Settings(), CPU, "infer", space,
-                                  lambda wl: make_evaluator(wl, CPU, space, options),
-                                  open_storage(url), "x", steps, bound=bound)  # fmt: skip
+                                  lambda wl: evaluator(wl, options), open_storage(url), "x",
+                                  steps, bound=bound)  # type: ignore[arg-type]  # fmt: skip
 
     # Over 10 steps a group's native time repays well under a millisecond: each group's
     # autotuning starts (nothing is known yet: a stopped one measures no cost) and is stopped
@@ -95,6 +101,9 @@ def test_triton_is_stopped_mid_autotuning_where_it_cannot_pay_and_held_where_kno
         assert stop.saving_ms == pytest.approx(native.median_ms * len(c.group.names))
         assert (triton.reason or "").startswith("its autotuning cannot pay back within 10 steps")
         assert c.chosen == "native"
+    # one worker served every group: a stopped autotuning leaves no state to discard (a stopped
+    # compile does: its worker is replaced)
+    assert len(made) == 1 and made[0].starts == 1
     # An autotuning cost known to exceed what any group could repay: none is tried
     known = AutotuneBound(space.contest(10_000), cost_ms=1e9)
     held = choose("held.db", steps=10_000, bound=known)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -120,3 +121,41 @@ def test_a_search_that_does_not_pay_within_the_horizon_is_not_picked() -> None:
     assert costly[0][1].steps == 25_000
     kept, costly = paying([off, twin], off, Contest(steps=200_000))  # the user trains long enough
     assert kept == [off, twin] and not costly
+
+
+class _Session:
+    """A re-time session whose worker was interrupted mid-sample: asked to close, it answers
+    with the sample's unread reply (`_WorkerSession._expect` raises RetimeFailed)."""
+
+    def __init__(self, events: list[str], interrupt: bool) -> None:
+        self.events, self.interrupt = events, interrupt
+
+    def sample(self, i: int) -> float:
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return 1.0
+
+    def close(self) -> None:
+        from advisor.execute.isolate import RetimeFailed
+
+        self.events.append("close")
+        raise RetimeFailed("'sample'")
+
+
+def test_ctrl_c_during_a_split_re_time_stays_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An H200 run at 993ef73 stopped by Ctrl-C in its re-time wrote an answer instead: closing
+    the sessions raised RetimeFailed over the interrupt, and the run went on as if the re-time
+    had failed."""
+    from advisor.execute.benchmark_processes import BenchmarkSplit
+    from advisor.workload.build import model_workload
+
+    events: list[str] = []
+    space = load_space(str(DATA / "fast_cpu.yaml"), torch.device("cpu"))  # its timing policy
+    on = SimpleNamespace(know=lambda checks: None)
+    split = BenchmarkSplit(object(), lambda wl: on, model_workload(str(DATA / "tiny_cnn.py")), space)  # type: ignore[arg-type]
+    opened = iter([False, True])  # the flag's own process is the one interrupted
+    monkeypatch.setattr(BenchmarkSplit, "_open", lambda *a: _Session(events, next(opened)))
+    results = [_result(Settings(), 10.0, 1.0), _result(Settings(cudnn_benchmark=True), 9.0, 1.0)]
+    with pytest.raises(KeyboardInterrupt):
+        split.retime(results)
+    assert events == ["close", "close"]  # both sessions were still asked to close

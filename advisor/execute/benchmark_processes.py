@@ -11,6 +11,7 @@ sample taken by the process that holds its finalist, so the pairing of the pick 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -195,9 +196,15 @@ class BenchmarkSplit:
                 samplers = [partial(sessions[where[i][0]].sample, where[i][1])
                             for i in range(len(results))]  # fmt: skip
                 per_case.append(interleave(samplers, time.perf_counter, **rounds(policy)))
-            finally:
+            except BaseException:
+                # the first failure is the one to tell, Ctrl-C too: a worker asked to close
+                # while its reply to a sample is unread answers with that reply instead
                 for s in sessions.values():
-                    s.close()
+                    with contextlib.suppress(Exception):
+                        s.close()
+                raise
+            for s in sessions.values():
+                s.close()
         return retimed_results(self.workload, results, per_case)
 
     def _open(self, ev: Evaluator, results: list[TrialResult], case: int, warmup: int) -> Session:

@@ -264,8 +264,9 @@ class IsolatedEvaluator:
         if not (isinstance(msg, tuple) and msg[0] == "result"):
             return self._crashed(settings)
         result = TrialResult.model_validate_json(msg[1])
-        interrupted = result.stop is not None and result.stop.kind == "cannot_pay" and (
-            result.stop.rival is None)  # a compile stopped mid-way: its compiler's state
+        stop = result.stop  # a compile stopped mid-way: its compiler's state (not autotuning's)
+        interrupted = stop is not None and stop.kind == "cannot_pay" and stop.rival is None and (
+            stop.one_off == "cold compile")
         if result.failure == "device":
             self._kill()  # its CUDA context may be poisoned: the next trial gets a fresh worker
         elif interrupted:
