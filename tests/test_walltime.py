@@ -195,8 +195,8 @@ def test_the_trials_table_shows_inductors_start_on_the_trial_that_paid_it() -> N
     base = TrialResult(settings=Settings(), status="ok")
     paid = TrialResult(settings=Settings(compile="default"), status="ok", compile_start_s=4.2,
                        compile_cold_s=8.5)  # fmt: skip
-    assert trial_row(-1, paid, base)["compile_start_s"] == 4.2
-    assert math.isnan(trial_row(0, base, base)["compile_start_s"])
+    assert trial_row((-1, "compile"), paid, base)["compile_start_s"] == 4.2
+    assert math.isnan(trial_row((0, "search"), base, base)["compile_start_s"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -265,3 +265,24 @@ def test_the_per_layer_stages_own_layer_measurements_are_its_parts() -> None:
     assert out["per-layer: warm-ups"] == pytest.approx(0.1)
     assert out["per-layer: output and layer checks"] == pytest.approx(0.3)
     assert "global knobs: timed samples" not in out and out[TIMED] == pytest.approx(0.6)
+
+
+def test_a_layers_autotuning_and_cudnns_searches_are_named_parts_of_the_per_layer_stage() -> None:
+    # An H200 run's per-layer stage under cudnn.benchmark named 17 of its 169.5 s: its layers'
+    # first calls (Triton's autotuning, cuDNN's searches) were counted as searches, which the
+    # stage did not show. A Triton layer stopped at its allowance had no measurement at all.
+    from advisor.measure.stop import Stop
+
+    def layer(impl: str, first_ms: float) -> TrialResult:
+        m = Measurement(samples_ms=[1.0] * 3, first_call_ms=first_ms, warmup_s=0.0)
+        return TrialResult(settings=Settings(conv_impl=impl, cudnn_benchmark=True), status="ok",
+                           measurement=m)  # fmt: skip
+
+    stopped = TrialResult(settings=Settings(conv_impl="triton", cudnn_benchmark=True),
+                          status="stopped", stop=Stop(kind="cannot_pay", horizon_steps=10,
+                                                      saving_ms=0.1, cold_s=3.0,
+                                                      one_off="autotuning"))  # fmt: skip
+    layers = [layer("native", 500.0), layer("triton", 4_000.0), stopped]
+    out = breakdown({"per-layer": 10.0}, [], 10.0, layers=layers)
+    assert out["per-layer: autotuning"] == pytest.approx(7.0)
+    assert out["per-layer: cuDNN's searches"] == pytest.approx(0.5)

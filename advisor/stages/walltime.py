@@ -4,7 +4,7 @@ The spans are wall time in the run's own process, so a stage's figure includes e
 for it elsewhere (an isolated worker's trials, a fresh process's check). Some figures are parts
 of a stage rather than stages (`PARTS`), read from the trials' own records: the precision checks
 (training runs, inside the global knobs' trials), the gate's checks, an eager candidate's first
-calls, cuDNN's searches and warm-ups, Inductor's start (its imports and the C++ compiler's
+calls, Triton's autotuning, cuDNN's searches and warm-ups, Inductor's start (its imports and the C++ compiler's
 checks, once per process, paid by the compile stage's first trial), the cold compiles (first
 calls with empty caches) and the gate's compiles; and the start-up work a stage paid late
 (`DEFERRED_LOAD`, `PROCESS_STARTS`). Each stage's timed samples are a part of it too (`TIMED`).
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from advisor import impls
 from advisor.execute.profiling import process_age_s  # the command's own start-up (cli)
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
@@ -37,8 +38,9 @@ GATE = "output and layer checks"
 SEARCHES = "cuDNN's searches"
 FIRST_CALLS = "first calls"
 WARM_UPS = "warm-ups"
-PARTS = {"global knobs": ("precision checks", GATE, SEARCHES, FIRST_CALLS, WARM_UPS),
-         "per-layer": (GATE, FIRST_CALLS, WARM_UPS),
+AUTOTUNING = "autotuning"  # a layer implementation's first call that autotunes (Triton)
+PARTS = {"global knobs": ("precision checks", GATE, AUTOTUNING, SEARCHES, FIRST_CALLS, WARM_UPS),
+         "per-layer": (GATE, AUTOTUNING, SEARCHES, FIRST_CALLS, WARM_UPS),
          "compile": ("Inductor start", "cold compiles", "gate's compiles")}  # fmt: skip
 # A model file the probe loaded is loaded in the advise process only when a stage needs it
 # (advisor.workload.deferred): that stage's part, since it is start-up work paid late.
@@ -174,8 +176,11 @@ def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
         if r.settings.compiled:
             continue
         here = out.setdefault(stage_of(r), {})
-        first = SEARCHES if r.settings.cudnn_benchmark else FIRST_CALLS
+        first = (AUTOTUNING if impls.get_impl(r.settings.conv_impl).autotunes
+                 else SEARCHES if r.settings.cudnn_benchmark else FIRST_CALLS)  # fmt: skip
         screened = r.screen.first_call_ms if r.screen is not None else None
+        if not _phases(r)[0] and r.stop is not None and r.stop.cold_s:  # stopped in its first
+            here[first] = here.get(first, 0.0) + r.stop.cold_s  # call (allowance, budget)
         for m in _phases(r)[0]:
             # a survivor resumed on its screen's built candidate reports the screen's first
             # call again (`timing.measure(resume=)`): paid once
