@@ -4,7 +4,7 @@ A part is one advise run (a model, mode and effort, from a tree) or one model's 
 the advice is worth: benchmarks/retime.py, on the picks of that model's advise runs). The
 deadline, where there is one, is shared by the parts in proportion to their planned seconds
 (`share_s`, shares, not measurements): a part that ends early leaves its time to the next, one
-that runs out is stopped (an advise run gets Ctrl-C first, so it writes the answer it has) and
+that runs out is stopped (an advise run gets Ctrl-C first: an eager answer written stays) and
 its row says so. A model's rows are appended once its last part ended, so a run cut short keeps
 every model it finished.
 

@@ -7,7 +7,7 @@ compare), with that tree first on PYTHONPATH so its advisor, not the installed o
 wall time includes Python's start-up and imports; the eager answer's time is when the run
 printed its `Eager answer:` line (default and full effort print it before the compile stage).
 A run that outlives its limit gets Ctrl-C (SIGINT to its process group), as a user would send
-it, and `GRACE_S` to write the answer it has; then it is killed.
+it, and `GRACE_S` to end as Ctrl-C ends it (an eager answer written stays); then it is killed.
 
 What the run wrote is read through one adapter, `row_from_config`: the only place that knows the
 config's fields.
@@ -30,7 +30,7 @@ from benchmarks.registry import ROOT, Model
 from benchmarks.table import child_env
 
 EAGER = "Eager answer:"
-GRACE_S = 10.0  # after Ctrl-C, for the advisor to write the answer it has
+GRACE_S = 10.0  # after Ctrl-C, for the advisor to end as Ctrl-C ends it
 TAIL_LINES = 40
 # PyTorch's defaults as a config writes them: left out of a pick's label
 DEFAULTS = {"memory_format": "contiguous", "tf32": "conv", "amp": "off", "cudnn_benchmark": False,
