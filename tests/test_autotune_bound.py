@@ -108,3 +108,14 @@ def test_triton_is_stopped_mid_autotuning_where_it_cannot_pay_and_held_where_kno
     known = AutotuneBound(space.contest(10_000), cost_ms=1e9)
     held = choose("held.db", steps=10_000, bound=known)
     assert all("triton" not in c.results and "autotuning" in c.skipped["triton"] for c in held)
+    # The stored stops are the 10-step horizon's: reused at 10 steps, not at another horizon
+    # (there the cost known above holds Triton back instead of the stored verdict)
+    stats: dict[str, int] = {}
+    again = choose_layer_impls(model_workload(str(net)), Settings(), CPU, "infer", space,
+                               lambda wl: evaluator(wl, SearchOptions(mode="infer")),
+                               open_storage(f"sqlite:///{tmp_path / 'short.db'}"), "x", 10,
+                               stats=stats)  # fmt: skip
+    assert stats["reused"] == 6 and all(c.results["triton"].stop is not None for c in again)
+    longer = choose("short.db", steps=1_000_000, bound=AutotuneBound(space.contest(1_000_000),
+                                                                     cost_ms=1e12))  # fmt: skip
+    assert all("triton" not in c.results and "autotuning" in c.skipped["triton"] for c in longer)

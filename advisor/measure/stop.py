@@ -46,6 +46,11 @@ class Stop(BaseModel):
     cold_s: float | None = None  # cannot_pay, budget: its first call (a cold compile)
     one_off: Literal["cold compile", "autotuning"] = "cold compile"  # cannot_pay: what it paid
 
+    def holds_at(self, steps: int | None) -> bool:
+        """Whether this stop stands for a run whose horizon is `steps` (None: not known): a
+        payback verdict is its own horizon's, any other stop any run's."""
+        return self.kind != "cannot_pay" or (steps is not None and self.horizon_steps == steps)
+
     def text(self) -> str:
         """The sentence a person reads."""
         k = self.kind

@@ -176,8 +176,13 @@ class LayerStore:
     """
 
     def __init__(
-        self, storage: optuna.storages.BaseStorage, study_name: str, context: str = ""
+        self,
+        storage: optuna.storages.BaseStorage,
+        study_name: str,
+        context: str = "",
+        steps: int | None = None,
     ) -> None:
+        self.steps = steps  # the run's horizon: a payback stop for another is measured again
         self.study = optuna.create_study(
             storage=storage, study_name=f"{study_name}/layers", load_if_exists=True
         )
@@ -208,6 +213,8 @@ class LayerStore:
                 if shared and a.get("context") != self.context:
                     continue
                 result = TrialResult.model_validate(a["result"])
+                if result.stop is not None and not result.stop.holds_at(self.steps):
+                    continue
                 key = (a["key"], a["impl"], measured_under(result.settings))
                 if key not in out:
                     out[key] = result
@@ -223,6 +230,8 @@ class LayerStore:
             a = t.user_attrs
             if a.get("key") == key and a.get("impl") == impl and "result" in a:
                 result = TrialResult.model_validate(a["result"])
+                if result.stop is not None and not result.stop.holds_at(self.steps):
+                    continue
                 if measured_under(result.settings) == under:
                     return result
         return None

@@ -24,10 +24,9 @@ __all__ = ["measure_later", "reusable"]
 
 def reusable(result: TrialResult | None, race: Race | None) -> TrialResult | None:
     """A stored result, unless its payback check was made for another horizon."""
-    if result is None or result.stop is None or result.stop.kind != "cannot_pay":
+    if result is None or result.stop is None:
         return result
-    steps = race.horizon_steps if race is not None else None
-    return result if steps is not None and result.stop.horizon_steps == steps else None
+    return result if result.stop.holds_at(race.horizon_steps if race is not None else None) else None
 
 
 def measure_later(

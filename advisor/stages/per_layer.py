@@ -105,7 +105,7 @@ def choose_layer_impls(
     if "native" not in wanted:
         wanted = ["native", *wanted]
     groups = layer_groups(workload, settings, device, mode)
-    store = LayerStore(storage, study_name, layer_context(mode, space))
+    store = LayerStore(storage, study_name, layer_context(mode, space), contest.horizon_steps)
     done, elsewhere = store.layer_results()
     plan = [_plan(g, wanted, settings, device) for g in groups]
     stats["minor"] = len(minor := set() if every_group else minor_keys(plan, mode))
