@@ -212,8 +212,7 @@ class LayerStore:
                     continue
                 if shared and a.get("context") != self.context:
                     continue
-                result = TrialResult.model_validate(a["result"])
-                if result.stop is not None and not result.stop.holds_at(self.steps):
+                if (result := self._held(a)) is None:
                     continue
                 key = (a["key"], a["impl"], measured_under(result.settings))
                 if key not in out:
@@ -229,12 +228,15 @@ class LayerStore:
         for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
             a = t.user_attrs
             if a.get("key") == key and a.get("impl") == impl and "result" in a:
-                result = TrialResult.model_validate(a["result"])
-                if result.stop is not None and not result.stop.holds_at(self.steps):
-                    continue
-                if measured_under(result.settings) == under:
+                result = self._held(a)
+                if result is not None and measured_under(result.settings) == under:
                     return result
         return None
+
+    def _held(self, attrs: dict[str, Any]) -> TrialResult | None:
+        """A trial's stored result, unless it is a payback stop for another horizon."""
+        result = TrialResult.model_validate(attrs["result"])
+        return None if result.stop is not None and not result.stop.holds_at(self.steps) else result
 
     def add_layer_result(self, result: TrialResult, *, shared: bool = True, **attrs: Any) -> None:
         self._add(self.study, result, attrs)

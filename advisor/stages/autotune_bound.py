@@ -10,6 +10,8 @@ native's), a later group whose native time over the advice's horizon (`--steps`,
 `contest.HORIZON_STEPS`) is below that cost is not tried: its autotuning could not pay
 back even if the kernel took no time. The first group measured sets the cost; the smallest
 measured so far is kept, so a cost that shrinks as kernels are cached tries more, never fewer.
+A group that is tried has that native time over the horizon as its allowance: its autotuning is
+stopped there (`execute.payback.first_call_allowance`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ class AutotuneBound:
             f"pay back within {self.contest.horizon_steps:,} steps: native takes "
             f"{native.median_ms * layers:.3f} ms a step here, the most it could save"
         )
+
+    def allowance_s(self, impl: str, native: TrialResult | None, layers: int) -> float | None:
+        """How long `impl`'s first call may autotune on that group before it is stopped: what
+        the group's native time repays over the horizon (None: it does not autotune, or native
+        has no time to repay with)."""
+        if not impls.get_impl(impl).autotunes or native is None or native.status != "ok":
+            return None
+        return self.contest.autotune_allowance_s(native.median_ms, layers)
 
     def measured(self, impl: str, result: TrialResult, native: TrialResult | None) -> None:
         """Learn the cost from a measured autotuning trial."""

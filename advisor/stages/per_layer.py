@@ -181,15 +181,15 @@ def _measure_group(
     make_evaluator: Callable[[Workload], Evaluator],
     deadline: float | None,
     stats: dict[str, int],
-    contest: Contest | None = None,
-    elsewhere: set[tuple[str, str, str]] | None = None,
-    bound: AutotuneBound | None = None,
-    skipped: dict[str, str] | None = None,
+    contest: Contest,
+    elsewhere: set[tuple[str, str, str]],
+    bound: AutotuneBound,
+    skipped: dict[str, str],
     measured: list[TrialResult] | None = None,
 ) -> Evaluator | None:
     """Measure the group's implementations not stored yet (native first: the others race it);
-    one that autotunes where it cannot pay (`bound`) goes to `skipped`, unmeasured."""
-    elsewhere = elsewhere if elsewhere is not None else set()
+    one that autotunes where it cannot pay (`bound`) goes to `skipped`, unmeasured, and is
+    stopped mid-autotuning at its allowance where it is measured."""
     switched = False
     leader: TrialResult | None = None
     assert (workload := g.workload) is not None, "kept layers are not measured"
@@ -209,9 +209,9 @@ def _measure_group(
                 elsewhere.discard(key)
         else:
             native = done.get((g.key, "native", measured_under(settings)))
-            why = bound.why_not(name, native, len(g.names)) if bound is not None else None
+            why = bound.why_not(name, native, len(g.names))
             if why is not None:
-                (skipped if skipped is not None else {})[name] = why
+                skipped[name] = why
                 continue
             if evaluator is None:
                 evaluator = make_evaluator(workload)
@@ -219,11 +219,8 @@ def _measure_group(
                 evaluator.use(workload)
             switched = True
             race = None
-            if contest is not None and leader is not None:
-                # autotuning stops once it has spent what the group's native time could repay
-                allowance = None
-                if impls.get_impl(name).autotunes and native is not None and native.status == "ok":
-                    allowance = contest.autotune_allowance_s(native.median_ms, len(g.names))
+            if leader is not None:
+                allowance = bound.allowance_s(name, native, len(g.names))
                 race = contest.race(leader.measurement, allowance_s=allowance)
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             res = evaluator(
@@ -235,8 +232,7 @@ def _measure_group(
             if measured is not None:  # this run's own: its samples are the run's
                 measured.append(res)
             done[key] = store.first_result(g.key, name, settings) or res
-            if bound is not None:
-                bound.measured(name, done[key], native)
+            bound.measured(name, done[key], native)
         r = done[key]
         if r.status == "ok" and (leader is None or r.median_ms < leader.median_ms):
             leader = r

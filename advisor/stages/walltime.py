@@ -179,9 +179,10 @@ def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
         first = (AUTOTUNING if impls.get_impl(r.settings.conv_impl).autotunes
                  else SEARCHES if r.settings.cudnn_benchmark else FIRST_CALLS)  # fmt: skip
         screened = r.screen.first_call_ms if r.screen is not None else None
-        if not _phases(r)[0] and r.stop is not None and r.stop.cold_s:  # stopped in its first
-            here[first] = here.get(first, 0.0) + r.stop.cold_s  # call (allowance, budget)
-        for m in _phases(r)[0]:
+        taken = _phases(r)[0]
+        if not taken and r.stop is not None and r.stop.cold_s:  # stopped in its first call
+            here[first] = here.get(first, 0.0) + r.stop.cold_s  # (its allowance, the budget)
+        for m in taken:
             # a survivor resumed on its screen's built candidate reports the screen's first
             # call again (`timing.measure(resume=)`): paid once
             again = m is not r.screen and screened is not None and m.first_call_ms == screened
