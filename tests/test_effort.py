@@ -135,6 +135,40 @@ def test_a_screen_above_the_drop_line_stops_once_its_median_is_known(
     assert m.warmup_s is not None and m.sampling_s == pytest.approx(samples * step_ms / 1e3)
 
 
+def test_a_screen_run_past_twice_its_drop_line_is_stopped_there() -> None:
+    # A CPU run after the first call that passes twice the drop line decides the screen; it is
+    # stopped there (bf16 without bf16 units: a second of a step against a 100 ms line), and the
+    # stop says its figure is where it was stopped, a lower bound. Real time: the step sleeps.
+    import time
+
+    from advisor.execute.runner import _raced
+
+    calls: list[float] = []
+
+    def step() -> None:
+        calls.append(time.perf_counter())
+        if len(calls) > 1:  # its first call is not the screen's to bound
+            time.sleep(2.0)
+
+    policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=100,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    start = time.perf_counter()
+    m = measure(step, CPU, policy, race=Race(10.0, screen=3))
+    assert time.perf_counter() - start < 1.0 and len(calls) == 2
+    assert m.stop == "cut" and len(m.samples_ms) == 1 and 20.0 <= m.median_ms < 1000.0
+    stop = _raced(m, Race(10.0, screen=3))
+    assert stop is not None and stop.kind == "screened" and stop.cut
+    text = Stop(kind="screened", ms=25.0, bar_ms=5.0, samples=1, best_label="default", drop=1.5,
+                cut=True).text()  # fmt: skip
+    assert text.startswith("screened out: its run after the first call was stopped at 25.000 ms")
+    assert "5.00x the fastest screen" in text
+    # without a screen, or under it, no run is bounded
+    short = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=3,
+                         target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(lambda: time.sleep(0.03), CPU, short, race=Race(10.0))
+    assert m.stop != "cut" and m.median_ms >= 30.0
+
+
 def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:
     race = Race(10.0, screen=3)
     assert not race.screened_out([11.0])  # one of three: not a majority

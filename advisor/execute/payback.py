@@ -19,10 +19,6 @@ any compiled finalist.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
@@ -36,57 +32,7 @@ from advisor.measure.stop import Stop
 from advisor.measure.timing import Sampler, TimingPolicy, interleave, warm_up
 from advisor.workload.build import Workload
 
-__all__ = ["OverAllowance", "cannot_pay", "first_call_allowance", "over_allowance"]
-
-
-class OverAllowance(Exception):
-    """A first call (a cold compile, autotuning) ran past its allowance (`Race.allowance_s`):
-    stopped where it was."""
-
-
-def over_allowance(e: BaseException) -> bool:
-    """Whether `e` is the allowance's stop, as raised or as Dynamo wrapped it."""
-    seen: BaseException | None = e
-    while seen is not None:
-        if isinstance(seen, OverAllowance):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-@contextlib.contextmanager
-def first_call_allowance(seconds: float | None) -> Iterator[Callable[[], None]]:
-    """Within it a first call (a cold compile, autotuning) that runs `seconds` is interrupted
-    (`OverAllowance`, raised in the main thread by SIGALRM, between two Python steps); the
-    callable it yields ends the allowance (call it once the first call has returned): a signal
-    after it does nothing. Without an allowance, off the main thread or without SIGALRM:
-    nothing is bounded."""
-    main = threading.main_thread()
-    if seconds is None or not hasattr(signal, "SIGALRM") or threading.current_thread() is not main:
-        yield lambda: None
-        return
-    live = threading.Event()
-    live.set()
-
-    def over(signum: int, frame: object) -> None:
-        if live.is_set():
-            live.clear()
-            raise OverAllowance
-
-    def fire() -> None:  # to the main thread alone: another thread's system call would fail
-        if live.is_set():
-            signal.pthread_kill(main.ident or 0, signal.SIGALRM)
-
-    old = signal.signal(signal.SIGALRM, over)
-    timer = threading.Timer(max(seconds, 1e-3), fire)
-    timer.start()
-    try:
-        yield live.clear
-    finally:
-        live.clear()
-        timer.cancel()
-        timer.join()  # no signal is sent once the old handler is back
-        signal.signal(signal.SIGALRM, old)
+__all__ = ["cannot_pay"]
 
 
 def cannot_pay(

@@ -13,6 +13,7 @@ from functools import partial
 
 import torch
 
+from advisor.allowance import over_allowance, stop_after
 from advisor.compiled import (
     cold_cache,
     graph_breaks,
@@ -30,7 +31,7 @@ from advisor.execute.gating import close_candidate as _close
 from advisor.execute.gating import failed as _failed
 from advisor.execute.gating import verdict as _verdict
 from advisor.execute.park import Park, Parked
-from advisor.execute.payback import cannot_pay, first_call_allowance, over_allowance
+from advisor.execute.payback import cannot_pay
 from advisor.gate.numeric import Gate
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
@@ -193,7 +194,7 @@ def _evaluate(
             else:
                 cand = Candidate(workload, settings, device, mode, gate.seed, case=case)
             first_started = time.perf_counter()
-            with first_call_allowance(allowance) as allowed:
+            with stop_after(allowance) as allowed:
                 def after_first() -> None:
                     allowed()
                     memory.after_first()
@@ -223,7 +224,7 @@ def _evaluate(
             elif race is not None and (raced := _raced(m, race)) is not None:
                 # Lost the race, or cut by the budget while slower, or screened: not gated
                 lost = raced
-                if park is not None and raced.kind == "screened":
+                if park is not None and raced.kind == "screened" and not raced.cut:
                     kept = Parked(cand, m, max(peak, memory.growth_mb()), memory.first_call_mb)
                     if park.keep(settings, kept):
                         cand = None  # its full timing resumes it
@@ -278,8 +279,9 @@ def _evaluate(
 def _raced(m: Measurement, race: Race) -> Stop | None:
     """Why sampling left `m` out of the pick: its race lost, its screen taken, or the budget
     cut it while slower than the race's limit; None where it goes on to its gate."""
-    if m.stop == "screened":
-        return Stop(kind="screened", ms=m.median_ms, samples=len(m.samples_ms))
+    if m.stop in ("screened", "cut"):
+        return Stop(kind="screened", ms=m.median_ms, samples=len(m.samples_ms),
+                    cut=m.stop == "cut")  # fmt: skip
     if m.stop == "raced" or (m.stop == "budget" and m.median_ms > race.limit_ms):
         return Stop(kind="raced", bar_ms=race.limit_ms, samples=len(m.samples_ms),
                     ms=m.median_ms)  # fmt: skip

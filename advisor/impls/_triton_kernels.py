@@ -25,6 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from advisor.allowance import checkpoint
 from advisor.impls.triton_configs import GEMM_TILES, WGRAD_TILES, Tile, gemm_pruner, prune_wgrad
 
 INTERPRET: bool = bool(triton.knobs.runtime.interpret)
@@ -56,6 +57,7 @@ _NO_SPECIALIZE = ["D", "H", "OD", "OH", "KD", "KH", "PD", "PH"]
 
 
 @triton.autotune(
+    pre_hook=checkpoint,  # the first call's allowance, met off the main thread too
     configs=_GEMM_CONFIGS,
     key=_FWD_KEY,
     prune_configs_by={"early_config_prune": gemm_pruner(n="CGO", k="CGI")},
@@ -131,6 +133,7 @@ def conv_fwd_kernel(
 
 
 @triton.autotune(
+    pre_hook=checkpoint,  # the first call's allowance, met off the main thread too
     configs=_GEMM_CONFIGS,
     key=_FWD_KEY,
     prune_configs_by={"early_config_prune": gemm_pruner(n="CGI", k="CGO")},
@@ -216,6 +219,7 @@ def conv_dgrad_kernel(
 
 
 @triton.autotune(
+    pre_hook=checkpoint,  # the first call's allowance, met off the main thread too
     configs=_WGRAD_CONFIGS,
     key=_WGRAD_KEY,
     prune_configs_by={"early_config_prune": prune_wgrad},

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from advisor.allowance import over_allowance, stop_after
 from advisor.device.ops import cuda_ops, device_guard
 from advisor.measure.gpu_clock import hold_gpu
 from advisor.measure.settle import settling
@@ -291,23 +292,25 @@ def _measure(
     # CPU: a GPU's warm-up runs are its launches, its one-time costs its first call's)
     settle = settle and device.type != "cuda"
     settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
+    # A screen is decided by a CPU run above twice its drop line: three times the fastest
+    # screen, over twice the steady state of any candidate that could still win (a CPU run after
+    # the first call is not). The run is its one sample, and it is stopped there (`cut`).
+    cut_ms = 2 * race.limit_ms if race is not None and race.screen is not None else math.inf
+    if device.type == "cuda" or not math.isfinite(cut_ms):
+        cut_ms = math.inf
     while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
         settle and warm > 0 and settling(warm_ms) and clock() < settle_until
     ):
-        t = clock()
-        fn()
-        launch_s += clock() - t  # on a GPU: the host's time to enqueue the step
+        cut, run_s = _run(fn, cut_ms, clock)
+        launch_s += run_s  # on a GPU: the host's time to enqueue the step
         if device.type != "cuda":
-            warm_ms.append((clock() - t) * 1e3)
+            warm_ms.append(run_s * 1e3)
         warm += 1
-        screened = race is not None and race.screen is not None
-        if screened and warm_ms and warm_ms[-1] > 2 * race.limit_ms:  # type: ignore[union-attr]
-            # A screen decided: twice its drop line is three times the fastest screen, over
-            # twice the steady state of any candidate that could still win (a CPU run after the
-            # first call is not). The run is its one sample.
+        if cut or (warm_ms and warm_ms[-1] > cut_ms):
             run_s = warm_ms[-1] / 1e3
             return Measurement(samples_ms=warm_ms[-1:], first_call_ms=first_ms, warmup_runs=warm - 1,
-                               stop="screened", warmup_s=clock() - warm_start - run_s, sampling_s=run_s)  # fmt: skip
+                               stop="cut" if cut else "screened",
+                               warmup_s=clock() - warm_start - run_s, sampling_s=run_s)  # fmt: skip
         if warm >= 1000 or (deadline is not None and clock() >= deadline):
             break  # past the budget: one warm-up run is all it gets
     synchronize(device)
@@ -319,6 +322,25 @@ def _measure(
         reps = reps_for(first_ms, policy)
     return _sample(fn, device, policy, sampler, race, deadline, first_ms, warm, warm_ms, reps,
                    warm_s)  # fmt: skip
+
+
+def _run(fn: Callable[[], object], cut_ms: float, clock: Callable[[], float]) -> tuple[bool, float]:
+    """One run of `fn`: whether it ran past `cut_ms` and was stopped there (`stop_after`), and
+    its seconds."""
+    if not math.isfinite(cut_ms):
+        t = clock()
+        fn()
+        return False, clock() - t
+    try:
+        with stop_after(cut_ms / 1e3) as returned:
+            t = clock()
+            fn()
+            returned()
+    except Exception as e:
+        if not over_allowance(e):
+            raise
+        return True, clock() - t
+    return False, clock() - t
 
 
 def _sample(

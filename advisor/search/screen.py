@@ -169,8 +169,9 @@ def record_dropped(out: Screen, plan: Plan, contest: Contest) -> None:
         r = out.results[point_key(params)]
         if r.status != "failed":
             n = len(r.measurement.samples_ms) if r.measurement is not None else SCREEN_SAMPLES
+            cut = r.measurement is not None and r.measurement.stop == "cut"
             stop = Stop(kind="screened", ms=r.median_ms, bar_ms=out.best_ms, samples=n,
-                        best_label=out.best_label, drop=contest.screen_drop)  # fmt: skip
+                        best_label=out.best_label, drop=contest.screen_drop, cut=cut)  # fmt: skip
             r = r.model_copy(update={"status": "stopped", "stop": stop, "reason": stop.text()})
         failed = r.status == "failed"
         plan.study.add_trial(

@@ -11,7 +11,7 @@ native's), a later group whose native time over the advice's horizon (`--steps`,
 back even if the kernel took no time. The first group measured sets the cost; the smallest
 measured so far is kept, so a cost that shrinks as kernels are cached tries more, never fewer.
 A group that is tried has that native time over the horizon as its allowance: its autotuning is
-stopped there (`execute.payback.first_call_allowance`).
+stopped there (`advisor.allowance`), in whichever thread runs it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,103 @@
+"""A call's allowance: a call stopped once it has run longer than its result could matter.
+
+Two calls are bounded: a candidate's first call (a cold compile, Triton's autotuning), stopped
+where the rest of it could no longer pay back (`execute.runner`; the rule says how long:
+`measure.contest`), and a screen's run, stopped once it is past twice the screen's drop line
+(`measure.timing`): either way the candidate is out, and the rest of the call would only have
+said by how much. The allowance stops the call in the main thread with SIGALRM,
+between two Python steps. Part of a first call runs elsewhere: on a GPU, autograd runs the
+backward on its device thread while the main thread waits in C++, where no signal handler
+runs until the whole backward (two of the three kernels Triton autotunes) has returned. Code
+there asks `checkpoint()` between its costly steps (the Triton kernels' autotuner asks before
+each config it compiles and times), so the stop is raised in whichever thread meets it first,
+once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+__all__ = ["OverAllowance", "checkpoint", "over_allowance", "stop_after"]
+
+
+class OverAllowance(Exception):
+    """A call ran past its allowance: stopped where it was."""
+
+
+def over_allowance(e: BaseException) -> bool:
+    """Whether `e` is the allowance's stop, as raised or as Dynamo or autograd wrapped it."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OverAllowance):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _Running:
+    """One allowance's state: live, then spent (its time is up), raised (one thread has
+    raised the stop) or ended (the first call returned in time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.state = "live"
+
+    def move(self, old: str, new: str) -> bool:
+        with self._lock:
+            if self.state != old:
+                return False
+            self.state = new
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self.state = "ended"
+
+
+_running: _Running | None = None
+
+
+def checkpoint(*_: object, **__: object) -> None:
+    """Raise `OverAllowance` where the running allowance is spent and no thread has raised it
+    yet; otherwise nothing. Any thread, any arguments (a Triton autotuner's pre_hook)."""
+    running = _running
+    if running is not None and running.state == "spent" and running.move("spent", "raised"):
+        raise OverAllowance
+
+
+@contextlib.contextmanager
+def stop_after(seconds: float | None) -> Iterator[Callable[[], None]]:
+    """Within it a call that runs `seconds` is stopped (`OverAllowance`): in the main thread by
+    SIGALRM, elsewhere at a `checkpoint()`. The callable it yields ends the allowance (call it
+    once the call has returned): nothing is stopped after it. Without an allowance, off the
+    main thread or without SIGALRM: nothing is bounded."""
+    global _running
+    main = threading.main_thread()
+    if seconds is None or not hasattr(signal, "SIGALRM") or threading.current_thread() is not main:
+        yield lambda: None
+        return
+    outer, running = _running, _Running()
+    _running = running
+
+    def over(signum: int, frame: object) -> None:
+        if running.move("spent", "raised"):
+            raise OverAllowance
+
+    def fire() -> None:  # to the main thread alone: another thread's system call would fail
+        if running.move("live", "spent"):
+            signal.pthread_kill(main.ident or 0, signal.SIGALRM)
+
+    old = signal.signal(signal.SIGALRM, over)
+    timer = threading.Timer(max(seconds, 1e-3), fire)
+    timer.start()
+    try:
+        yield running.end
+    finally:
+        running.end()
+        _running = outer
+        timer.cancel()
+        timer.join()  # no signal is sent once the old handler is back
+        signal.signal(signal.SIGALRM, old)
