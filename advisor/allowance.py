@@ -92,8 +92,8 @@ def stop_after(seconds: float | None) -> Iterator[Callable[[], None]]:
 
     old = signal.signal(signal.SIGALRM, over)
     timer = threading.Timer(max(seconds, 1e-3), fire)
-    timer.start()
     try:
+        timer.start()  # within: a stop that comes before the yield still restores the handler
         yield running.end
     finally:
         running.end()

@@ -169,6 +169,26 @@ def test_a_screen_run_past_twice_its_drop_line_is_stopped_there() -> None:
     assert m.stop != "cut" and m.median_ms >= 30.0
 
 
+def test_a_cut_that_comes_before_the_run_starts_is_a_cut() -> None:
+    # Under load the stop's timer can fire during the cut's own set-up, before the run starts
+    # (a failed candidate, "cannot access local variable 't'", before this was fixed).
+    import time
+
+    from advisor.measure.timing import _run
+
+    calls: list[int] = []
+
+    def clock() -> float:
+        calls.append(1)
+        if len(calls) == 2:  # the first read inside the allowance: its 1 ms timer fires here
+            time.sleep(0.05)
+        return time.perf_counter()
+
+    ran: list[int] = []
+    cut, seconds = _run(lambda: ran.append(1), 0.5, clock)
+    assert cut and ran == [] and seconds > 0
+
+
 def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:
     race = Race(10.0, screen=3)
     assert not race.screened_out([11.0])  # one of three: not a majority
