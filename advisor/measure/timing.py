@@ -295,9 +295,8 @@ def _measure(
     # A screen is decided by a CPU run above twice its drop line: three times the fastest
     # screen, over twice the steady state of any candidate that could still win (a CPU run after
     # the first call is not). The run is its one sample, and it is stopped there (`cut`).
-    cut_ms = 2 * race.limit_ms if race is not None and race.screen is not None else math.inf
-    if device.type == "cuda" or not math.isfinite(cut_ms):
-        cut_ms = math.inf
+    screened = race is not None and race.screen is not None and device.type != "cuda"
+    cut_ms = 2 * race.limit_ms if screened else math.inf  # type: ignore[union-attr]
     while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
         settle and warm > 0 and settling(warm_ms) and clock() < settle_until
     ):
@@ -327,18 +326,15 @@ def _measure(
 def _run(fn: Callable[[], object], cut_ms: float, clock: Callable[[], float]) -> tuple[bool, float]:
     """One run of `fn`: whether it ran past `cut_ms` and was stopped there (`stop_after`), and
     its seconds."""
-    if not math.isfinite(cut_ms):
-        t = clock()
-        fn()
-        return False, clock() - t
+    bound = cut_ms / 1e3 if math.isfinite(cut_ms) else None
     t = clock()  # the stop can come before the run starts: from its set-up, on a short limit
     try:
-        with stop_after(cut_ms / 1e3) as returned:
+        with stop_after(bound) as returned:
             t = clock()  # the run alone: a short step would otherwise carry the set-up's time
             fn()
             returned()
     except Exception as e:
-        if not over_allowance(e):
+        if bound is None or not over_allowance(e):
             raise
         return True, clock() - t
     return False, clock() - t
