@@ -102,7 +102,12 @@ def test_two_workers_share_a_study_then_advise_collects(tmp_path: Path, study_pr
     study = _study(study_prefix)
     _check_each_point_once(study, 8)
     workers_seen = {t.user_attrs["worker"] for t in study.get_trials() if "result" in t.user_attrs}
-    assert len(workers_seen) == 2, "one worker did all the work"
+    # On failure, the trials' times and each worker's stderr say where the other one was
+    assert len(workers_seen) == 2, (
+        "one worker did all the work:\n"
+        + _story(study.get_trials())
+        + ("".join(f"\nworker {i} stderr: {err[-1500:]}" for i, (_, err) in enumerate(outs)))
+    )
     n_trials = len(study.trials)
 
     out = tmp_path / "tuned.json"
