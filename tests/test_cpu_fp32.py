@@ -13,7 +13,7 @@ from torch import nn
 
 import advisor
 from advisor.apply import apply_settings
-from advisor.device import environment
+from advisor.device import environment, flags
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, cpu_fp32_why_not, precision_of
 from advisor.space import SearchSpace, candidates
@@ -39,6 +39,30 @@ def test_offered_only_where_the_cpu_has_bf16_units(units: bool) -> None:
         (d,) = [d for d in dropped if d.what == "cpu_fp32"]
         assert "no bf16 units" in d.reason
     assert cpu_fp32_why_not(torch.device("cuda")) == "CPU only"
+
+
+@pytest.mark.parametrize(
+    ("cap", "units"),
+    [(None, True), ("AVX2", False), ("avx512_core_vnni", False), ("AVX512_CORE_BF16", True),
+     ("AVX512_CORE_AMX", True), ("ALL", True), ("SOMETHING_NEWER", True)],
+)  # fmt: skip
+def test_bf16_units_are_not_counted_where_onednn_is_capped_below_them(
+    cap: str | None, units: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A CPU with AVX-512 BF16 whose oneDNN is capped below it (ONEDNN_MAX_CPU_ISA) emulates bf16
+    # convs: no cpu_fp32=bf16 there, and the capability names the cap, so that a run under it is
+    # keyed as another machine's (its stored advice, its benchmark rows).
+    monkeypatch.setattr(environment, "_cpuinfo_field",
+                        lambda name: "fpu avx2 avx512f avx512_bf16" if name == "flags" else None)  # fmt: skip
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert environment.cpu_has_bf16_units() is units
+    assert (cpu_fp32_why_not(CPU) is None) is (units and flags.has_mkldnn_conv_precision())
+    named = environment._cpu_capability().split()[-1]
+    assert named == (f"onednn<={cap.upper()}" if cap not in (None, "ALL") else "avx512_bf16")
 
 
 def test_written_through_the_one_door_and_restored(units: bool) -> None:

@@ -146,18 +146,49 @@ def cpu_description() -> str:
 _CPU_FLAGS = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_int8", "avx512_vnni")
 
 
+# oneDNN's instruction sets (`ONEDNN_MAX_CPU_ISA`, read once, at its first use) below
+# AVX512_CORE_BF16: capped at one of them, oneDNN leaves the CPU's bf16 units unused, so its bf16
+# convs run as on a CPU without them. Every other cap (AMX, AVX10, ALL) keeps them.
+_ONEDNN_BELOW_BF16 = (
+    "SSE41",
+    "AVX",
+    "AVX2",
+    "AVX2_VNNI",
+    "AVX2_VNNI_2",
+    "AVX512_CORE",
+    "AVX512_CORE_VNNI",
+)
+
+
+def onednn_isa_cap() -> str | None:
+    """The instruction set oneDNN is capped at in this process's environment
+    (`ONEDNN_MAX_CPU_ISA`, or its older name `DNNL_MAX_CPU_ISA`), upper-cased; None where
+    uncapped."""
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        cap = os.environ.get(name, "").strip().upper()
+        if cap:
+            return None if cap in ("ALL", "DEFAULT") else cap
+    return None
+
+
 def cpu_has_bf16_units() -> bool:
-    """Whether this CPU computes bf16 products in hardware (AVX-512 BF16 or AMX): where bf16
-    autocast and oneDNN's bf16 fp32 convs can be fast, not emulated."""
+    """Whether this CPU computes bf16 products in hardware (AVX-512 BF16 or AMX) and oneDNN may
+    use them (`onednn_isa_cap`): where bf16 autocast and oneDNN's bf16 fp32 convs can be fast,
+    not emulated."""
     have = set((_cpuinfo_field("flags") or "").split())
-    return bool(have & {"avx512_bf16", "amx_bf16"})
+    cap = onednn_isa_cap()
+    return bool(have & {"avx512_bf16", "amx_bf16"}) and cap not in _ONEDNN_BELOW_BF16
 
 
 def _cpu_capability() -> str:
-    """The vector ISA PyTorch dispatches to (AVX2, AVX512, ...) and the low-precision features."""
+    """The vector ISA PyTorch dispatches to (AVX2, AVX512, ...), the low-precision features and
+    oneDNN's cap where one is set (a capped run is another machine's measurement)."""
     isa = torch.backends.cpu.get_cpu_capability()
     have = set((_cpuinfo_field("flags") or "").split())
-    return " ".join([isa, *(f for f in _CPU_FLAGS if f in have)])
+    cap = onednn_isa_cap()
+    return " ".join(
+        [isa, *(f for f in _CPU_FLAGS if f in have), *([f"onednn<={cap}"] if cap else [])]
+    )
 
 
 def _nvidia_driver() -> str | None:
