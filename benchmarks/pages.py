@@ -114,8 +114,9 @@ def machine_label(env: dict[str, Any]) -> str:
     name = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", str(env.get("cpu_model") or "a CPU"))
     name = re.sub(r"\s+", " ", name).strip()
     isa = str(env.get("cpu_capability") or "")
-    units = ("AMX" if "amx_bf16" in isa else "AVX-512 BF16" if "avx512_bf16" in isa
-             else "no bf16 units" if isa else None)  # fmt: skip
+    cap = re.search(r"onednn<=(\S+)", isa)  # a stand-in (docs/development.md#benchmarks)
+    units = (f"oneDNN capped at {cap[1]}" if cap else "AMX" if "amx_bf16" in isa
+             else "AVX-512 BF16" if "avx512_bf16" in isa else "no bf16 units" if isa else None)  # fmt: skip
     threads = env.get("torch_threads") or env.get("cpu_threads")
     return ", ".join(x for x in (name, units, f"{threads} threads" if threads else None) if x)
 
@@ -308,10 +309,11 @@ def readme_block(rows: list[dict[str, Any]], head: str | None) -> str:
     shown: Counter[str] = Counter()  # by kind: newer CPU rows do not push the GPU's off
     for machine, mine in ranked:
         kind = machine.split("-")[0]
-        if not any(r["model"] in zoo for r in mine) or shown[kind] == README_MACHINES:
+        env = max(mine, key=lambda r: r.get("date") or "")["env"]
+        stand_in = "onednn<=" in str(env.get("cpu_capability"))  # not a machine users have
+        if stand_in or not any(r["model"] in zoo for r in mine) or shown[kind] == README_MACHINES:
             continue
         shown[kind] += 1
-        env = max(mine, key=lambda r: r.get("date") or "")["env"]
         for effort in ("quick", "default", "full"):
             at = [r for r in mine if r["effort"] == effort and r["model"] in zoo]
             if not at:

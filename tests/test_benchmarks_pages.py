@@ -111,3 +111,15 @@ def test_the_readme_needs_its_markers_once() -> None:
     with pytest.raises(ValueError, match="needs one"):
         pages.with_block("no markers here", "x")
     assert pages.with_block(f"a {pages.BEGIN} old {pages.END} b", "NEW") == "a NEW b"
+
+
+def test_a_capped_stand_in_is_named_so_and_kept_out_of_the_readme() -> None:
+    # oneDNN capped below AVX-512 BF16 (docs/development.md#benchmarks): its page says so, and the
+    # README's table of what a run costs keeps to machines users have
+    row = _row("abc", "2026-03-01", machine="cpu-capped")
+    row["env"] = {**row["env"], "cpu_capability": "AVX2 avx512_bf16 onednn<=AVX2"}
+    label = pages.machine_label(row["env"])
+    assert label == "AMD EPYC (family 25 model 17), oneDNN capped at AVX2, 2 threads"
+    real = _row("abc", "2026-02-01")
+    block = pages.readme_block([row, real], None)
+    assert "results/cpu-m.md" in block and "cpu-capped" not in block
