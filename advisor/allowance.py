@@ -18,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-__all__ = ["OverAllowance", "checkpoint", "over_allowance", "stop_after"]
+__all__ = ["Allowance", "OverAllowance", "checkpoint", "over_allowance", "stop_after"]
 
 
 class OverAllowance(Exception):
@@ -37,13 +37,15 @@ def over_allowance(e: BaseException) -> bool:
     return False
 
 
-class _Running:
-    """One allowance's state: live, then spent (its time is up), raised (one thread has
-    raised the stop) or ended (the first call returned in time)."""
+class Allowance:
+    """One allowance: what `stop_after` yields. Its state is live, then spent (its time is up),
+    raised (one thread has raised the stop) or ended (the call returned in time: `end`). Its
+    time counts from `start` (from `stop_after`'s entry, unless it was entered not counting)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.state = "live"
+        self.counting = threading.Event()
 
     def move(self, old: str, new: str) -> bool:
         with self._lock:
@@ -52,12 +54,16 @@ class _Running:
             self.state = new
             return True
 
+    def start(self) -> None:
+        """Its time counts from now (already counting: nothing)."""
+        self.counting.set()
+
     def end(self) -> None:
         with self._lock:
             self.state = "ended"
 
 
-_running: _Running | None = None
+_running: Allowance | None = None
 
 
 def checkpoint(*_: object, **__: object) -> None:
@@ -69,35 +75,42 @@ def checkpoint(*_: object, **__: object) -> None:
 
 
 @contextlib.contextmanager
-def stop_after(seconds: float | None) -> Iterator[Callable[[], None]]:
+def stop_after(seconds: float | None, counting: bool = True) -> Iterator[Allowance]:
     """Within it a call that runs `seconds` is stopped (`OverAllowance`): in the main thread by
-    SIGALRM, elsewhere at a `checkpoint()`. The callable it yields ends the allowance (call it
-    once the call has returned): nothing is stopped after it. Without an allowance, off the
-    main thread or without SIGALRM: nothing is bounded."""
+    SIGALRM, elsewhere at a `checkpoint()`. Its time counts from the entry, or with `counting`
+    False from the yielded allowance's `start()` (a run timed from just before its start is then
+    stopped only after it has run `seconds` of its own, however late the timer's thread began).
+    `end()` ends it once the call has returned: nothing is stopped after it. Without an
+    allowance, off the main thread or without SIGALRM: nothing is bounded."""
     global _running
     main = threading.main_thread()
+    running = Allowance()
     if seconds is None or not hasattr(signal, "SIGALRM") or threading.current_thread() is not main:
-        yield lambda: None
+        yield running
         return
-    outer, running = _running, _Running()
-    _running = running
+    outer, _running = _running, running
+    cancelled = threading.Event()
 
     def over(signum: int, frame: object) -> None:
         if running.move("spent", "raised"):
             raise OverAllowance
 
-    def fire() -> None:  # to the main thread alone: another thread's system call would fail
-        if running.move("live", "spent"):
+    def count() -> None:  # the signal to the main thread alone: another's system call would fail
+        running.counting.wait()
+        if not cancelled.wait(max(seconds, 1e-3)) and running.move("live", "spent"):
             signal.pthread_kill(main.ident or 0, signal.SIGALRM)
 
+    if counting:
+        running.start()
     old = signal.signal(signal.SIGALRM, over)
-    timer = threading.Timer(max(seconds, 1e-3), fire)
+    timer = threading.Thread(target=count, daemon=True)
     try:
         timer.start()  # within: a stop that comes before the yield still restores the handler
-        yield running.end
+        yield running
     finally:
         running.end()
         _running = outer
-        timer.cancel()
+        cancelled.set()
+        running.start()  # a count never started ends too
         timer.join()  # no signal is sent once the old handler is back
         signal.signal(signal.SIGALRM, old)

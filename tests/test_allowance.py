@@ -22,8 +22,8 @@ def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None
     with pytest.raises(OverAllowance), stop_after(0.05):
         threading.Event().wait(5)  # a compile waiting on its pool's result: woken and stopped
     assert time.perf_counter() - start < 1
-    with stop_after(0.05) as end:  # the first call returned in time: no stop after it
-        end()
+    with stop_after(0.05) as allowance:  # the first call returned in time: no stop after it
+        allowance.end()
         time.sleep(0.1)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)  # a late one
         time.sleep(0.01)

@@ -169,24 +169,28 @@ def test_a_screen_run_past_twice_its_drop_line_is_stopped_there() -> None:
     assert m.stop != "cut" and m.median_ms >= 30.0
 
 
-def test_a_cut_that_comes_before_the_run_starts_is_a_cut() -> None:
-    # Under load the stop's timer can fire during the cut's own set-up, before the run starts
-    # (a failed candidate, "cannot access local variable 't'", before this was fixed).
+def test_a_run_is_cut_only_after_it_has_run_its_line_however_late_it_starts() -> None:
+    # Under load the run can start well after the allowance's set-up (its timer's thread
+    # started): the count begins at the run's start, so a cut run has run the cut line of its
+    # own (a timer counting from the set-up once cut one at 16 ms for a 20 ms line; and, firing
+    # during the set-up, failed the candidate with "cannot access local variable 't'").
     import time
 
     from advisor.measure.timing import _run
 
-    calls: list[int] = []
+    running: list[bool] = []
 
     def clock() -> float:
-        calls.append(1)
-        if len(calls) == 2:  # the first read inside the allowance: its 1 ms timer fires here,
-            time.sleep(5)  # and wakes this sleep, however late a busy machine runs the timer
+        if not running:  # a read before the run starts, 10 ms late: a busy machine's delay
+            time.sleep(0.01)
         return time.perf_counter()
 
-    ran: list[int] = []
-    cut, seconds = _run(lambda: ran.append(1), 0.5, clock)
-    assert cut and ran == [] and seconds > 0
+    def run() -> None:
+        running.append(True)
+        time.sleep(2.0)
+
+    cut, seconds = _run(run, 20.0, clock)
+    assert cut and 0.020 <= seconds < 1.0
 
 
 def test_a_screened_out_verdict_needs_its_median_above_the_limit() -> None:

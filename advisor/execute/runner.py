@@ -196,7 +196,7 @@ def _evaluate(
             first_started = time.perf_counter()
             with stop_after(allowance) as allowed:
                 def after_first() -> None:
-                    allowed()
+                    allowed.end()
                     memory.after_first()
 
                 m = measure(
