@@ -252,7 +252,9 @@ def _keep_samples(runs: list[tuple[Part, dict[str, Any]]], into: Path) -> None:
     """--samples: each run's config and trials table, beside the rows that keep their samples."""
     into.mkdir(parents=True, exist_ok=True)
     for _, run in runs:
-        cfg = Path(run.get("config") or "")
+        if not run.get("config"):
+            continue  # a run that wrote none (a model that cannot be built here)
+        cfg = Path(run["config"])
         for f in (cfg, cfg.with_suffix(".trials.csv"), cfg.with_suffix(".layers.csv")):
             if f.is_file():
                 shutil.copy(f, into / f.name)

@@ -151,8 +151,10 @@ def test_a_plan_appends_each_models_rows_once_its_last_part_ended(
 
 def test_a_model_that_cannot_be_built_is_a_row_that_says_why(tmp_path: Path) -> None:
     broken = Model("broken", "tests/data/tiny_cnn.py", "x", needs=("no_such_package_here",))
+    # with --samples too: the skipped run has no config to keep
     rows = plan.run_plan(plan.plan_for([broken], ["train"], ["quick"], True, "cpu"),
-                         plan.Options(table=tmp_path / "t.jsonl"), lambda _: None)  # fmt: skip
+                         plan.Options(table=tmp_path / "t.jsonl", samples=tmp_path / "s"),
+                         lambda _: None)  # fmt: skip
     (row,) = rows
     assert row["status"].startswith("skipped: needs no_such_package_here: ModuleNotFoundError")
     assert row["worth"]["error"].startswith("skipped: needs no_such_package_here")
