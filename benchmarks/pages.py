@@ -107,6 +107,13 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "/").replace("\n", " ")
 
 
+def onednn_cap(env: dict[str, Any]) -> str | None:
+    """The instruction set a stand-in's oneDNN was capped at (docs/development.md#benchmarks):
+    not a machine users have. None for a machine as it is."""
+    cap = re.search(r"onednn<=(\S+)", str(env.get("cpu_capability") or ""))
+    return cap[1] if cap else None
+
+
 def machine_label(env: dict[str, Any]) -> str:
     """'Intel Xeon (family 6 model 207), AMX, 2 threads' or 'NVIDIA H200'."""
     if env.get("device_type") == "cuda":
@@ -114,8 +121,8 @@ def machine_label(env: dict[str, Any]) -> str:
     name = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", str(env.get("cpu_model") or "a CPU"))
     name = re.sub(r"\s+", " ", name).strip()
     isa = str(env.get("cpu_capability") or "")
-    cap = re.search(r"onednn<=(\S+)", isa)  # a stand-in (docs/development.md#benchmarks)
-    units = (f"oneDNN capped at {cap[1]}" if cap else "AMX" if "amx_bf16" in isa
+    cap = onednn_cap(env)
+    units = (f"oneDNN capped at {cap}" if cap else "AMX" if "amx_bf16" in isa
              else "AVX-512 BF16" if "avx512_bf16" in isa else "no bf16 units" if isa else None)  # fmt: skip
     threads = env.get("torch_threads") or env.get("cpu_threads")
     return ", ".join(x for x in (name, units, f"{threads} threads" if threads else None) if x)
@@ -310,7 +317,7 @@ def readme_block(rows: list[dict[str, Any]], head: str | None) -> str:
     for machine, mine in ranked:
         kind = machine.split("-")[0]
         env = max(mine, key=lambda r: r.get("date") or "")["env"]
-        stand_in = "onednn<=" in str(env.get("cpu_capability"))  # not a machine users have
+        stand_in = onednn_cap(env) is not None  # not a machine users have
         if stand_in or not any(r["model"] in zoo for r in mine) or shown[kind] == README_MACHINES:
             continue
         shown[kind] += 1
