@@ -21,8 +21,8 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.search.compile_bill import benchmark_note, benchmark_search_s, paying, searched_by
 from advisor.space import candidates, load_space
+from tests._cli import advisor_cli
 from tests.conftest import DATA
-from tests.hostile._cli import advisor_cli
 from tests.test_cuda_standin import BENCH_NET, _bench_forwards
 
 SPACE = str(DATA / "cuda_quick.yaml")

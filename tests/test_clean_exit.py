@@ -20,8 +20,8 @@ from advisor.measure.stats import Measurement
 from advisor.measure.timing import TimingPolicy
 from advisor.stages.final_check import FreshProcess, final_check
 from advisor.workload.args import make_workload
+from tests._cli import advisor_cli, one_line_error
 from tests.conftest import run_env
-from tests.hostile._cli import advisor_cli, one_line_error
 
 DATA = Path(__file__).parent / "data"
 HOLDS = str(DATA / "holds_a_semaphore.py")
@@ -157,6 +157,5 @@ def test_the_command_waits_for_its_threads_and_runs_its_exit_handlers_then_exits
         assert (tmp_path / f"{name}-{proc.pid}").read_text() == "done", name
 
     # A bad input's exit code survives the same exit.
-    bad = subprocess.run([sys.executable, "-m", "advisor", "advise", str(tmp_path / "none.py")],
-                         capture_output=True, text=True, env=run_env(), cwd=ROOT, timeout=300)  # fmt: skip
+    bad = advisor_cli("advise", str(tmp_path / "none.py"))
     one_line_error(bad, "model file not found")

@@ -13,8 +13,8 @@ import torch
 from advisor.config import load_config
 from advisor.device.environment import resolve_device
 from advisor.device.ops import CudaOps, cuda_ops
+from tests._cli import advisor_cli
 from tests.conftest import DATA
-from tests.hostile._cli import advisor_cli
 
 SPACE = str(DATA / "cuda_quick.yaml")
 

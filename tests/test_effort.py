@@ -4,7 +4,6 @@ the eager answer written before the compile stage (advisor.service, advisor.cli)
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,8 @@ from advisor.space import compile_modes, load_space
 from advisor.stages.effort import effort_of
 from advisor.workload.args import make_workload
 from tests._advise_run import AdviseRun
-from tests.conftest import DATA, FAST_SPACE, run_env
+from tests._cli import advisor_cli
+from tests.conftest import DATA, FAST_SPACE
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")
@@ -95,9 +95,7 @@ def test_default_compiles_the_default_mode_and_full_every_mode() -> None:
 def test_an_unknown_effort_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(AdvisorError, match="unknown effort 'fast'"):
         effort_of("fast")
-    r = subprocess.run([sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"),
-                        "--effort", "fast"], capture_output=True, text=True, env=run_env(),
-                       cwd=tmp_path)  # fmt: skip
+    r = advisor_cli("advise", str(DATA / "tiny_cnn.py"), "--effort", "fast", cwd=tmp_path)
     assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "tuned.json").exists()
 

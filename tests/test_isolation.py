@@ -28,6 +28,7 @@ from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import layer_workload, model_workload
 from advisor.workload.info import LayerInfo
 from advisor.workload.layer_spec import layer_spec
+from tests._cli import advisor_cli
 from tests.conftest import DATA, run_env
 
 PLUGINS = "tests.plugins.faulty_impls"
@@ -59,14 +60,10 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.slow  # the CLI past a crash, a hang and an OOM (17 s); a replaced worker: below
 def test_study_with_crash_hang_and_oom_finishes_with_a_healthy_pick(tmp_path: Path) -> None:
     out = tmp_path / "tuned.json"
-    env = {**run_env(), "ADVISOR_PLUGINS": PLUGINS}
-    r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", "--layer", LAYER,
-         "--input-shape", SHAPE, "--device", "cpu", "--space", str(DATA / "faulty_cpu.yaml"),
-         "--trial-timeout", "4", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out),
-         "--quiet"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    r = advisor_cli("advise", "--layer", LAYER, "--input-shape", SHAPE, "--device", "cpu",
+                    "--space", str(DATA / "faulty_cpu.yaml"), "--trial-timeout", "4",
+                    "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out), "--quiet",
+                    env={"ADVISOR_PLUGINS": PLUGINS}, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     trials = pd.read_csv(tmp_path / "tuned.trials.csv").set_index("conv_impl")
     assert trials.loc["test_crash", "status"] == "failed"

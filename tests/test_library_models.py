@@ -32,8 +32,8 @@ from advisor.impls._swap import SwappingImpl
 from advisor.impls.base import ConvSignature
 from advisor.knobs import Settings
 from advisor.measure.candidate import flatten_tensors
+from tests._cli import advisor_cli
 from tests.conftest import DATA
-from tests.hostile._cli import advisor_cli
 
 CPU = torch.device("cpu")
 SPACE = DATA / "per_layer_cpu.yaml"

@@ -7,8 +7,6 @@ step maps fresh pages and the resident-memory growth is visible on CPU in every 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +14,8 @@ import pytest
 import torch
 
 import advisor
-from tests.conftest import DATA, in_fresh_process, run_env
+from tests._cli import advisor_cli
+from tests.conftest import DATA, in_fresh_process
 
 SPACE = str(DATA / "memory_cpu.yaml")
 LAYER = {"layer": "Conv2d(3, 48, 3, padding=1)", "input_shape": "3,3,256,256"}
@@ -31,12 +30,9 @@ def _dominates(a: pd.Series, b: pd.Series) -> bool:
 @pytest.mark.slow  # an isolated time,memory run (6 s); the limit: test_max_memory_...
 def test_isolated_peaks_and_the_pareto_set_in_the_trials_csv(tmp_path: Path) -> None:
     out = tmp_path / "tuned.json"
-    r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", "--layer", LAYER["layer"], "--input-shape",
-         LAYER["input_shape"], "--device", "cpu", "--space", SPACE, "--objectives", "time,memory",
-         "--storage", "memory", "--out", str(out), "--quiet"],
-        capture_output=True, text=True, env=run_env(), timeout=120,
-    )  # fmt: skip
+    r = advisor_cli("advise", "--layer", LAYER["layer"], "--input-shape", LAYER["input_shape"],
+                    "--device", "cpu", "--space", SPACE, "--objectives", "time,memory",
+                    "--storage", "memory", "--out", str(out), "--quiet", timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "tuned.trials.csv")
     assert len(df) == 4 and (df["status"] == "ok").all()

@@ -30,8 +30,9 @@ from advisor.search.study import enqueue_missing, open_plan
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec
+from tests._cli import advisor_cli
 from tests._together import start_together
-from tests.conftest import DATA, run_env
+from tests.conftest import DATA
 
 pytestmark = pytest.mark.postgres
 URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -111,10 +112,7 @@ def test_two_workers_share_a_study_then_advise_collects(tmp_path: Path, study_pr
     n_trials = len(study.trials)
 
     out = tmp_path / "tuned.json"
-    r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", *args, "--out", str(out), "--quiet"],
-        env=run_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    r = advisor_cli("advise", *args, "--out", str(out), "--quiet", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["result"]["trials"] == 8
     assert len(_study(study_prefix).trials) == n_trials  # nothing measured again

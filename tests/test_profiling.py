@@ -22,8 +22,8 @@ import pytest
 
 from advisor.execute import children, profiling
 from advisor.execute.worker_process import leave
+from tests._cli import advisor_cli
 from tests.conftest import DATA, run_env
-from tests.hostile._cli import advisor_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM and /proc: POSIX")

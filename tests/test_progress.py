@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +12,7 @@ from rich.console import Console
 import advisor
 from advisor.report.progress import failure_kind, kind_beside, status_text, summary_tables
 from advisor.search.options import SearchOutcome
-from tests.conftest import run_env
+from tests._cli import advisor_cli
 from tests.test_report import strict_bf16_space
 
 if TYPE_CHECKING:
@@ -132,12 +130,9 @@ def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
 @pytest.mark.slow  # a CLI run (6 s); hostile/test_stdout's in-process run reads its streams
 def test_quiet_json_prints_only_the_config(tmp_path: Path, fast_space: str) -> None:
     out = tmp_path / "t.json"
-    r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", "--layer", "Conv2d(3, 4, 3)",
-         "--input-shape", "1,3,16,16", "--device", "cpu", "--space", fast_space,
-         "--storage", "memory", "--in-process", "--out", str(out), "--quiet", "--json"],
-        capture_output=True, text=True, env=run_env(), timeout=300,
-    )  # fmt: skip
+    r = advisor_cli("advise", "--layer", "Conv2d(3, 4, 3)", "--input-shape", "1,3,16,16",
+                    "--device", "cpu", "--space", fast_space, "--storage", "memory",
+                    "--in-process", "--out", str(out), "--quiet", "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""  # no progress bar, no table
     assert json.loads(r.stdout) == json.loads(out.read_text())

@@ -15,7 +15,8 @@ from advisor.errors import AdvisorError
 from advisor.measure.stats import Race, sign_test_p
 from advisor.measure.timing import TimingPolicy, measure
 from advisor.search.options import Progress
-from tests.conftest import DATA, run_env
+from tests._cli import advisor_cli
+from tests.conftest import DATA
 
 CPU = torch.device("cpu")
 PLUGINS = "tests.plugins.faulty_impls"
@@ -230,16 +231,11 @@ def test_the_budget_bounds_the_whole_run() -> None:
 @pytest.mark.slow  # a CLI run to its budget (4.5 s); test_duration_option and the first-call test cover it
 def test_cli_budget(tmp_path: Path) -> None:
     import json
-    import subprocess
-    import sys
 
     out = tmp_path / "t.json"
-    r = subprocess.run(
-        [sys.executable, "-m", "advisor", "advise", str(DATA / "tiny_cnn.py"), "--mode", "train",
-         "--device", "cpu", "--budget", "1s", "--storage", "memory", "--out", str(out), "--quiet",
-         "--in-process"],
-        env=run_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    r = advisor_cli("advise", str(DATA / "tiny_cnn.py"), "--mode", "train", "--device", "cpu",
+                    "--budget", "1s", "--storage", "memory", "--out", str(out), "--quiet",
+                    "--in-process", timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     # The option reaches the run (how closely a run keeps to its budget is the test above's): a
     # 1 s budget leaves the search less time than PyTorch's default takes to be measured

@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,8 +17,8 @@ from advisor.errors import AdvisorError
 from advisor.report.importance import knob_importance
 from advisor.report.load import load_report_data
 from advisor.report.write import png_dir, write_report
-from tests.conftest import FAST_SPACE, run_env
-from tests.hostile._cli import advisor_cli_many, one_line_error
+from tests._cli import advisor_cli, advisor_cli_many, one_line_error
+from tests.conftest import FAST_SPACE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -82,16 +80,6 @@ def check_png(path: Path) -> None:
     assert payload[:8] == PNG_MAGIC, path
     width, height = struct.unpack(">II", payload[16:24])  # the IHDR chunk
     assert width > 300 and height > 150, (path, width, height)
-
-
-def advisor_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "advisor", *args],
-        capture_output=True,
-        text=True,
-        env=run_env(),
-        timeout=300,
-    )
 
 
 def test_report_from_config_with_study(tuned: tuple[Path, str, str], tmp_path: Path) -> None:

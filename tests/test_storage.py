@@ -14,8 +14,8 @@ import pytest
 import advisor
 from advisor.errors import StorageError
 from advisor.search.storage import _rdb_url, _redact, default_storage_url, open_storage
+from tests._cli import advisor_cli_many, one_line_error
 from tests.conftest import DATA
-from tests.hostile._cli import advisor_cli_many, one_line_error
 
 LAYER = ["--layer", "Conv2d(3, 4, 3)", "--input-shape", "1,3,16,16", "--device", "cpu"]
 
@@ -37,7 +37,7 @@ def test_corrupt_storage_files_are_one_line_errors_and_lose_nothing(tmp_path: Pa
     bad_db.write_bytes(garbage)
     bad_log.write_bytes(garbage)
     out = tmp_path / "never.json"
-    # The four commands in one fresh process (tests/hostile/_cli.py: one interpreter start)
+    # The four commands in one fresh process (tests/_cli.py: one interpreter start)
     runs = advisor_cli_many({
         "not a database": ["advise", *LAYER, "--storage", f"sqlite:///{bad_db}", "--out", str(out)],
         "not an optuna journal": ["advise", *LAYER, "--storage", str(bad_log), "--out", str(out)],

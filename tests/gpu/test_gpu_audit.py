@@ -24,8 +24,8 @@ from advisor.measure.timing import TimingPolicy, measure
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
 from advisor.workload.build import model_workload
+from tests._cli import advisor_cli
 from tests.conftest import DATA, run_env
-from tests.hostile._cli import advisor_cli
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli import ROOT
 from tests._together import start_together
 from tests.conftest import DATA
-from tests.hostile._cli import ROOT
 
 PG_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli import ROOT
 from tests.conftest import run_env
-from tests.hostile._cli import ROOT
 
 MODELS = Path(__file__).parent / "models"
 TIMEOUT_S = 5  # --trial-timeout: the limit the first run of the user's code gets

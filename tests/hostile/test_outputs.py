@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile._cli import advisor_cli, one_line_error
+from tests._cli import advisor_cli, one_line_error
 
 # A model whose import leaves a mark: the search (which loads the model) never started if the mark
 # is absent.

@@ -13,7 +13,7 @@ import advisor
 from advisor.config import Config, save_config
 from advisor.device.environment import current_environment
 from advisor.knobs import Settings
-from tests.hostile._cli import advisor_cli_many, one_line_error
+from tests._cli import advisor_cli_many, one_line_error
 
 SPACE_HEAD = """schema_version: 1
 name: hostile

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile._cli import advisor_cli, advisor_cli_many, one_line_error
+from tests._cli import advisor_cli, advisor_cli_many, one_line_error
 
 LAYER = "Conv2d(4,4,3)"
 MINUS_1000 = "Conv2d(4, 4, " + "-" * 1000 + "3)"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile._cli import advisor_cli
+from tests._cli import advisor_cli
 
 CHATTY_MODEL = """
 import os
