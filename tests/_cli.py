@@ -1,32 +1,46 @@
-"""Running `python -m advisor ...` as a user does, and what a one-line error must look like.
+"""Fresh processes for the tests: `python -m advisor ...` as a user runs it, a test body away
+from the runner's history, and what a one-line error must look like.
 
-Starting the command costs an interpreter and torch's import (about 1.5 s of CPU on a 2-core
-machine), and the tests run it over a hundred times. Where the environment asked for differs
-from the fork server's in nothing read at import (`advisor.execute.children.IMPORT_TIME_ENV`, and
-the variables the advisor reads as its package loads), `advisor_cli` forks the command from the
-advisor's own fork server instead: a process that has imported torch and run nothing (no tensor,
-no thread pool), as fresh as a new interpreter less the import, as the advisor starts its own
-children. The command's stdin is /dev/null, its stdout and stderr are files read back when it
-ends, and its exit code is its own (minus the signal's number where one ended it, as
-`subprocess` says). Otherwise it runs as a new interpreter.
+A new interpreter costs its start and torch's import (about 1.5 s of CPU on a 2-core machine),
+and the tests start over a hundred. Where the environment asked for differs from the fork
+server's in nothing read at import (`advisor.execute.children.IMPORT_TIME_ENV`, and what the
+advisor reads as its package loads), `fresh_process` forks the process from the advisor's own
+fork server instead: a process that has imported torch and run nothing (no tensor, no thread
+pool), as fresh as a new interpreter less the import, as the advisor starts its own children.
+Its stdin is /dev/null, its stdout and stderr are files read back when it ends, and its exit code
+is its own (minus the signal's number where one ended it, as `subprocess` says). Otherwise the
+callers start a new interpreter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import importlib
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from advisor.execute import children
 from advisor.execute.worker_process import main_hidden
-from tests.conftest import run_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the advisor package reads as it is imported, not as a command runs.
 _READ_AT_IMPORT = ("ADVISOR_PROFILE_DIR", "ADVISOR_PLUGINS", children.METHOD_ENV)
+
+
+def run_env() -> dict[str, str]:
+    """Environment for subprocesses: the repository importable, the temporary cache kept."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 def advisor_cli(
@@ -41,14 +55,35 @@ def advisor_cli(
     interpreter's own start)."""
     full = {**run_env(), **(env or {})}
     argv = [sys.executable, "-m", "advisor", *args]
-    folder = str(cwd or ROOT)
-    if new_interpreter or not _forkable(full):
-        return subprocess.run(argv, capture_output=True, text=True, env=full, cwd=folder,
-                              timeout=timeout)  # fmt: skip
+    folder = cwd or ROOT
+    forked = None if new_interpreter else fresh_process(_command, list(args), env=full,
+                                                        cwd=folder, timeout=timeout)  # fmt: skip
+    if forked is not None:
+        forked.args = argv
+        return forked
+    return subprocess.run(argv, capture_output=True, text=True, env=full, cwd=folder,
+                          timeout=timeout)  # fmt: skip
+
+
+def fresh_process(
+    target: Callable[..., None],
+    *args: Any,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str] | None:
+    """`target(*args)` (a module-level function) in a process forked from the fork server, with
+    environment `env` (default: `run_env()`) and folder `cwd`; its exit code (a function that
+    returns: 0; a signal: minus its number), stdout and stderr. None where it cannot be forked
+    (`_forkable`): the caller starts a new interpreter."""
+    env = run_env() if env is None else env
+    if not _forkable(env):
+        return None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = children.context().Process(
-            target=_command,
-            args=(list(args), full, folder, children.Fd(out.fileno()), children.Fd(err.fileno())),
+            target=_forked,
+            args=(target, args, env, str(cwd or ROOT), children.Fd(out.fileno()),
+                  children.Fd(err.fileno())),  # fmt: skip
         )
         with main_hidden():
             proc.start()
@@ -56,16 +91,16 @@ def advisor_cli(
         if proc.exitcode is None:
             proc.kill()
             proc.join()
-            raise subprocess.TimeoutExpired(argv, timeout)
+            raise subprocess.TimeoutExpired(getattr(target, "__name__", "target"), timeout)
         texts = []
         for f in (out, err):
             f.seek(0)
             texts.append(f.read().decode(errors="replace"))
-        return subprocess.CompletedProcess(argv, proc.exitcode, texts[0], texts[1])
+        return subprocess.CompletedProcess([target.__name__], proc.exitcode, texts[0], texts[1])
 
 
 def _forkable(env: dict[str, str]) -> bool:
-    """Whether a command with `env` can be forked from the fork server: children are forked
+    """Whether a process with `env` can be forked from the fork server: children are forked
     here, and nothing read at import differs from the server's environment (PYTHONPATH's entries
     being on the server's path already)."""
     server = children._server_env
@@ -83,22 +118,36 @@ def _forkable(env: dict[str, str]) -> bool:
     return True
 
 
-def _command(args: list[str], env: dict[str, str], cwd: str, out: int, err: int) -> None:
-    """The forked command: its streams, environment, folder and arguments, then the `advisor`
-    command's entry point, which ends the process with the command's exit code."""
+def _forked(target: Callable[..., None], args: tuple[Any, ...], env: dict[str, str], cwd: str,
+            out: int, err: int) -> None:  # fmt: skip
+    """The forked process: its streams (stdin /dev/null), environment and folder; then
+    `target(*args)`."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     null = os.open(os.devnull, os.O_RDONLY)
-    for fd, target in ((null, 0), (out, 1), (err, 2)):
-        os.dup2(fd, target)
+    for fd, into in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, into)
         os.close(fd)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
+    target(*args)
+
+
+def _command(args: list[str]) -> None:
+    """The `advisor` command's entry point with `args`: it ends the process with the command's
+    exit code."""
     sys.argv = [str(ROOT / "advisor" / "__main__.py"), *args]
     from advisor.cli import run
 
     run()
+
+
+def call(module: str, name: str, args: tuple[str, ...]) -> None:
+    """`module.name(*args)`, a test module's function, with a crash's stack on stderr (for
+    `conftest.in_fresh_process`)."""
+    faulthandler.enable()
+    getattr(importlib.import_module(module), name)(*args)
 
 
 def one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -114,40 +163,38 @@ def one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
     return lines[0]
 
 
-# Many bad-input cases in one fresh process: each is `advisor.cli.main(argv)` with its own stdout
-# and stderr captured and its exit code kept; an exception that escapes main is reported as the
-# traceback it would print. What a user's shell sees, at one interpreter start for all cases.
-_MANY = r"""
-import contextlib, io, json, sys, traceback
-import advisor.cli
-out = {}
-for name, argv in json.loads(sys.argv[1]).items():
-    so, se = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
-        try:
-            code = advisor.cli.main(argv)
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-    out[name] = [code, so.getvalue(), se.getvalue()]
-sys.stdout.write(json.dumps(out))
-"""
+def many(cases_json: str) -> None:
+    """Many bad-input cases in one process: each is `advisor.cli.main(argv)` with its own stdout
+    and stderr captured and its exit code kept; an exception that escapes main is reported as
+    the traceback it would print. What a user's shell sees, at one process start for all cases.
+    Prints {name: [code, stdout, stderr]} as JSON."""
+    import advisor.cli
+
+    out = {}
+    for name, argv in json.loads(cases_json).items():
+        so, se = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            try:
+                code = advisor.cli.main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+        out[name] = [code, so.getvalue(), se.getvalue()]
+    sys.stdout.write(json.dumps(out))
 
 
 def advisor_cli_many(
     cases: dict[str, list[str]], cwd: Path | None = None, timeout: float = 600
 ) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Run each case's argv through the CLI's `main` in one fresh process (see `_MANY`)."""
-    r = subprocess.run(
-        [sys.executable, "-c", _MANY, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=run_env(),
-        cwd=cwd or ROOT,
-        timeout=timeout,
-    )
+    """Run each case's argv through the CLI's `main` in one fresh process (`many`)."""
+    cases_json = json.dumps(cases)
+    r = fresh_process(many, cases_json, cwd=cwd, timeout=timeout) or subprocess.run(
+        [sys.executable, "-c", "import sys; from tests._cli import many; many(sys.argv[1])",
+         cases_json],
+        capture_output=True, text=True, env=run_env(), cwd=cwd or ROOT, timeout=timeout,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     return {
         name: subprocess.CompletedProcess(cases[name], code, stdout, stderr)

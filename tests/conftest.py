@@ -28,6 +28,7 @@ import advisor
 from advisor.config import Config
 from advisor.device.environment import current_environment
 from advisor.knobs import Settings
+from tests._cli import call, fresh_process, run_env
 
 # Property tests explore fixed example sequences: CI must not fail on a new random draw.
 settings.register_profile("advisor", derandomize=True, deadline=None, print_blob=True)
@@ -124,20 +125,15 @@ def _fork_server() -> None:
     start_server()
 
 
-def run_env() -> dict[str, str]:
-    """Environment for subprocesses: the repository importable, the temporary cache kept."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def in_fresh_process(body: Callable[..., None], *args: str, timeout_s: float = 300) -> None:
     """Run `body(*args)`, a test module's function, in a fresh Python process and fail with its
     stderr where it fails: the test runner's history (other tests' garbage, threads, caches)
     does not count, and a crash fails one test, with faulthandler's stack, not the runner."""
-    code = f"from {body.__module__} import {body.__name__} as f; f(*{args!r})"
-    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=run_env(),
-                         capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    run = fresh_process(call, body.__module__, body.__name__, args, timeout=timeout_s)
+    if run is None:  # not forked here: a new interpreter
+        code = f"from {body.__module__} import {body.__name__} as f; f(*{args!r})"
+        run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=run_env(),
+                             capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
 
 
