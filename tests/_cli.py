@@ -101,21 +101,26 @@ def fresh_process(
 
 def _forkable(env: dict[str, str]) -> bool:
     """Whether a process with `env` can be forked from the fork server: children are forked
-    here, and nothing read at import differs from the server's environment (PYTHONPATH's entries
-    being on the server's path already)."""
-    server = children._server_env
-    if server is None or children.start_method() != "forkserver":
+    here, and nothing read at import differs from the server's environment."""
+    if children._server_env is None or children.start_method() != "forkserver":
         return False
-    for key in set(env) | set(server):
+    return not import_time_changes(env)
+
+
+def import_time_changes(env: dict[str, str]) -> list[str]:
+    """The variables read at import whose value in `env` differs from the fork server's
+    (PYTHONPATH only where it names a folder not on the server's path)."""
+    server = children._server_env or {}
+    changed = []
+    for key in sorted(set(env) | set(server)):
         if env.get(key) == server.get(key):
             continue
         if key == "PYTHONPATH":
-            if all(not p or p in sys.path for p in env[key].split(os.pathsep)):
-                continue
-            return False
-        if key.startswith(children.IMPORT_TIME_ENV) or key in _READ_AT_IMPORT:
-            return False
-    return True
+            if any(p and p not in sys.path for p in env[key].split(os.pathsep)):
+                changed.append(key)
+        elif key.startswith(children.IMPORT_TIME_ENV) or key in _READ_AT_IMPORT:
+            changed.append(key)
+    return changed
 
 
 def _forked(target: Callable[..., None], args: tuple[Any, ...], env: dict[str, str], cwd: str,

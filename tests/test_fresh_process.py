@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._cli import _forkable, advisor_cli, fresh_process, run_env
+from advisor.execute import children
+from tests._cli import _forkable, advisor_cli, fresh_process, import_time_changes, run_env
 
 
 def report(code: str) -> None:
@@ -29,12 +30,19 @@ def sleep_long() -> None:
     time.sleep(60)
 
 
+def server_env(**extra: str) -> dict[str, str]:
+    """The fork server's environment (an earlier test in this worker may have left a variable
+    read at import changed here, as a compile leaves Inductor's), with `extra` over it."""
+    assert children._server_env is not None
+    return {**children._server_env, **extra}
+
+
 def test_a_forked_process_has_its_own_streams_environment_folder_and_exit_code(
     tmp_path: Path,
 ) -> None:
-    env = {**run_env(), "FRESH_MARK": "here"}
+    env = server_env(FRESH_MARK="here")
     r = fresh_process(report, "3", env=env, cwd=tmp_path)
-    assert r is not None, "the suite's environment should fork"
+    assert r is not None, import_time_changes(env)
     assert r.returncode == 3
     # stdin is empty (/dev/null); torch was imported by the server, not by the test's body
     assert r.stdout == f"{tmp_path} here True \n"
@@ -45,17 +53,17 @@ def test_a_forked_process_has_its_own_streams_environment_folder_and_exit_code(
 
 def test_a_process_past_its_timeout_is_killed_and_says_so() -> None:
     with pytest.raises(subprocess.TimeoutExpired):
-        fresh_process(sleep_long, timeout=0.5)
+        fresh_process(sleep_long, env=server_env(), timeout=0.5)
 
 
 def test_a_variable_read_at_import_starts_a_new_interpreter() -> None:
-    assert _forkable(run_env())
+    assert _forkable(server_env(PYTHONPATH=run_env()["PYTHONPATH"]))  # the repository: on the path
     for changed in ({"OMP_NUM_THREADS": "1"}, {"ADVISOR_PLUGINS": "tests.plugins"},
                     {"PYTHONPATH": "/nowhere"}):  # fmt: skip
-        assert not _forkable({**run_env(), **changed}), changed
-        assert fresh_process(report, "0", env={**run_env(), **changed}) is None
+        assert import_time_changes(server_env(**changed)) == list(changed)
+        assert fresh_process(report, "0", env=server_env(**changed)) is None
     # A variable read when a command runs forks: the command reads it from its environment.
-    assert _forkable({**run_env(), "ADVISOR_CACHE_DIR": "/tmp/elsewhere"})
+    assert _forkable(server_env(ADVISOR_CACHE_DIR="/tmp/elsewhere"))
 
 
 def test_the_command_forked_and_in_a_new_interpreter_say_the_same() -> None:
