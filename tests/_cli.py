@@ -101,10 +101,16 @@ def fresh_process(
 
 def _forkable(env: dict[str, str]) -> bool:
     """Whether a process with `env` can be forked from the fork server: children are forked
-    here, and nothing read at import differs from the server's environment."""
-    if children._server_env is None or children.start_method() != "forkserver":
+    here, the server runs, and nothing read at import differs between `env` and the server's
+    environment (this process's own may differ: a library can set such a variable as it is
+    imported, as scikit-learn sets `KMP_*`)."""
+    if not children._forks():
         return False
-    return not import_time_changes(env)
+    try:
+        children.start_server()  # running already: a check that it still is
+    except Exception:  # noqa: BLE001 - a server that cannot start: a new interpreter
+        return False
+    return children._server_env is not None and not import_time_changes(env)
 
 
 def import_time_changes(env: dict[str, str]) -> list[str]:

@@ -119,7 +119,11 @@ def load_script(path: Path, name: str) -> ModuleType:
 def _fork_server() -> None:
     """The children's fork server, started before any test changes the environment: one started
     inside a test that set PYTHONPATH (`cuda_standin`) would have every later child spawned (its
-    environment differs where torch's import reads it), at an import of torch each."""
+    environment differs where torch's import reads it), at an import of torch each. optuna's
+    importance module is imported first: it imports scikit-learn, which sets `KMP_*` in this
+    process's environment as it loads, so every child after a report test would be spawned."""
+    import optuna.importance  # noqa: F401 - for what its import sets
+
     from advisor.execute.children import start_server
 
     start_server()
