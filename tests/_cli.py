@@ -3,13 +3,13 @@ from the runner's history, and what a one-line error must look like.
 
 A new interpreter costs its start and torch's import (about 1.5 s of CPU on a 2-core machine),
 and the tests start over a hundred. Where the environment asked for differs from the fork
-server's in nothing read at import (`advisor.execute.children.IMPORT_TIME_ENV`, and what the
-advisor reads as its package loads), `fresh_process` forks the process from the advisor's own
-fork server instead: a process that has imported torch and run nothing (no tensor, no thread
-pool), as fresh as a new interpreter less the import, as the advisor starts its own children.
-Its stdin is /dev/null, its stdout and stderr are files read back when it ends, and its exit code
-is its own (minus the signal's number where one ended it, as `subprocess` says). Otherwise the
-callers start a new interpreter.
+server's in nothing read at import (the advisor's rule for its own children,
+`advisor.execute.children.start_method`, and what the advisor reads as its package loads),
+`fresh_process` forks the process from the advisor's own fork server instead: a process that has
+imported torch and run nothing (no tensor, no thread pool), as fresh as a new interpreter less
+the import, as the advisor starts its own children. Its stdin is /dev/null, its stdout and
+stderr are files read back when it ends, and its exit code is its own (minus the signal's number
+where one ended it, as `subprocess` says). Otherwise the callers start a new interpreter.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def fresh_process(
         if proc.exitcode is None:
             proc.kill()
             proc.join()
-            raise subprocess.TimeoutExpired(getattr(target, "__name__", "target"), timeout)
+            raise subprocess.TimeoutExpired([target.__name__], timeout)
         texts = []
         for f in (out, err):
             f.seek(0)
@@ -100,33 +100,30 @@ def fresh_process(
 
 
 def _forkable(env: dict[str, str]) -> bool:
-    """Whether a process with `env` can be forked from the fork server: children are forked
-    here, the server runs, and nothing read at import differs between `env` and the server's
-    environment (this process's own may differ: a library can set such a variable as it is
-    imported, as scikit-learn sets `KMP_*`)."""
-    if not children._forks():
-        return False
-    try:
-        children.start_server()  # running already: a check that it still is
-    except Exception:  # noqa: BLE001 - a server that cannot start: a new interpreter
-        return False
-    return children._server_env is not None and not import_time_changes(env)
+    """Whether a process with `env` can be forked from the fork server: the advisor's rule for
+    its own children (`children.start_method`) on `env`, not on this process's environment (a
+    library can set a variable read at import as it is imported, as scikit-learn sets `KMP_*`),
+    and `import_time_changes`'s two additions."""
+    return children.start_method(_as_read(env)) == "forkserver" and not import_time_changes(env)
 
 
 def import_time_changes(env: dict[str, str]) -> list[str]:
-    """The variables read at import whose value in `env` differs from the fork server's
-    (PYTHONPATH only where it names a folder not on the server's path)."""
+    """The variables read at import whose value in `env` differs from the fork server's: the
+    advisor's rule (`children.changed_at_import`), less PYTHONPATH where its folders are all on
+    the server's path already, plus what the advisor package reads as it loads."""
     server = children._server_env or {}
-    changed = []
-    for key in sorted(set(env) | set(server)):
-        if env.get(key) == server.get(key):
-            continue
-        if key == "PYTHONPATH":
-            if any(p and p not in sys.path for p in env[key].split(os.pathsep)):
-                changed.append(key)
-        elif key.startswith(children.IMPORT_TIME_ENV) or key in _READ_AT_IMPORT:
-            changed.append(key)
-    return changed
+    ours = [k for k in _READ_AT_IMPORT if env.get(k) != server.get(k)]
+    return sorted(children.changed_at_import(_as_read(env)) + ours)
+
+
+def _as_read(env: dict[str, str]) -> dict[str, str]:
+    """`env` as torch's import in the server reads it: the server's PYTHONPATH where every
+    folder `env`'s names is on this process's path already, which the server has."""
+    if any(p and p not in sys.path for p in env.get("PYTHONPATH", "").split(os.pathsep)):
+        return env
+    same = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    server = children._server_env or {}
+    return same | ({"PYTHONPATH": server["PYTHONPATH"]} if "PYTHONPATH" in server else {})
 
 
 def _forked(target: Callable[..., None], args: tuple[Any, ...], env: dict[str, str], cwd: str,

@@ -38,7 +38,8 @@ from unittest import mock
 from advisor.execute import profiling
 from advisor.execute.streams import fd_stdout_to_stderr
 
-__all__ = ["PRELOAD", "Fd", "start_child", "start_for_cli", "start_method", "start_server"]
+__all__ = ["PRELOAD", "Fd", "changed_at_import", "start_child", "start_for_cli", "start_method",
+           "start_server"]
 
 # What the fork server imports once, so that no child imports it again: torch, what autograd
 # imports at a child's first backward given gradients (symbolic_shapes and sympy: 0.18 s), and the
@@ -154,21 +155,25 @@ def start_for_cli(args: list[str]) -> None:
             start_server(fork=True)
 
 
-def start_method() -> str:
-    """How the next child starts: "forkserver", or "spawn" (not Linux, asked for, or this
-    process's environment now differs from the server's where torch's import reads it)."""
+def start_method(env: dict[str, str] | None = None) -> str:
+    """How the next child, with environment `env` (default: this process's), starts:
+    "forkserver", or "spawn" (not Linux, asked for, or `changed_at_import`)."""
     if not _forks():
         return "spawn"
     try:
         start_server()  # running already: a check that it still is
     except Exception:  # noqa: BLE001 - a server that cannot start: the child is spawned
         return "spawn"
-    if _server_env is None:
+    if _server_env is None or changed_at_import(dict(os.environ) if env is None else env):
         return "spawn"
-    server_env = _server_env
-    changed = {k for k in set(server_env) | set(os.environ)
-               if server_env.get(k) != os.environ.get(k)}  # fmt: skip
-    return "spawn" if any(k.startswith(IMPORT_TIME_ENV) for k in changed) else "forkserver"
+    return "forkserver"
+
+
+def changed_at_import(env: dict[str, str]) -> list[str]:
+    """The variables read at torch's import whose value in `env` differs from the server's."""
+    server = _server_env or {}
+    return sorted(k for k in set(server) | set(env)
+                  if k.startswith(IMPORT_TIME_ENV) and server.get(k) != env.get(k))  # fmt: skip
 
 
 def context() -> Any:
