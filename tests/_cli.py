@@ -1,5 +1,5 @@
 """Fresh processes for the tests: `python -m advisor ...` as a user runs it, a test body away
-from the runner's history, and what a one-line error must look like.
+from the runner's history, a `python -c` probe, and what a one-line error must look like.
 
 A new interpreter costs its start and torch's import (about 1.5 s of CPU on a 2-core machine),
 and the tests start over a hundred. Where the environment asked for differs from the fork
@@ -208,3 +208,23 @@ def advisor_cli_many(
         name: subprocess.CompletedProcess(cases[name], code, stdout, stderr)
         for name, (code, stdout, stderr) in json.loads(r.stdout).items()
     }
+
+
+def python_code(code: str, *argv: str, env: dict[str, str] | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`python -c code *argv` in the repository, forked where it can be (`fresh_process`), else
+    in a new interpreter. A module the fork server imported (`children.PRELOAD`) is there
+    already, so a check that an import leaves a module out holds only for modules the server
+    leaves out too; and a forked process leaves without running its exit handlers."""
+    run = fresh_process(_code, code, argv, env=env, timeout=timeout)
+    if run is None:
+        run = subprocess.run([sys.executable, "-c", code, *argv], env=run_env() if env is None
+                             else env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return run
+
+
+def _code(code: str, argv: tuple[str, ...]) -> None:
+    """`code` as `python -c` runs it, with a crash's stack on stderr."""
+    faulthandler.enable()
+    sys.argv = ["-c", *argv]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from advisor.apply import AdvisorWarning
 from advisor.config import Config, save_config
 from advisor.device.environment import current_environment
 from advisor.knobs import GlobalFlags, Settings
-from tests.conftest import run_env
+from tests._cli import python_code
 
 APPLY_SCRIPT = r"""
 import json, sys
@@ -57,13 +55,7 @@ def test_apply_in_fresh_process_sets_exactly_the_recorded_settings(tmp_path: Pat
         tmp_path,
         Settings(memory_format="channels_last", amp="bf16", cudnn_benchmark=True, tf32="on"),
     )
-    r = subprocess.run(
-        [sys.executable, "-c", APPLY_SCRIPT, str(path)],
-        capture_output=True,
-        text=True,
-        env=run_env(),
-        timeout=120,
-    )
+    r = python_code(APPLY_SCRIPT, str(path), timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert got["channels_last"] is True

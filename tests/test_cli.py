@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._cli import advisor_cli, advisor_cli_many
-from tests.conftest import run_env
+from tests._cli import advisor_cli, advisor_cli_many, python_code
 
 
 def test_advise_layer_cli_writes_config_and_trials(tmp_path: Path, fast_space: str) -> None:
@@ -200,6 +198,6 @@ def test_schema_env_and_show(tmp_path: Path, fast_space: str) -> None:
 def test_worker_command_does_not_import_the_cli() -> None:
     """`advisor.worker` takes the shared options from `advisor.cli_args`: no import cycle."""
     probe = "import sys, advisor.worker; print('advisor.cli' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=run_env())
+    r = python_code(probe)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"

@@ -33,7 +33,7 @@ from advisor.space import SearchSpace, candidates, compile_modes, load_space
 from advisor.stages.budget import budget_plan
 from advisor.stages.compiling import compile_candidates, compile_race
 from advisor.workload.args import make_workload
-from tests.conftest import run_env
+from tests._cli import python_code
 
 DATA = Path(__file__).parent / "data"
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -567,16 +567,13 @@ keep_artifacts(cold)
 """
 
 
-@pytest.mark.slow  # Inductor's start in two folders (15 s)
+@pytest.mark.slow  # Inductor's start, a cold compile, then the user's compile (7 s)
 def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The user's first training step should compile from what the run compiled (as the final
     # check's fresh process does), not pay a cold compile again. Inductor's start-up artifacts
     # are already there: the run starts Inductor in that same folder (`start_folder`).
-    import subprocess
-    import sys
-
     from advisor.compiled import (
         leave_for_training,
         shared_measurement_cache,
@@ -593,9 +590,7 @@ def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
     offset = f"{1 + uuid.uuid4().int % 10**6 / 10**7!r}"
 
     def fresh(code: str) -> str:  # processes started as the run's workers and the user's are
-        out = subprocess.run([sys.executable, "-c", code.replace("OFFSET", offset)],
-                             capture_output=True, text=True, timeout=300,
-                             env=run_env())  # fmt: skip
+        out = python_code(code.replace("OFFSET", offset))
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 

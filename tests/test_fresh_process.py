@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from advisor.execute import children
-from tests._cli import _forkable, advisor_cli, fresh_process, import_time_changes, run_env
+from tests._cli import (
+    _forkable,
+    advisor_cli,
+    fresh_process,
+    import_time_changes,
+    python_code,
+    run_env,
+)
 
 
 def report(code: str) -> None:
@@ -75,3 +82,15 @@ def test_the_command_forked_and_in_a_new_interpreter_say_the_same() -> None:
     assert (forked.returncode, forked.stdout, forked.stderr) == (
         new.returncode, new.stdout, new.stderr)  # fmt: skip
     assert forked.returncode == 2 and forked.stderr.startswith("advisor: error: cannot open")
+
+
+PROBE = "import sys; print(sys.argv[1:], sys.stdin.read()); sys.exit(int(sys.argv[1]))"
+
+
+def test_a_python_probe_forked_and_in_a_new_interpreter_say_the_same() -> None:
+    # OMP_NUM_THREADS is read at import: that probe runs in a new interpreter
+    for env in (server_env(), server_env(OMP_NUM_THREADS="1")):
+        run = python_code(PROBE, "3", "x", env=env)
+        assert (run.returncode, run.stdout, run.stderr) == (3, "['3', 'x'] \n", "")
+    crashed = python_code("1 / 0", env=server_env())
+    assert crashed.returncode == 1 and crashed.stderr.rstrip().endswith("division by zero")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from advisor.device.global_state import global_state, restore_global_state
+from tests._cli import python_code
 from tests.conftest import run_env
 
 _FRESH = """
@@ -33,8 +32,7 @@ def test_putting_the_state_back_and_naming_the_cache_folder_do_not_import_induct
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     env = {k: v for k, v in run_env().items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-    r = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True,
-                       env=env, timeout=120)  # fmt: skip
+    r = python_code(_FRESH, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     imported, folder = r.stdout.split()
     assert imported == "False"

@@ -5,8 +5,6 @@ stored result's reuse, and a real compiled dropout model stopped (or let through
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from advisor.space import SearchSpace, load_space
 from advisor.stages.compiling import compile_race
 from advisor.stages.later import reusable as _reusable
 from advisor.workload.args import make_workload
+from tests._cli import python_code
 from tests.conftest import in_fresh_process
 
 DATA = Path(__file__).parent / "data"
@@ -109,7 +108,7 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
     assert global_state() == before
 
 
-@pytest.mark.slow  # each value a fresh process importing Inductor (4 s)
+@pytest.mark.slow  # each value a fresh process importing Inductor (2 s)
 @pytest.mark.parametrize("value", [None, "0", "1"])
 def test_inductors_layout_setting_is_read_without_importing_it(value: str | None) -> None:
     # The main process decides the channels_last twin without importing Inductor (Dynamo's
@@ -125,8 +124,9 @@ def test_inductors_layout_setting_is_read_without_importing_it(value: str | None
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_LAYOUT_OPTIMIZATION"}
     if value is not None:
         env["TORCHINDUCTOR_LAYOUT_OPTIMIZATION"] = value
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()  # fmt: skip
+    run = python_code(code, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout.split()
     assert out[0] == out[1], out
     if value is not None:
         assert out[0] == str(value == "1")

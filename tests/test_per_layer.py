@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from advisor.knobs import Settings
 from advisor.stages.layer_groups import layer_groups
 from advisor.stages.per_layer import layers_map
 from advisor.workload.build import model_workload
+from tests._cli import python_code
 from tests.conftest import DATA, run_env
 
 CPU = torch.device("cpu")
@@ -112,13 +111,7 @@ print(json.dumps({"err": err, "gerr": gerr, "layers": tuned.layer_impls,
 
 def _apply_in_fresh_process(path: Path, extra_env: dict[str, str] | None = None) -> dict:
     env = {**run_env(), **(extra_env or {})}
-    r = subprocess.run(
-        [sys.executable, "-c", APPLY, str(path), str(DATA)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    r = python_code(APPLY, str(path), str(DATA), env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

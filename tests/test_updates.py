@@ -4,14 +4,13 @@ eager candidate's step and training check no longer import torch._dynamo."""
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 import textwrap
 
 import torch
 from torch import nn
 
 from advisor.measure.updates import Adam, ZeroLrSgd
+from tests._cli import python_code
 
 
 def _net() -> nn.Module:
@@ -89,7 +88,7 @@ def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
         print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = python_code(code)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "no dynamo"
 

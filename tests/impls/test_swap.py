@@ -5,8 +5,6 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from advisor import impls
 from advisor.errors import ImplError
 from advisor.impls._swap import original_class
 from advisor.impls.base import ConvSignature
+from tests._cli import python_code
 
 CPU = torch.device("cpu")
 
@@ -155,4 +154,5 @@ def test_registration_order() -> None:
 
 def test_importing_impls_does_not_import_triton() -> None:
     code = "import sys, advisor.impls; assert 'triton' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    r = python_code(code)
+    assert r.returncode == 0, r.stderr[-2000:]
