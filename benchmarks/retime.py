@@ -14,7 +14,8 @@ under `cudnn.benchmark`):
 3. rounds of one sample from each process in turn, in alternating order (A B C D, D C B A, ...:
    `advisor.measure.timing.interleave`) while the others wait idle: a sample is the advisor's
    `Sampler` (CUDA events on a GPU) over enough back-to-back steps to fill `MIN_SAMPLE_MS`,
-   after one untimed step. Sample i of every setting is from round i, so ratios are paired by
+   after one untimed step. On a CPU each sample waits `QUIET_S` first, so that the last
+   sampler's idle OpenMP threads have stopped spinning. Sample i of every setting is from round i, so ratios are paired by
    round (`advisor.measure.stats.paired_speedup`: drift that hits a round cancels in it).
 
 The roles: PyTorch's default, the advisor's pick (one per effort), the hand setting
@@ -50,6 +51,12 @@ SEED = 7  # the inputs' draw; the loss's is SEED + 1, as the advisor's Candidate
 MIN_SAMPLE_MS = 1.0  # a shorter step is repeated back to back within a sample (launch latency)
 WARMUP_S = 0.2  # after the first call: lazy initialisation the first call left
 ROUNDS_MIN = 5  # paired ratios need at least 5 rounds
+# On a CPU, the pause before each sample. After a step, libgomp's idle threads spin for
+# milliseconds before they sleep: a sample taken at once in the next process shares the cores
+# with them. On a 2-core Zen 4, relu_bn_block's 2-3 ms steps then came in two modes, a third of
+# them about 4 ms slower (an interquartile range above the median); after a 10 or 20 ms pause,
+# within 4-8% of it. Steps of 40 ms read the same either way.
+QUIET_S = 0.02
 COMPILE = {"compile": "default"}
 ONE_OFF = {"compile": "cold compile", "cudnn": "cuDNN's search"}
 
@@ -305,7 +312,7 @@ def retime(config: Path, roles: dict[str, dict[str, Any]], mode: str, device: st
                 if "error" in w.entry:
                     alive.remove(w)
                     w.stop()
-            n = rounds(alive, deadline, round_s)
+            n = rounds(alive, deadline, round_s, quiet_s=0.0 if device.startswith("cuda") else QUIET_S)
             if alive and n == 0:
                 for w in alive:
                     w.entry.setdefault("error", "no time left for the interleaved rounds")
@@ -316,15 +323,18 @@ def retime(config: Path, roles: dict[str, dict[str, Any]], mode: str, device: st
 
 
 def rounds(alive: list[_Worker], deadline: float, round_s: float,
-           clock: Callable[[], float] = time.perf_counter) -> int:  # fmt: skip
+           clock: Callable[[], float] = time.perf_counter, quiet_s: float = 0.0,
+           sleep: Callable[[float], None] = time.sleep) -> int:  # fmt: skip
     """Interleaved rounds across `alive` until each had `round_s` of them (at least
-    ROUNDS_MIN) or the deadline nears; each worker's `samples_ms` holds one sample a round. A
-    worker that fails mid-way ends the rounds; every worker keeps only the rounds all took."""
+    ROUNDS_MIN) or the deadline nears; each worker's `samples_ms` holds one sample a round,
+    taken `quiet_s` after the sample before it. A worker that fails mid-way ends the rounds;
+    every worker keeps only the rounds all took."""
     from advisor.measure.timing import interleave
 
     if not alive:
         return 0
-    per_round_s = sum(2 * w.entry["reps"] * w.entry["warm_ms"] / 1e3 for w in alive) + 0.002
+    per_round_s = sum(2 * w.entry["reps"] * w.entry["warm_ms"] / 1e3 + quiet_s
+                      for w in alive) + 0.002  # fmt: skip
     most = int((deadline - clock()) / per_round_s * 0.8)  # answers and slow samples: a margin
     if most < ROUNDS_MIN:
         return 0
@@ -335,6 +345,7 @@ def rounds(alive: list[_Worker], deadline: float, round_s: float,
             if failed:
                 return math.nan
             try:
+                sleep(quiet_s)
                 w.send("sample")
                 return float(w.receive(deadline)["ms"])
             except (_Late, RuntimeError, OSError) as e:

@@ -56,6 +56,36 @@ def test_rounds_alternate_and_stop_at_their_budget() -> None:
     assert order[:6] == ["a", "b", "b", "a", "a", "b"]  # A B, B A, ...
 
 
+def test_each_sample_waits_for_the_last_samplers_threads_to_go_quiet() -> None:
+    now = [0.0]
+    starts: list[float] = []
+
+    class _Timed(_FakeWorker):
+        def receive(self, until: float) -> dict[str, Any]:
+            starts.append(now[0])
+            return super().receive(until)
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    a, b = _Timed("a", 10.0, now), _Timed("b", 10.0, now)
+    n = retime.rounds([a, b], deadline=1000.0, round_s=0.2, clock=lambda: now[0],  # type: ignore[list-item]
+                      quiet_s=0.02, sleep=sleep)  # fmt: skip
+    # 60 ms a round (two samples of 10 ms, each 20 ms after the one before): 0.4 s is spent
+    # after 7 rounds
+    assert n == 7 and len(starts) == 14
+    assert all(later - earlier == pytest.approx(0.03) for earlier, later in zip(starts, starts[1:]))
+    now[0] = 0.0
+    c = _Timed("c", 100.0, now)
+    # 5 rounds of 100 ms fit in 2 s (7, with the planning's margin), not with a second's pause
+    # before each sample
+    assert retime.rounds([c], deadline=2.0, round_s=10.0, clock=lambda: now[0],  # type: ignore[list-item]
+                         quiet_s=1.0, sleep=sleep) == 0  # fmt: skip
+    assert "samples_ms" not in c.entry
+    assert retime.rounds([c], deadline=2.0, round_s=10.0, clock=lambda: now[0],  # type: ignore[list-item]
+                         sleep=sleep) >= 5  # fmt: skip
+
+
 def test_rounds_end_before_the_deadline_and_need_five() -> None:
     now = [0.0]
     a = _FakeWorker("a", 100.0, now)
