@@ -169,6 +169,21 @@ def _alternatives(worth: dict[str, Any], pick: str) -> str:
     return "; ".join(out) or "-"
 
 
+# A re-time whose samples spread wider than this (a role's interquartile range over its median)
+# is marked: on a quiet 2-core Zen 4 steady rounds stayed within 14%, and rounds that were not
+# (two-mode samples, a slow phase of the machine) read 20-130%.
+NOISY_IQR = 0.2
+
+
+def _rounds(worth: dict[str, Any]) -> str:
+    """The re-time's rounds, with its widest spread where that is above `NOISY_IQR`."""
+    spread = [(e["iqr_ms"] / e["median_ms"], role) for role, e in (worth.get("roles") or {}).items()
+              if e.get("iqr_ms") is not None and e.get("median_ms")]  # fmt: skip
+    share, role = max(spread, default=(0.0, ""))
+    noisy = f" (noisy: {role}'s samples spread {share:.0%} of its median)" if share > NOISY_IQR else ""
+    return f"{worth.get('rounds', '-')}{noisy}"
+
+
 def _loses(worth: dict[str, Any], pick: str) -> str:
     loses = (worth.get("loses_to") or {}).get(pick) or []
     versus = (worth.get("pick_vs") or {}).get(pick) or {}
@@ -245,7 +260,9 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
             "default's time over the setting's, paired by round (median and 95% interval). "
             "Beside each alternative its first call, with the one-off cost it carries (a cold "
             "compile, cuDNN's search). Where the pick is slower than an alternative beyond "
-            "noise, the last column says so.",
+            "noise, the last column says so. Rounds whose samples spread wide (a setting's "
+            f"interquartile range over {NOISY_IQR:.0%} of its median) are marked noisy: run them "
+            "again.",
             "",
             "| model | mode | effort | default ms | pick | pick vs default | alternatives vs "
             "default | the pick loses to | rounds | commits old |",
@@ -259,7 +276,7 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
                 f"| {r['model']} | {r['mode']} | {r['effort']} | {_s(d.get('median_ms'), 3)} "
                 f"| {_cell(r.get('pick') or '-')} | {_x((w.get('vs_default') or {}).get(pick))} "
                 f"| {_cell(_alternatives(w, pick))} | {_cell(_loses(w, pick))} "
-                f"| {w.get('rounds', '-')} | {_age(r, head)} |"
+                f"| {_rounds(w)} | {_age(r, head)} |"
             )
     failed = [r for r in retimed_rows if "error" in r["worth"]]
     for r in failed:

@@ -89,12 +89,22 @@ def test_a_page_shows_each_keys_newest_row_its_age_and_where_the_pick_loses() ->
     assert "| 1.25x [1.25, 1.25] |" in worth  # the pick against the default
     assert "hand (memory_format=channels_last, amp=bf16) 2.50x [2.50, 2.50], first call 0.2 s" in worth
     assert "**hand**: its time / the pick's 0.50x [0.50, 0.50]" in worth
+    assert "| 9 | 0 |" in worth  # no spread recorded: nothing marked
     assert pages.commits_old(old, head) == 3 and pages.commits_old("nope", head) is None
     # A later run of the same commit without a re-time (compare's) is the cost shown, and the
     # earlier run's re-time stays on the page
     text = pages.render_machine([*rows, _row(head, "2026-03-01", wall_s=6.0)], head)
     assert "| 6.0 |" in text.split("## What the advice is worth")[0]
     assert "| 1.25x [1.25, 1.25] |" in text.split("## What the advice is worth")[1]
+
+
+def test_a_retime_whose_samples_spread_wide_is_marked_noisy() -> None:
+    worth = _worth(8.0, 4.0)
+    worth["roles"]["default"]["iqr_ms"] = 1.5  # 15% of 10 ms: steady enough
+    worth["roles"]["hand"]["iqr_ms"] = 0.4
+    assert pages._rounds(worth) == "9"
+    worth["roles"]["pick quick"]["iqr_ms"] = 2.0  # 25% of 8 ms
+    assert pages._rounds(worth) == "9 (noisy: pick quick's samples spread 25% of its median)"
 
 
 def test_a_changed_table_makes_the_pages_stale(tmp_path: Path) -> None:
