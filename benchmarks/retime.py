@@ -15,8 +15,9 @@ under `cudnn.benchmark`):
    `advisor.measure.timing.interleave`) while the others wait idle: a sample is the advisor's
    `Sampler` (CUDA events on a GPU) over enough back-to-back steps to fill `MIN_SAMPLE_MS`,
    after one untimed step. On a CPU each sample waits `QUIET_S` first, so that the last
-   sampler's idle OpenMP threads have stopped spinning. Sample i of every setting is from round i, so ratios are paired by
-   round (`advisor.measure.stats.paired_speedup`: drift that hits a round cancels in it).
+   sampler's idle OpenMP threads have stopped spinning. Sample i of every setting is from
+   round i, so ratios are paired by round (`advisor.measure.stats.paired_speedup`: drift that
+   hits a round cancels in it).
 
 The roles: PyTorch's default, the advisor's pick (one per effort), the hand setting
 (channels_last, + bf16 autocast where the CPU has bf16 units or on a GPU, + cudnn.benchmark on
@@ -312,7 +313,8 @@ def retime(config: Path, roles: dict[str, dict[str, Any]], mode: str, device: st
                 if "error" in w.entry:
                     alive.remove(w)
                     w.stop()
-            n = rounds(alive, deadline, round_s, quiet_s=0.0 if device.startswith("cuda") else QUIET_S)
+            quiet_s = 0.0 if device.startswith("cuda") else QUIET_S
+            n = rounds(alive, deadline, round_s, quiet_s=quiet_s)
             if alive and n == 0:
                 for w in alive:
                     w.entry.setdefault("error", "no time left for the interleaved rounds")

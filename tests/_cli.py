@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib
 import io
 import json
 import os
@@ -151,13 +150,6 @@ def _command(args: list[str]) -> None:
     run()
 
 
-def call(module: str, name: str, args: tuple[str, ...]) -> None:
-    """`module.name(*args)`, a test module's function, with a crash's stack on stderr (for
-    `conftest.in_fresh_process`)."""
-    faulthandler.enable()
-    getattr(importlib.import_module(module), name)(*args)
-
-
 def one_line_error(r: subprocess.CompletedProcess[str], *needles: str) -> str:
     """The single stderr line of a bad-input exit, checked to name every needle."""
     assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
@@ -197,12 +189,8 @@ def advisor_cli_many(
     cases: dict[str, list[str]], cwd: Path | None = None, timeout: float = 600
 ) -> dict[str, subprocess.CompletedProcess[str]]:
     """Run each case's argv through the CLI's `main` in one fresh process (`many`)."""
-    cases_json = json.dumps(cases)
-    r = fresh_process(many, cases_json, cwd=cwd, timeout=timeout) or subprocess.run(
-        [sys.executable, "-c", "import sys; from tests._cli import many; many(sys.argv[1])",
-         cases_json],
-        capture_output=True, text=True, env=run_env(), cwd=cwd or ROOT, timeout=timeout,
-    )  # fmt: skip
+    r = python_code("import sys; from tests._cli import many; many(sys.argv[1])",
+                    json.dumps(cases), cwd=cwd, timeout=timeout)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     return {
         name: subprocess.CompletedProcess(cases[name], code, stdout, stderr)
@@ -211,15 +199,16 @@ def advisor_cli_many(
 
 
 def python_code(code: str, *argv: str, env: dict[str, str] | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """`python -c code *argv` in the repository, forked where it can be (`fresh_process`), else
-    in a new interpreter. A module the fork server imported (`children.PRELOAD`) is there
+                cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`python -X faulthandler -c code *argv` in `cwd` (default: the repository), forked where
+    it can be (`fresh_process`), else in a new interpreter. A module the fork server imported (`children.PRELOAD`) is there
     already, so a check that an import leaves a module out holds only for modules the server
     leaves out too; and a forked process leaves without running its exit handlers."""
-    run = fresh_process(_code, code, argv, env=env, timeout=timeout)
+    run = fresh_process(_code, code, argv, env=env, cwd=cwd, timeout=timeout)
     if run is None:
-        run = subprocess.run([sys.executable, "-c", code, *argv], env=run_env() if env is None
-                             else env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, *argv],
+                             env=run_env() if env is None else env, cwd=cwd or ROOT,
+                             capture_output=True, text=True, timeout=timeout)  # fmt: skip
     return run
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ import advisor
 from advisor.config import Config
 from advisor.device.environment import current_environment
 from advisor.knobs import Settings
-from tests._cli import call, fresh_process, run_env
+from tests._cli import python_code, run_env
 
 # Property tests explore fixed example sequences: CI must not fail on a new random draw.
 settings.register_profile("advisor", derandomize=True, deadline=None, print_blob=True)
@@ -133,11 +132,8 @@ def in_fresh_process(body: Callable[..., None], *args: str, timeout_s: float = 3
     """Run `body(*args)`, a test module's function, in a fresh Python process and fail with its
     stderr where it fails: the test runner's history (other tests' garbage, threads, caches)
     does not count, and a crash fails one test, with faulthandler's stack, not the runner."""
-    run = fresh_process(call, body.__module__, body.__name__, args, timeout=timeout_s)
-    if run is None:  # not forked here: a new interpreter
-        code = f"from {body.__module__} import {body.__name__} as f; f(*{args!r})"
-        run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=run_env(),
-                             capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    code = f"from {body.__module__} import {body.__name__} as f; f(*{args!r})"
+    run = python_code(code, timeout=timeout_s)
     assert run.returncode == 0, run.stderr[-4000:]
 
 
