@@ -11,7 +11,7 @@ under `cudnn.benchmark`):
 2. one after another, each makes its first call, timed apart from the samples, then warms up;
    those that compile go last, so that a deadline falling during a cold compile costs that
    setting alone;
-3. rounds of one sample from each process in turn, in alternating order (A B C D, D C B A, ...:
+3. rounds of one sample from each process in turn, in rotating order (A B C D, B C D A, ...:
    `advisor.measure.timing.interleave`) while the others wait idle: a sample is the advisor's
    `Sampler` (CUDA events on a GPU) over enough back-to-back steps to fill `MIN_SAMPLE_MS`,
    after one untimed step. On a CPU each sample waits `QUIET_S` first, so that the last

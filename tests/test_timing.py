@@ -1,12 +1,13 @@
 import contextlib
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
-from advisor.measure.timing import TimingPolicy, measure, reps_for, warm_up
+from advisor.measure.timing import TimingPolicy, interleave, measure, reps_for, warm_up
 from tests.conftest import FakeClock
 
 CPU = torch.device("cpu")
@@ -112,6 +113,33 @@ def test_measure_stops_at_time_cap() -> None:
     m = measure(clock.step, CPU, policy, clock=clock)
     assert 5 <= len(m.samples_ms) <= 30
     assert sum(m.samples_ms) >= 50 - 3
+
+
+def test_interleaved_rounds_rotate_so_that_no_sampler_follows_itself() -> None:
+    """In one process a sample taken right after its own ran faster (warm memory): reversed
+    rounds (A B C, C B A) gave that to the first and the last sampler only."""
+    taken: list[int] = []
+    clock = FakeClock([0.001])
+
+    def sampler(i: int) -> Callable[[], float]:
+        def one() -> float:
+            taken.append(i)
+            clock.step()
+            return 1.0
+
+        return one
+
+    for n in (3, 4):
+        taken.clear()
+        out = interleave([sampler(i) for i in range(n)], clock, min_rounds=2 * n, max_rounds=2 * n)
+        assert [len(s) for s in out] == [2 * n] * n
+        assert all(a != b for a, b in zip(taken, taken[1:]))  # none follows itself
+        rounds = [taken[r * n : (r + 1) * n] for r in range(2 * n)]
+        for place in range(n):  # each takes every place, as often as the others
+            assert sorted(r[place] for r in rounds) == sorted(list(range(n)) * 2)
+    taken.clear()
+    interleave([sampler(0), sampler(1)], clock, min_rounds=4, max_rounds=4)
+    assert taken == [0, 1, 1, 0, 0, 1, 1, 0]  # two: each follows itself as often as the other
 
 
 def test_median_ci_order_statistics() -> None:

@@ -2,7 +2,7 @@
 
 Candidates measured one after another see different machine states (clock boost, other load,
 thermal drift). The finalists — the fastest few accepted candidates and PyTorch's default — are
-re-timed together in rounds, one sample each per round, in alternating order (A B C, C B A, ...),
+re-timed together in rounds, one sample each per round, in rotating order (A B C, B C A, ...),
 so drift hits them all alike. Every sample is taken by the same `Sampler` as in the trials (CUDA
 events on a GPU, the same calls per sample, the same L2 flush for a single layer), so the fresh
 measurements are comparable with each other and replace the sequential ones: the pick is then made

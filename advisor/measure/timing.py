@@ -189,20 +189,20 @@ def interleave(
     budget_s: float = 1.0,
     decided: Callable[[list[list[float]]], bool] | None = None,
 ) -> list[list[float]]:
-    """Rounds of one sample from each sampler, in alternating order (A B C, C B A, ...), until
+    """Rounds of one sample from each sampler, in rotating order (A B C, B C A, C A B, ...), until
     `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent, or, from `min_rounds`
     on, the first round after which `decided(samples)` holds: the question the rounds answer
     is settled, and more of them would only narrow an interval nobody reads (a rule looked at
     after every round must be stricter than one looked at once: `stats.STRICT_Z`). A sampler
     may take its sample in another process (finalists that must not share one:
-    `cudnn.benchmark`)."""
+    `cudnn.benchmark`). With three or more, none follows itself: in one process, a sample right
+    after its own finds its memory warm (reversing, A B C C B A, gave the ends that alone)."""
     n = len(samplers)
     samples: list[list[float]] = [[] for _ in samplers]
     start = clock()
     rounds = 0
     while rounds < max_rounds:
-        order = list(range(n)) if rounds % 2 == 0 else list(reversed(range(n)))
-        for i in order:
+        for i in [(rounds + k) % n for k in range(n)]:
             samples[i].append(samplers[i]())
         rounds += 1
         if rounds >= min_rounds and clock() - start >= budget_s * n:
