@@ -19,7 +19,7 @@ from advisor.advice import Advice, build_advice
 from advisor.compiled import leave_for_training, shared_measurement_cache
 from advisor.config import FinalCheck
 from advisor.device.environment import resolve_device
-from advisor.device.global_state import global_state, restore_global_state
+from advisor.device.global_state import global_state_kept
 from advisor.errors import AdvisorError
 from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
@@ -136,15 +136,13 @@ def run_advise(
         if deferred is not None:
             workload = deferred
         else:
-            saved = global_state()
-            try:
-                workload = make_workload(**workload_args)
+            try:  # what the user's code sets at import is not the caller's
+                with global_state_kept():
+                    workload = make_workload(**workload_args)
             except BaseException:
                 if probed is not None:
                     probed.close()
                 raise
-            finally:
-                restore_global_state(saved)  # what the user's code set at import is not the caller's
         per_layer = not workload.is_layer and sp.per_layer
         options = SearchOptions(
             mode=mode,  # type: ignore[arg-type]

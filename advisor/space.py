@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from advisor import impls as conv_impls
+from advisor.device import environment
 from advisor.errors import SpaceError, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
 from advisor.measure.contest import Contest
@@ -108,7 +109,7 @@ class SearchSpace(BaseModel):
     device: Literal["cpu", "cuda", "any"] = "any"
     knobs: dict[str, list[Any]]
     skip: list[dict[str, Any]] = Field(
-        default_factory=list, description="partial assignments never to try"
+        default_factory=list, description="partial assignments never to try (`_matches`)"
     )
     budget: Budget = Budget()
     tolerances: Tolerances = Tolerances()
@@ -184,6 +185,11 @@ class SearchSpace(BaseModel):
                 if key == "device":
                     if value not in ("cpu", "cuda"):
                         raise ValueError(f"skip rule device {value!r} is not one of cpu, cuda")
+                    checked[key] = value
+                elif key in ("why", "cpu_bf16_kernels"):
+                    kind = str if key == "why" else bool
+                    if not isinstance(value, kind):
+                        raise ValueError(f"skip rule {key}: {value!r} is not a {kind.__name__}")
                     checked[key] = value
                 elif key in KNOBS:
                     checked[key] = _knob_value(key, value, "skip rule")
@@ -289,11 +295,13 @@ def with_tolerances(space: SearchSpace, overrides: dict[str, float]) -> SearchSp
 
 
 def _matches(rule: dict[str, Any], settings: Settings, device: torch.device) -> bool:
-    for key, value in rule.items():
-        actual = device.type if key == "device" else getattr(settings, key)
-        if actual != value:
-            return False
-    return True
+    """Whether a skip rule leaves `settings` out on `device`: its knobs, `device` (the kind)
+    and `cpu_bf16_kernels` (`environment.cpu_bf16_kernels`) match; `why` is what the user reads."""
+    machine = {"device": device.type, "cpu_bf16_kernels": environment.cpu_bf16_kernels(device)}
+    return all(
+        key == "why" or (machine[key] if key in machine else getattr(settings, key)) == value
+        for key, value in rule.items()
+    )
 
 
 AUTOCAST_CONVS = (
@@ -347,14 +355,19 @@ def candidates(
     out: list[Settings] = []
     default = Settings()
     redundant = 0
+    said: dict[str, str] = {}  # a rule's knobs -> its why, for the rules that skipped one
     for combo in itertools.product(*axes.values()):
         s = Settings(**dict(zip(axes, combo, strict=True)))
-        if s != default and any(_matches(rule, s, device) for rule in space.skip):
+        rule = next((r for r in space.skip if _matches(r, s, device)), None)
+        if s != default and rule is not None:
+            if "why" in rule:
+                said[", ".join(f"{k}={v}" for k, v in rule.items() if k in KNOBS)] = rule["why"]
             continue
         if s.amp != "off" and s.cpu_fp32 != "ieee":
             redundant += 1  # the same computation as its cpu_fp32=ieee twin: not timed twice
             continue
         out.append(s)
+    dropped += [Dropped(what, why) for what, why in said.items()]
     if redundant:
         dropped.append(Dropped("cpu_fp32=bf16 with amp", AUTOCAST_CONVS))
     if default in out:

@@ -17,19 +17,26 @@ def test_builtin_spaces_load() -> None:
         load_space("cuda", CPU)
 
 
-@pytest.mark.parametrize("units", [False, True], ids=["no bf16 units", "bf16 units"])
+@pytest.mark.parametrize(
+    "units,kernels", [(False, False), (False, True), (True, True)],
+    ids=["AVX2", "AVX-512 without bf16 units", "bf16 units"],
+)  # fmt: skip
 def test_cpu_candidates_drop_cuda_knobs_with_reasons(
-    units: bool, monkeypatch: pytest.MonkeyPatch
+    units: bool, kernels: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the same answer on every development machine: whether this CPU has bf16 units is set here
+    # the same answer on every development machine: what this CPU has is set here
     monkeypatch.setattr(environment, "cpu_has_bf16_units", lambda: units)
+    monkeypatch.setattr(environment, "cpu_bf16_kernels", lambda device: kernels)
     space = load_space("cpu", CPU)
     cands, dropped = candidates(space, CPU, impls=["native"])
     assert cands[0] == Settings()  # PyTorch's default first
     offers_bf16_fp32 = units and flags.has_mkldnn_conv_precision()
-    # 2 layouts x 2 amp, and 2 layouts with cpu_fp32=bf16 where oneDNN can compute fp32 convs
-    # with bf16 units (not under bf16 autocast: every conv is bf16 there already)
-    assert len(cands) == (6 if offers_bf16_fp32 else 4)
+    # 2 layouts x 2 amp (bf16 autocast only where PyTorch has oneDNN bf16 kernels: the space's
+    # skip rule, with its why), and 2 layouts with cpu_fp32=bf16 where oneDNN can compute fp32
+    # convs with bf16 units (not under bf16 autocast: every conv is bf16 there already)
+    assert len(cands) == (6 if offers_bf16_fp32 else 4 if kernels else 2)
+    assert any(c.amp == "bf16" for c in cands) == kernels
+    assert ("amp=bf16" in {d.what for d in dropped}) != kernels
     assert {c.cpu_fp32 for c in cands} == ({"ieee", "bf16"} if offers_bf16_fp32 else {"ieee"})
     assert not any(c.cpu_fp32 == "bf16" and c.amp != "off" for c in cands)
     assert all(c.tf32 == "conv" and not c.cudnn_benchmark for c in cands)
@@ -55,6 +62,31 @@ def test_skip_rules_remove_combinations() -> None:
     # the default is never skipped, even when a rule matches it
     space = SearchSpace(name="t", knobs={"amp": ["off", "bf16"]}, skip=[{"amp": "off"}])
     assert candidates(space, CPU)[0][0] == Settings()
+
+
+def test_skip_rules_test_the_cpus_bf16_kernels_and_say_why() -> None:
+    """A rule naming `cpu_bf16_kernels` applies only where the CPU's answer matches; its `why`
+    lists what it left out (one entry per rule); a rule without one leaves silently."""
+    here = environment.cpu_bf16_kernels(CPU)
+    assert environment.cpu_bf16_kernels(torch.device("meta")) is None  # not a CPU
+    with pytest.MonkeyPatch.context() as m:  # the stand-in for an AVX2 CPU (docs/development.md)
+        m.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+        assert environment.cpu_bf16_kernels(CPU) is False
+    for value in (here, not here):
+        space = SearchSpace(
+            name="t",
+            knobs={"memory_format": ["contiguous", "channels_last"], "amp": ["off", "bf16"]},
+            skip=[{"amp": "bf16", "cpu_bf16_kernels": value, "why": "slow here"},
+                  {"memory_format": "channels_last", "amp": "off"}],
+        )  # fmt: skip
+        cands, dropped = candidates(space, CPU)
+        bf16 = [c.label() for c in cands if c.amp == "bf16"]
+        assert bf16 == ([] if value == here else ["amp=bf16", "memory_format=channels_last, amp=bf16"])
+        assert [(d.what, d.reason) for d in dropped if d.reason == "slow here"] == (
+            [("amp=bf16", "slow here")] if value == here else []
+        )
+        assert "memory_format=channels_last" not in [c.label() for c in cands]
+        assert not any("channels_last" in d.what and d.what != "amp=bf16" for d in dropped)
 
 
 def test_yaml_booleans_read_as_on_off(tmp_path) -> None:
@@ -119,6 +151,8 @@ def test_skip_rule_values_take_the_knobs_own_form() -> None:
         ({"knobs": {}, "skip": [{"amp": "fp8"}]}, "skip rule value 'fp8' is not valid for amp"),
         ({"knobs": {}, "skip": [{"tf32": "sometimes"}]}, "not valid for tf32"),
         ({"knobs": {}, "skip": [{"device": "tpu"}]}, "device 'tpu'"),
+        ({"knobs": {}, "skip": [{"cpu_bf16_kernels": "no"}]}, "cpu_bf16_kernels: 'no' is not a bool"),
+        ({"knobs": {}, "skip": [{"amp": "bf16", "why": 3}]}, "why: 3 is not a str"),
         ({"knobs": {}, "skip": [{"conv_impl": "warp_speed"}]}, "unknown conv implementation"),
         ({"knobs": {"conv_impl": ["native", "warp_speed"]}}, "'warp_speed'; known: native"),
         (

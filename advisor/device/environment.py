@@ -180,6 +180,16 @@ def cpu_has_bf16_units() -> bool:
     return bool(have & {"avx512_bf16", "amx_bf16"}) and cap not in _ONEDNN_BELOW_BF16
 
 
+def cpu_bf16_kernels(device: torch.device) -> bool | None:
+    """Whether bf16 convs run oneDNN's bf16 kernels on this CPU: PyTorch's own check (AVX-512 or
+    bf16 units) and oneDNN not capped below them (`onednn_isa_cap`: up to AVX2_VNNI it has none);
+    elsewhere they run reference kernels. None off the CPU."""
+    if device.type != "cpu":
+        return None
+    supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return supported and onednn_isa_cap() not in _ONEDNN_BELOW_BF16[:4]
+
+
 def _cpu_capability() -> str:
     """The vector ISA PyTorch dispatches to (AVX2, AVX512, ...), the low-precision features and
     oneDNN's cap where one is set (a capped run is another machine's measurement)."""

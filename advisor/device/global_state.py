@@ -9,13 +9,14 @@ too, with everything else a step could change.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from advisor.device.flags import read_flags, write_flags
 
-__all__ = ["global_state", "restore_global_state"]
+__all__ = ["global_state", "global_state_kept", "restore_global_state"]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
@@ -75,3 +76,13 @@ def restore_global_state(saved: dict[str, Any]) -> None:
         with contextlib.suppress(RuntimeError, AttributeError):  # e.g. no CUDA in this build
             torch.set_autocast_enabled(dev, enabled)
             torch.set_autocast_dtype(dev, dtype)
+
+
+@contextlib.contextmanager
+def global_state_kept() -> Iterator[None]:
+    """PyTorch's process-wide state as it was before, put back after what runs within."""
+    saved = global_state()
+    try:
+        yield
+    finally:
+        restore_global_state(saved)

@@ -4,11 +4,11 @@ subprocess with a time limit (`advisor.execute.isolate.IsolatedEvaluator`); both
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from advisor.device.global_state import global_state, restore_global_state
+from advisor.device.global_state import global_state_kept
 from advisor.execute.gating import gate_only
 from advisor.execute.park import Park
 from advisor.execute.retime import retime, retime_policy
@@ -64,49 +64,31 @@ class InProcessEvaluator:
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
 
-        saved = global_state()
-        try:
-            if self._gate is None:
-                self._gate = Gate(self.workload, self.device, self.mode, self.space)
-                self._gate.know(self._known)
-            return evaluate(
-                self.workload,
-                settings,
-                self.device,
-                self.mode,
-                self.space,
-                self._gate,
-                race=race,
-                time_left_s=time_left_s,
-                park=self._park,
-            )
-        finally:
-            restore_global_state(saved)
+        with global_state_kept():
+            return evaluate(self.workload, settings, self.device, self.mode, self.space,
+                            self._the_gate(), race=race, time_left_s=time_left_s, park=self._park)  # fmt: skip
+
+    def _the_gate(self) -> Gate:
+        if self._gate is None:  # built at its first use, with the verdicts known so far
+            self._gate = Gate(self.workload, self.device, self.mode, self.space)
+            self._gate.know(self._known)
+        return self._gate
 
     def retime(
         self, results: list[TrialResult], *, time_left_s: float | None = None
     ) -> list[TrialResult]:
         """The finalists re-timed together, interleaved, in this process (advisor.execute.retime)."""
         self._park.clear()  # the screen's survivors were timed
-        saved = global_state()
-        try:
+        with global_state_kept():
             policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
             return retime(self.workload, results, self.device, self.mode, policy,
                           min_gain=self.space.min_gain)  # fmt: skip
-        finally:
-            restore_global_state(saved)
 
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
         """The gate's verdict on a candidate measured without it, in this process."""
-        saved = global_state()
-        try:
-            if self._gate is None:
-                self._gate = Gate(self.workload, self.device, self.mode, self.space)
-                self._gate.know(self._known)
-            return gate_only(self.workload, settings, self.device, self.mode, self._gate,
+        with global_state_kept():
+            return gate_only(self.workload, settings, self.device, self.mode, self._the_gate(),
                              time_left_s)  # fmt: skip
-        finally:
-            restore_global_state(saved)
 
     def use(self, workload: Workload) -> None:
         """Evaluate another workload from now on (its references are computed on first use;
@@ -138,24 +120,13 @@ class Lent:
         self._evaluator, self._home = evaluator, home
         evaluator.use(workload)
 
+    def __getattr__(self, name: str) -> Any:  # all but closing is the evaluator's own
+        return getattr(self._evaluator, name)
+
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
         return self._evaluator(settings, race=race, time_left_s=time_left_s)
-
-    def retime(
-        self, results: list[TrialResult], *, time_left_s: float | None = None
-    ) -> list[TrialResult]:
-        return self._evaluator.retime(results, time_left_s=time_left_s)
-
-    def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
-        return self._evaluator.gate(settings, time_left_s=time_left_s)
-
-    def use(self, workload: Workload) -> None:
-        self._evaluator.use(workload)
-
-    def know(self, checks: list[PrecisionCheck]) -> None:
-        self._evaluator.know(checks)
 
     def close(self) -> None:
         self._evaluator.use(self._home)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from advisor.device.global_state import global_state, restore_global_state
+from advisor.device.global_state import global_state_kept
 from advisor.workload.build import ShapeCase, Workload
 from advisor.workload.info import ModelFileInfo, parse_info
 from advisor.workload.rebuild import workload_from_info
@@ -58,12 +58,9 @@ class DeferredWorkload(Workload):
     def loaded(self) -> Workload:
         """The workload loaded from the file (once)."""
         if self._loaded is None:
-            saved = global_state()
             t0 = time.perf_counter()
-            try:
+            with global_state_kept():
                 self._loaded = workload_from_info(self.info)
-            finally:
-                restore_global_state(saved)
             self.load_s = time.perf_counter() - t0
             if self.on_load is not None:
                 self.on_load(self.load_s)
