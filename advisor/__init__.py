@@ -9,19 +9,28 @@ with tuned.autocast():
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from advisor.execute.profiling import start_early
 
 start_early()  # $ADVISOR_PROFILE_DIR: the command's profile begins before torch's import
 
-from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings
-from advisor.config import Config, config_schema, load_config, save_config
-from advisor.device.environment import Environment, current_environment
-from advisor.errors import AdvisorError
-from advisor.knobs import Settings
-from advisor.version import __version__
-from advisor.workload.layer_spec import LayerSpec, layer_spec
+# Importing torch and the package makes hundreds of thousands of objects and no garbage: a
+# collection during the import walks them for nothing. Collections resume after it as they were.
+_collecting = gc.isenabled()
+gc.disable()
+try:
+    from advisor.apply import AdvisorWarning, Tuned, apply, apply_settings
+    from advisor.config import Config, config_schema, load_config, save_config
+    from advisor.device.environment import Environment, current_environment
+    from advisor.errors import AdvisorError
+    from advisor.knobs import Settings
+    from advisor.version import __version__
+    from advisor.workload.layer_spec import LayerSpec, layer_spec
+finally:
+    if _collecting:
+        gc.enable()
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,15 +80,13 @@ def advise(
     whole run (default: the space's budget.time_s): the best answer so far, and what was not
     measured. When PyTorch's default itself moved by more than 2x under the measurements (across
     the re-time's rounds, or between its trial and the re-time on a busy machine), the default
-    is kept unless `accept_noisy=True`. `steps`: the
-    training steps expected; a torch.compile candidate is recommended only if its compile pays
-    within them. A change is recommended only if it holds in a final check against the default
-    where the user runs it (a fresh process with `isolate=True` for a model file or layer spec).
-    Returns an `Advice`: `.settings`, `.config`, `.trials` (a DataFrame), `.save(path)`.
-    `storage` is 'memory' (default for the API), None for the embedded default study file, or a
-    database URL / journal path; a stored study resumes where it stopped (`fresh=True`
-    discards it first).
-    """
+    is kept unless `accept_noisy=True`. `steps`: the training steps expected; a torch.compile
+    candidate is recommended only if its compile pays within them. A change is recommended only
+    if it holds in a final check against the default where the user runs it (a fresh process
+    with `isolate=True` for a model file or layer spec). Returns an `Advice`: `.settings`,
+    `.config`, `.trials` (a DataFrame), `.save(path)`. `storage` is 'memory' (default for the
+    API), None for the embedded default study file, or a database URL / journal path; a stored
+    study resumes where it stopped (`fresh=True` discards it first)."""
     arguments = dict(locals())  # every parameter, as given: run_advise takes them all
     from advisor.service import run_advise  # the search engine: optuna and pandas load here
     from advisor.workload.preflight import check_workload_sizes

@@ -20,13 +20,14 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the fork server
 
 def _report(conn: Connection, name: str) -> None:
     """In the child: the variable asked for, whether torch is imported, and a line on stdout;
-    and how many objects are frozen out of the garbage collector."""
+    how many objects are frozen out of the garbage collector, and whether it collects."""
     print(f"child says hello on stdout ({os.getpid()})", flush=True)
-    conn.send((os.environ.get(name), "torch" in sys.modules, os.getcwd(), gc.get_freeze_count()))
+    conn.send((os.environ.get(name), "torch" in sys.modules, os.getcwd(), gc.get_freeze_count(),
+               gc.isenabled()))  # fmt: skip
     conn.close()
 
 
-def _run_child(name: str) -> tuple[str | None, bool, str, int]:
+def _run_child(name: str) -> tuple[str | None, bool, str, int, bool]:
     proc, conn = children.start_child(_report, name)
     try:
         assert conn.poll(120), "the child did not answer"
@@ -44,10 +45,10 @@ def test_a_forked_child_gets_the_parents_environment_and_folder_as_they_are_now(
     monkeypatch.setenv("ADVISOR_TEST_LATE", "set after the server started")
     monkeypatch.chdir(tmp_path)
     assert children.start_method() == "forkserver"
-    value, has_torch, cwd, frozen = _run_child("ADVISOR_TEST_LATE")
+    value, has_torch, cwd, frozen, collects = _run_child("ADVISOR_TEST_LATE")
     assert value == "set after the server started"
     assert has_torch  # imported by the server, not by the child
-    assert frozen > 50_000  # torch's objects: no collection in the child walks them
+    assert frozen > 50_000 and collects  # torch's objects: no collection in the child walks them
     # ...nor in the server, whose exit the parent's exit waits for: it freezes after its imports
     assert children.PRELOAD[-1] == "advisor.execute.preloaded"
     assert os.path.samefile(cwd, tmp_path)
@@ -60,16 +61,16 @@ def test_a_variable_torch_reads_at_import_that_changed_means_a_spawned_child(
     children.start_server()
     monkeypatch.setenv("OMP_NUM_THREADS", "1" if os.environ.get("OMP_NUM_THREADS") != "1" else "2")
     assert children.start_method() == "spawn"
-    value, _, _, _ = _run_child("OMP_NUM_THREADS")
+    value, *_ = _run_child("OMP_NUM_THREADS")
     assert value == os.environ["OMP_NUM_THREADS"]
 
 
 def test_spawn_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(children.METHOD_ENV, "spawn")
     assert children.start_method() == "spawn"
-    value, has_torch, _, frozen = _run_child(children.METHOD_ENV)
+    value, has_torch, _, frozen, collects = _run_child(children.METHOD_ENV)
     assert value == "spawn" and has_torch  # the child's code imports it (the advisor does)
-    assert frozen > 50_000
+    assert frozen > 50_000 and collects
 
 
 @linux_only
@@ -82,7 +83,8 @@ def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_i
     parent has exited. The command's server (`fork`) is this process forked: its stdout is the
     parent's stderr too, and it holds none of the parent's other files (a pipe it held would
     not reach its end when the parent exits); multiprocessing's resource tracker, started with
-    it, is spawned as always."""
+    it, is spawned as always. The forked server imports without collections; its children
+    collect."""
     code = textwrap.dedent(
         f"""
         import os, sys
@@ -94,7 +96,8 @@ def test_a_forked_childs_stdout_is_its_parents_stderr_and_the_server_ends_with_i
         server = forkserver._forkserver._forkserver_pid
         tracker = resource_tracker._resource_tracker._pid  # started beside it, never forked
         assert "resource_tracker" in open(f"/proc/{{tracker}}/cmdline").read()
-        torch_there = _run_child("HOME")[1]  # the server serves: its set-up is done
+        _, torch_there, _, _, collects = _run_child("HOME")  # the server serves: set up
+        assert collects
         named = open(f"/proc/{{server}}/cmdline").read() == open("/proc/self/cmdline").read()
         fds = {{int(fd): os.readlink(f"/proc/{{server}}/fd/{{fd}}")
                for fd in os.listdir(f"/proc/{{server}}/fd")}}

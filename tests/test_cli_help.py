@@ -93,6 +93,17 @@ def test_the_command_freezes_what_it_imported_and_made_before_its_exit() -> None
     assert at_exit > 50_000
 
 
+@pytest.mark.parametrize("collecting", [True, False])
+def test_importing_the_package_leaves_the_collector_as_it_was(collecting: bool) -> None:
+    """The package imports torch with the garbage collector off (nothing it makes is garbage),
+    then puts it back as the importer had it."""
+    code = f"import gc\nif not {collecting}: gc.disable()\nimport advisor\nprint(gc.isenabled())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(collecting)]
+
+
 def test_with_triton_loaded_the_command_exits_without_a_leak_report() -> None:
     """Triton's nanobind extension prints each of its objects still alive at the interpreter's
     teardown as a leak (dozens of lines after the run's last): `run` leaves without it."""

@@ -102,7 +102,7 @@ def test_worker_is_replaced_and_flags_never_leak(plugins: None, tmp_path: Path,
         crashed = ev(Settings(conv_impl="test_crash"))
         assert (crashed.status, crashed.reason) == ("failed", "worker crashed (SIGSEGV)")
         assert ev(Settings(conv_impl="test_probe")).status == "ok"
-        assert ev.pid != first_pid and ev.restarts == 1
+        assert ev.pid != first_pid and ev.starts == 2
     finally:
         ev.close()
     pristine = json.loads(fresh.communicate(timeout=60)[0])

@@ -132,6 +132,7 @@ def _fork_here(server: Any) -> bool:
                         os.close(fd)
             os.dup2(2, 1)
             listener, alive = passfds
+            gc.disable()  # until its preload is done and frozen (`preloaded`), as the package's
             forkserver.main(listener, alive, PRELOAD)
         finally:
             os._exit(0)

@@ -102,10 +102,6 @@ class IsolatedEvaluator:
         self.on_start = on_start
 
     @property
-    def restarts(self) -> int:
-        return max(0, self.starts - 1)
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
