@@ -249,15 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """The `advisor` command and `python -m advisor`: `main` in a process that exits after it.
 
-    What is imported (torch, the advisor) and what the command made live until the exit, so
-    both are frozen out of the garbage collector: no collection walks torch's objects again. A
-    caller of `main` in a longer-lived process keeps its own collector as it was. The exit is
-    the interpreter's first steps (its other threads joined, then every exit handler: the fork
-    server stopped, temporary folders removed, the streams flushed) without its teardown of
-    every module and object, which would free torch after the run's last line while the user
-    waits for the prompt (`leave`). With `$ADVISOR_PROFILE_DIR` set it is profiled (from the
-    package's import on: `advisor.execute.profiling`; started here if that import came
-    earlier)."""
+    What is imported and what the command made live until the exit: both are frozen out of the
+    garbage collector (a caller of `main` keeps its collector as it was). The exit joins the
+    other threads and runs every exit handler, without the interpreter's teardown of every
+    module and object (`leave`). With `$ADVISOR_PROFILE_DIR` set it is profiled from the
+    package's import on (`advisor.execute.profiling`)."""
     from advisor.execute.children import start_for_cli
     from advisor.execute.profiling import start
     from advisor.execute.worker_process import leave

@@ -146,13 +146,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def profiled(role: str) -> Iterator[None]:
     """A child's life (`children.start_child`'s target) profiled as `role` while profiling: a
     forked child leaves by `os._exit`, which runs no exit handler, so it ends here."""
-    if not start(role):
-        yield
-        return
+    started = start(role)
     try:
         yield
     finally:
-        stop()
+        if started:
+            stop()
 
 
 def kill(proc: Any) -> None:
