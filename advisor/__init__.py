@@ -16,8 +16,7 @@ from advisor.execute.profiling import start_early
 
 start_early()  # $ADVISOR_PROFILE_DIR: the command's profile begins before torch's import
 
-# Importing torch and the package makes hundreds of thousands of objects and no garbage: a
-# collection during the import walks them for nothing. Collections resume after it as they were.
+# The import makes torch's many objects and no garbage: no collection walks them meanwhile.
 _collecting = gc.isenabled()
 gc.disable()
 try:

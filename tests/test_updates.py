@@ -1,5 +1,6 @@
-"""The optimizer updates written without torch.optim compute what torch.optim computes, and an
-eager candidate's step and training check no longer import torch._dynamo."""
+"""The optimizer updates written without torch.optim compute what torch.optim computes, a layer's
+backward from its output gradients computes what its loss's computes, and an eager candidate's
+step and training check no longer import torch._dynamo."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import textwrap
 import torch
 from torch import nn
 
+from advisor.knobs import Settings
+from advisor.measure.candidate import Candidate
 from advisor.measure.updates import Adam, ZeroLrSgd
+from advisor.workload.build import layer_workload
+from advisor.workload.layer_spec import layer_spec
 from tests._cli import python_code
 
 
@@ -118,3 +123,24 @@ def test_a_grad_scaler_unscales_and_skips_through_zero_lr_sgd_as_through_torch_o
         assert scaler.get_scale() == 2.0**9  # an overflow: the step skipped, the scale backed off
     for a, b in zip(got["zero_lr_sgd"], got["torch_optim"], strict=True):
         assert torch.equal(a, b)  # unscaled alike
+
+
+def test_a_layers_step_gives_the_gradients_of_its_loss_bit_for_bit() -> None:
+    """A layer's timed step starts its backward at the engine's entry, from the output gradients
+    its loss would give (`Candidate._backward_from_outputs`): the same gradients, bit for bit."""
+    spec = layer_spec("Conv2d(4, 8, 3, padding=1, groups=2)", input_shape="2,4,9,9")
+    cand = Candidate(layer_workload(spec), Settings(), torch.device("cpu"), "train")
+    leaves = [*cand.tuned.module.parameters(), *cand.inputs]
+
+    def grads() -> list[torch.Tensor]:
+        got = [t.grad.clone() for t in leaves]  # type: ignore[union-attr]
+        cand._zero_grad()
+        return got
+
+    cand.step()
+    direct = grads()
+    cand._loss(cand._forward()).backward()
+    assert len(direct) == 3 and all(g.abs().sum() > 0 for g in direct)
+    for a, b in zip(direct, grads(), strict=True):
+        assert torch.equal(a, b)
+    cand.close()

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.autograd.graph import _engine_run_backward
 
 from advisor.apply import Tuned, apply_settings
 from advisor.device.ops import cuda_ops, placement
@@ -119,9 +120,9 @@ def _calls(mode: Any) -> int:
 
 
 # How a layer's training step is timed; stored measurements of layers taken another way are not
-# compared with this one's (`per_layer.layer_context`, `study.study_name_for`). 2: backward from
-# the output gradient, without a loss over the output (`Candidate._backward_from_outputs`).
-LAYER_STEP = "step2"
+# compared with this one's (`per_layer.layer_context`, `study.study_name_for`). 3: backward from
+# the output gradient at autograd's engine entry (`Candidate._backward_from_outputs`).
+LAYER_STEP = "step3"
 
 
 class Candidate:
@@ -187,8 +188,7 @@ class Candidate:
         self._params = [p for p in self.tuned.module.parameters() if p.requires_grad]
         # A layer on a GPU is timed with its calls queued ahead: its step must not sync.
         self._sync_free = workload.is_layer and device.type == "cuda"
-        # A layer's output feeds the next layer, not a loss: its backward starts from the
-        # output gradient itself (`_backward_from_outputs`), without a loss's passes over it.
+        # A layer's output feeds the next layer, not a loss (`_backward_from_outputs`).
         self._direct = workload.is_layer
         self._direct_grads: list[torch.Tensor] | None = None
         if mode == "train" and self._params and optimizer:
@@ -229,11 +229,11 @@ class Candidate:
                 x.grad = None
 
     def _backward_from_outputs(self, outs: list[torch.Tensor]) -> None:
-        """Backward from the outputs with `_loss`'s output gradients, each in its output's dtype:
-        the gradients `_loss` would give, bit for bit (its cast back to the output's dtype is
-        the same rounding), without the loss's cast, product and sum over the whole output and
-        their backward: on a cheap layer those passes can be over half its step, the same for
-        every implementation, which would narrow their ratios."""
+        """Backward from the outputs, at autograd's engine entry, with `_loss`'s output gradients
+        in each output's dtype: the gradients `_loss` gives, bit for bit (its cast back is the
+        same rounding). Neither the loss's passes over the output nor `torch.autograd.backward`'s
+        checks of the gradients are timed: on a cheap layer they can be over half its step, the
+        same for every implementation, which would narrow the ratios."""
         if self._direct_grads is None:
             self._loss(outs)  # draws the output gradients
             assert self._grad_outputs is not None
@@ -242,7 +242,8 @@ class Candidate:
         pairs = [(o, g) for o, g in zip(outs, self._direct_grads, strict=True) if o.requires_grad]
         if not pairs:
             raise RuntimeError("no model output requires grad: nothing to train")
-        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        _engine_run_backward(tuple(o for o, _ in pairs), tuple(g for _, g in pairs), False, False,
+                             (), allow_unreachable=True, accumulate_grad=True)  # fmt: skip
 
     def _train_step(self) -> None:
         """Forward, backward and the optimizer step, as a training loop does them."""
