@@ -53,7 +53,6 @@ __all__ = [
     "recompile_limit",
     "recompile_reason",
     "shared_measurement_cache",
-    "start_folder",
     "start_inductor",
     "training_cache",
 ]
@@ -172,21 +171,13 @@ def _clear_in_memory() -> Any:
 _STARTED = False
 
 
-def start_folder() -> Path:
-    """Where Inductor's start-up artifacts are built and read: the folder the user's own
-    `torch.compile` reads (`training_cache()`). The C++ compiler's checks of each instruction set
-    and the precompiled header are the same for every compile on this machine and torch, and
-    Inductor keys them by content: a machine where torch.compile has run before starts warm
-    (about 5x faster on a small CPU), and after a run the user's own first compile does not pay
-    them again."""
-    return training_cache()
-
-
 def start_inductor(device: torch.device | None = None) -> float:
     """Inductor's one-off start in a process, paid on a trivial function on the run's device
-    (the CPU when None) in `start_folder()`: every measured compile is then the model's own,
-    whichever candidate comes first, and its cold cache holds the model's artifacts alone.
-    Returns the seconds it took (0 when this process had started it).
+    (the CPU when None): every measured compile is then the model's own, whichever candidate
+    comes first, and its cold cache holds the model's artifacts alone. Returns the seconds it
+    took (0 when this process had started it). It starts in the folder the user's own
+    `torch.compile` reads (`training_cache()`): Inductor keys its start-up artifacts by content,
+    so a machine where torch.compile ran before starts warm, and the user's does after a run.
 
     The start is the device's backend's: its imports, then on a CPU the C++ compiler's checks
     of each instruction set and the precompiled header (most of a cold start), on a GPU Triton's
@@ -199,7 +190,7 @@ def start_inductor(device: torch.device | None = None) -> float:
         return 0.0
     _STARTED = True
     t0 = time.perf_counter()
-    folder = start_folder()
+    folder = training_cache()
     folder.mkdir(parents=True, exist_ok=True)
     on = placement(device) if device is not None else torch.device("cpu")
     with inductor_caches(folder):
@@ -293,7 +284,7 @@ def _inductor_default_cache_dir() -> str:
 
 def leave_for_training(run_folder: Path) -> Path | None:
     """Copy a run's compile artifacts (`run_folder`, from `shared_measurement_cache`) into
-    `training_cache()`, where Inductor's start-up ones already are (`start_folder`), so that the
+    `training_cache()`, where Inductor's start-up ones already are (`start_inductor`), so that the
     user's first training step compiles the recommendation from them, as the final check's fresh
     process did (with the run's artifacts alone the C++ compiler's checks are built again; with
     both, a first compile is about 5x faster than with an empty cache). Inductor's

@@ -573,17 +573,12 @@ def test_a_compiled_pick_leaves_its_caches_where_the_users_compile_reads_them(
 ) -> None:
     # The user's first training step should compile from what the run compiled (as the final
     # check's fresh process does), not pay a cold compile again. Inductor's start-up artifacts
-    # are already there: the run starts Inductor in that same folder (`start_folder`).
-    from advisor.compiled import (
-        leave_for_training,
-        shared_measurement_cache,
-        start_folder,
-        training_cache,
-    )
+    # are already there: the run starts Inductor in that same folder (`start_inductor`).
+    from advisor.compiled import leave_for_training, shared_measurement_cache, training_cache
 
     user = tmp_path / "user-inductor"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(user))
-    assert training_cache() == start_folder() == user
+    assert training_cache() == user
     # This test's processes read Inductor's default folder (started by earlier tests, as on a
     # machine where torch.compile ran before), with a graph no other compile there has.
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")

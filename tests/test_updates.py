@@ -66,8 +66,9 @@ def test_zero_lr_sgd_runs_the_update_and_changes_nothing() -> None:
     ZeroLrSgd([torch.zeros(2, requires_grad=True)]).step()  # no gradient yet: nothing to do
 
 
-def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
-    # torch.optim's first use imports torch._dynamo (over a second of CPU per process).
+def test_eager_steps_and_checks_import_neither_dynamo_nor_sympy() -> None:
+    # torch.optim's first use imports torch._dynamo (over a second of CPU per process);
+    # torch.autograd.backward or .grad given gradients imports sympy (a fifth of a second).
     code = textwrap.dedent(
         """
         import sys, torch
@@ -90,12 +91,24 @@ def test_an_eager_step_and_training_check_do_not_import_dynamo() -> None:
         losses = train(w, Settings(), torch.device("cpu"), [(args, kwargs)],
                        [[torch.randn(out.shape)]], PrecisionCheckSettings(steps=2))
         assert len(losses) == 3 and all(l == l for l in losses), losses
-        print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+        # a layer's step, and a candidate's layers checked alone, with their gradients
+        from advisor.gate.numeric import Gate
+        from advisor.space import load_space
+        from advisor.workload.build import layer_workload
+        from advisor.workload.layer_spec import layer_spec
+        cpu = torch.device("cpu")
+        spec = layer_spec("Conv2d(3, 4, 3)", input_shape="1,3,8,8")
+        layer = Candidate(layer_workload(spec), Settings(), cpu, "train")
+        layer.step()
+        cand = Candidate(w, Settings(memory_format="channels_last"), cpu, "train")
+        gate = Gate(w, cpu, "train", load_space("cpu", cpu))
+        assert gate.check_layers(cand, cand.capture(record_convs=True).convs).ok
+        print(sorted(m for m in ("torch._dynamo", "sympy") if m in sys.modules))
         """
     )
     r = python_code(code)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().splitlines()[-1] == "no dynamo"
+    assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_a_grad_scaler_unscales_and_skips_through_zero_lr_sgd_as_through_torch_optim() -> None:

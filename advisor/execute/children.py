@@ -41,13 +41,12 @@ from advisor.execute.streams import fd_stdout_to_stderr
 __all__ = ["PRELOAD", "Fd", "changed_at_import", "start_child", "start_for_cli", "start_method",
            "start_server"]
 
-# What the fork server imports once, so that no child imports it again: torch, what autograd
-# imports at a child's first backward given gradients (symbolic_shapes and sympy: 0.18 s), and the
-# modules the children run (which import the rest). Nothing here runs a torch op at import: a
-# fork after OpenMP's threads started can hang the child's first parallel region.
-PRELOAD = ["torch", "torch.fx.experimental.symbolic_shapes", "advisor.execute.worker_process",
-           "advisor.execute.probe", "advisor.stages.final_check",
-           "advisor.execute.preloaded"]  # fmt: skip
+# What the fork server imports once, so that no child imports it again: torch and the modules
+# the children run (which import the rest; their backward given gradients imports no sympy:
+# `measure.candidate.engine_grads`). Nothing here runs a torch op at import: a fork after
+# OpenMP's threads started can hang the child's first parallel region.
+PRELOAD = ["torch", "advisor.execute.worker_process", "advisor.execute.probe",
+           "advisor.stages.final_check", "advisor.execute.preloaded"]  # fmt: skip
 # Variables read when torch (or the C libraries it loads) is imported: a child whose parent has
 # other values than the server had must import torch itself, so it is spawned.
 IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "DNNL_", "ONEDNN_", "LD_",

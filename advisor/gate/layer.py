@@ -22,7 +22,7 @@ from advisor import impls
 from advisor.device.ops import autocast_type, cuda_ops, placement
 from advisor.gate.metrics import global_rel_error, rel_error
 from advisor.knobs import GlobalFlags, Settings
-from advisor.measure.candidate import Candidate, ConvInput, Mode, to_layout
+from advisor.measure.candidate import Candidate, ConvInput, Mode, engine_grads, to_layout
 from advisor.space import SearchSpace
 from advisor.workload.copying import copy_module
 
@@ -132,7 +132,7 @@ class LayerCheck:
         if train:
             g = self._draw_grad(c.shape, out.shape, gen).to(out.dtype)
             wrt = [xd] if need_x else []
-            grads = torch.autograd.grad(out, [*wrt, *params.values()], g)
+            grads = engine_grads([out], [g], [*wrt, *params.values()])
             if need_x:
                 got["input gradient"] = grads[0]
             for n, gr in zip(params, grads[len(wrt) :], strict=True):
@@ -236,7 +236,7 @@ class LayerCheck:
         if g is not None:
             named = dict(ref_mod.named_parameters())
             wrt = ([xr] if need_x else []) + [named[n] for n in params]
-            grads = torch.autograd.grad(out, wrt, g.to(out.device, dtype))
+            grads = engine_grads([out], [g.to(out.device, dtype)], wrt)
             if need_x:
                 ref["input gradient"] = grads[0]
             for n, gr in zip(params, grads[1 if need_x else 0 :], strict=True):

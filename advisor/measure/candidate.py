@@ -53,6 +53,16 @@ def flatten_tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
+def engine_grads(outputs: list[torch.Tensor], grads: list[torch.Tensor],
+                 inputs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """Backward from `outputs` with `grads` (made from them: same shapes) at autograd's engine
+    entry, where `torch.autograd.backward` and `.grad` go after checking them (a sympy import,
+    then microseconds a call): into `.grad`, or with `inputs`, returned for each (all used)."""
+    wrt = tuple(inputs or ())
+    return _engine_run_backward(tuple(outputs), tuple(grads), False, False, wrt,
+                                allow_unreachable=not wrt, accumulate_grad=not wrt)  # fmt: skip
+
+
 def acc_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype a comparison accumulates in: float64 for the float64 reference, else fp32."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
@@ -242,8 +252,7 @@ class Candidate:
         pairs = [(o, g) for o, g in zip(outs, self._direct_grads, strict=True) if o.requires_grad]
         if not pairs:
             raise RuntimeError("no model output requires grad: nothing to train")
-        _engine_run_backward(tuple(o for o, _ in pairs), tuple(g for _, g in pairs), False, False,
-                             (), allow_unreachable=True, accumulate_grad=True)  # fmt: skip
+        engine_grads([o for o, _ in pairs], [g for _, g in pairs])
 
     def _train_step(self) -> None:
         """Forward, backward and the optimizer step, as a training loop does them."""
