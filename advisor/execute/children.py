@@ -131,7 +131,7 @@ def _fork_here(server: Any) -> bool:
                         os.close(fd)
             os.dup2(2, 1)
             listener, alive = passfds
-            gc.disable()  # until its preload is done and frozen (`preloaded`), as the package's
+            gc.disable()  # until its preload is frozen (`preloaded`), as the package's import does
             forkserver.main(listener, alive, PRELOAD)
         finally:
             os._exit(0)
