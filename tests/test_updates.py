@@ -1,6 +1,6 @@
 """The optimizer updates written without torch.optim compute what torch.optim computes, a layer's
 backward from its output gradients computes what its loss's computes, and an eager candidate's
-step and training check no longer import torch._dynamo."""
+steps and checks import neither torch._dynamo nor sympy."""
 
 from __future__ import annotations
 
