@@ -375,8 +375,8 @@ def beyond_noise(outcome: SearchOutcome, pick: Pick, contest: Contest) -> str | 
 
 def _stage_reporter(
     progress: Callable[[Progress], None] | None,
-) -> Callable[[str, float], None] | None:
-    """Each stage's end, told to the progress display (a line with its time)."""
+) -> Callable[[str, float, float], None] | None:
+    """Each span's end, told to the progress display (a line with its time and its stage's)."""
     if progress is None:
         return None
-    return lambda stage, seconds: progress(Progress(0, 0, None, None, seconds, stage, seconds))
+    return lambda stage, seconds, all_s: progress(Progress(0, 0, None, None, all_s, stage, seconds))

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from advisor.execute.retime import retimed_results
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.verdict import PrecisionCheck
+from advisor.report.progress import ProgressReporter
+from advisor.service import _stage_reporter
 from advisor.stages.walltime import (
     LOAD,
     TIMED,
@@ -33,8 +37,8 @@ def _check(amp: str, seconds: float) -> PrecisionCheck:
 
 
 def test_the_clock_adds_up_spans_and_reports_each_as_it_ends() -> None:
-    told: list[tuple[str, float]] = []
-    clock = StageClock(time.perf_counter() - 2.0, lambda s, t: told.append((s, t)))
+    told: list[tuple[str, float, float]] = []
+    clock = StageClock(time.perf_counter() - 2.0, lambda s, t, all_s: told.append((s, t, all_s)))
     clock.until_now(LOAD)
     for _ in range(2):
         with clock.stage("re-time"):
@@ -42,9 +46,24 @@ def test_the_clock_adds_up_spans_and_reports_each_as_it_ends() -> None:
     with pytest.raises(RuntimeError), clock.stage("compile"):
         raise RuntimeError("a failing stage still counts")
     # a stage that raised counts its time but is not told as done (its error is the one line)
-    assert [s for s, _ in told] == [LOAD, "re-time", "re-time"] and "compile" in clock.spans
+    assert [s for s, _, _ in told] == [LOAD, "re-time", "re-time"] and "compile" in clock.spans
     assert clock.spans[LOAD] >= 2.0
-    assert clock.spans["re-time"] == pytest.approx(told[1][1] + told[2][1])
+    # each span's own time, and its stage's so far: the second span is told with both
+    assert told[1][2] == told[1][1]
+    assert clock.spans["re-time"] == told[2][2] == pytest.approx(told[1][1] + told[2][1])
+
+
+def test_a_resumed_stage_says_it_is_done_again_with_its_time_in_all() -> None:
+    console = Console(record=True, width=120)
+    reporter = ProgressReporter(console=console)
+    clock = StageClock(time.perf_counter(), _stage_reporter(reporter.update))
+    for stage in ("global knobs", "re-time", "global knobs"):
+        with clock.stage(stage):
+            time.sleep(0.06)
+    lines = console.export_text().splitlines()
+    assert re.fullmatch(r"global knobs: done in \d+\.\d s", lines[0])
+    assert re.fullmatch(r"re-time: done in \d+\.\d s", lines[1])
+    assert re.fullmatch(r"global knobs: done in \d+\.\d s more, \d+\.\d s in all", lines[2])
 
 
 def test_breakdown_orders_stages_and_counts_each_precision_check_once() -> None:

@@ -69,9 +69,11 @@ class ProgressReporter:
     def update(self, p: SearchProgress) -> None:
         if p.ended_s is not None:
             # One line per stage as it ends, with its time: shown in a log or a pipe too,
-            # where the bar draws nothing.
+            # where the bar draws nothing. A stage resumed (the pick's gate after the re-time)
+            # says so, with the stage's time in all.
+            more = f" more, {p.elapsed_s:.1f} s in all" if p.elapsed_s > p.ended_s else ""
             if self.enabled:
-                self.console.print(f"{p.stage}: done in {p.ended_s:.1f} s", highlight=False)
+                self.console.print(f"{p.stage}: done in {p.ended_s:.1f} s{more}", highlight=False)
             return
         if self._bar is None:
             return

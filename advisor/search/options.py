@@ -29,7 +29,7 @@ class Progress:
     last: TrialResult | None
     elapsed_s: float
     stage: str = "global knobs"
-    ended_s: float | None = None  # set once, when the stage's span ends: its wall time
+    ended_s: float | None = None  # a span of the stage ended: its time (`elapsed_s`: the stage's)
 
 
 @dataclass

@@ -52,11 +52,11 @@ PROCESS_STARTS = "process starts"
 
 @dataclass
 class StageClock:
-    """Wall time per stage since `start` (a `time.perf_counter()` value); `report(stage, s)` is
-    called as each span ends (the console prints a line)."""
+    """Wall time per stage since `start` (a `time.perf_counter()` value); `report(stage, s, all_s)`
+    is called as each span ends, with the stage's seconds so far (the console prints a line)."""
 
     start: float
-    report: Callable[[str, float], None] | None = None
+    report: Callable[[str, float, float], None] | None = None
     spans: dict[str, float] = field(default_factory=dict)
     paid: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> part -> s
     _current: str | None = None
@@ -64,7 +64,7 @@ class StageClock:
     def _add(self, name: str, seconds: float, ended: bool = True) -> None:
         self.spans[name] = self.spans.get(name, 0.0) + seconds
         if self.report is not None and ended:
-            self.report(name, seconds)
+            self.report(name, seconds, self.spans[name])
 
     def until_now(self, name: str) -> None:
         """`name` took the time since the start (the first span: start-up and load)."""
