@@ -3,6 +3,7 @@ outcome is read back from the study by `advisor.search.outcome`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -233,12 +234,12 @@ def _loop(
         enqueue_missing(plan, space, device)
         trials = study.get_trials(deepcopy=False)
         before = sum(1 for t in trials if evaluated(t))
-        run = _optimize if shared else _optimize_with_optuna
+        run = functools.partial(_optimize, study, objective, on_trial, remaining, own_tell=shared)
         if plan.grid and any(t.state == TrialState.WAITING for t in trials):
-            run(study, objective, on_trial, remaining, grid=True)
+            run(grid=True)
             continue
         if not plan.grid and before < plan.budget and stalled < 3:
-            run(study, objective, on_trial, remaining, n_trials=plan.budget - before)
+            run(n_trials=plan.budget - before)
             # TPE may only re-suggest measured points (pruned): give up after a few rounds.
             stalled = stalled + 1 if _count_evaluated(study) == before else 0
             continue
@@ -262,37 +263,29 @@ def _unlocked(storage: optuna.storages.BaseStorage) -> bool:
     )
 
 
-def _optimize_with_optuna(
-    study: optuna.Study,
-    objective: Callable[[optuna.Trial], float | tuple[float, float]],
-    on_trial: Callable[[optuna.Study, FrozenTrial], None],
-    timeout_s: float,
-    *,
-    n_trials: int | None = None,
-    grid: bool = False,
-) -> None:
-    """optuna's own loop (with its heartbeats, which PostgreSQL workers on other hosts need)."""
-
-    def callback(study: optuna.Study, trial: FrozenTrial) -> None:
-        on_trial(study, trial)
-        if grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            study.stop()
-
-    study.optimize(objective, n_trials=n_trials, timeout=timeout_s, catch=(CandidateFailed,),
-                   callbacks=[callback], gc_after_trial=False)  # fmt: skip
-
-
 def _optimize(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], float | tuple[float, float]],
     on_trial: Callable[[optuna.Study, FrozenTrial], None],
     timeout_s: float,
     *,
+    own_tell: bool,
     n_trials: int | None = None,
     grid: bool = False,
 ) -> None:
-    """optuna's loop for SQLite, with the tell in our hands: a trial another process owns is not
-    told here, and one told meanwhile by another process is skipped instead of raising."""
+    """Trials for `timeout_s`, or `n_trials`, or (`grid`) until none waits: optuna's loop, with the
+    heartbeats PostgreSQL workers on other hosts need; or (`own_tell`, SQLite) ours, which tells
+    no trial another process owns and skips one told meanwhile by another instead of raising."""
+    if not own_tell:
+
+        def callback(study: optuna.Study, trial: FrozenTrial) -> None:
+            on_trial(study, trial)
+            if grid and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.stop()
+
+        study.optimize(objective, n_trials=n_trials, timeout=timeout_s, catch=(CandidateFailed,),
+                       callbacks=[callback], gc_after_trial=False)  # fmt: skip
+        return
     start = time.perf_counter()
     done = 0
     while time.perf_counter() - start < timeout_s and (n_trials is None or done < n_trials):
