@@ -87,7 +87,7 @@ def advise(
     API), None for the embedded default study file, or a database URL / journal path; a stored
     study resumes where it stopped (`fresh=True` discards it first)."""
     arguments = dict(locals())  # every parameter, as given: run_advise takes them all
-    from advisor.service import run_advise  # the search engine: optuna and pandas load here
+    from advisor.service import run_advise  # the search engine: optuna loads here
     from advisor.workload.preflight import check_workload_sizes
 
     # Absurd sizes are a one-line SpecError here, before anything is allocated.

@@ -3,6 +3,8 @@ its exports; `build_advice` makes it from a search's outcome and the stages' res
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,48 +84,39 @@ class Advice:
     def trials(self) -> pd.DataFrame:
         import pandas as pd
 
-        pareto = self.outcome.pareto  # time,memory mode: the Pareto set (else empty)
-        chosen = self.pick.chosen.settings
-        decided = self.pick.text()  # the pick's row says why, and how it got there
-        return pd.DataFrame(
-            [
-                {**trial_row(o, r, self.baseline), "pareto": any(r is p for p in pareto),
-                 "picked": decided if r.settings == chosen else ""}
-                for o, r in zip(self.outcome.trial_origins, self.results, strict=True)
-            ]
-        )  # fmt: skip
+        return pd.DataFrame(self._trial_rows())
 
     @property
     def layer_trials(self) -> pd.DataFrame:
         """Per-layer measurements: one row per (layer group, implementation)."""
         import pandas as pd
 
-        rows = []
+        return pd.DataFrame(self._layer_rows())
+
+    def _trial_rows(self) -> list[dict[str, Any]]:
+        pareto = self.outcome.pareto  # time,memory mode: the Pareto set (else empty)
+        chosen = self.pick.chosen.settings
+        decided = self.pick.text()  # the pick's row says why, and how it got there
+        return [
+            {**trial_row(o, r, self.baseline), "pareto": any(r is p for p in pareto),
+             "picked": decided if r.settings == chosen else ""}
+            for o, r in zip(self.outcome.trial_origins, self.results, strict=True)
+        ]  # fmt: skip
+
+    def _layer_rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
         for c in self.layer_choices:
+            group = {"layers": ",".join(c.group.names), "layer": c.group.description}
             if not c.results:  # a layer the stage could not take: it keeps PyTorch's forward
-                rows.append({"layers": ",".join(c.group.names), "layer": c.group.description,
-                             "impl": "native", "status": "kept", "reason": c.why, "chosen": True})  # fmt: skip
+                rows.append({**group, "impl": "native", "status": "kept", "reason": c.why,
+                             "chosen": True})  # fmt: skip
             for impl, r in c.results.items():
                 row = trial_row((-1, "per-layer"), r, c.results["native"])
-                row.update(
-                    layers=",".join(c.group.names),
-                    layer=c.group.description,
-                    impl=impl,
-                    chosen=impl == c.chosen,
-                )
-                rows.append(row)
+                rows.append({**row, **group, "impl": impl, "chosen": impl == c.chosen})
             for impl, why in c.skipped.items():
-                rows.append(
-                    {
-                        "layers": ",".join(c.group.names),
-                        "layer": c.group.description,
-                        "impl": impl,
-                        "status": "not applicable",
-                        "reason": why,
-                        "chosen": False,
-                    }
-                )
-        return pd.DataFrame(rows)
+                rows.append({**group, "impl": impl, "status": "not applicable", "reason": why,
+                             "chosen": False})  # fmt: skip
+        return rows
 
     def save(self, path: str | Path) -> Path:
         """Write the config, and its trials (and per-layer) CSV beside it, all or none: every file
@@ -133,15 +126,29 @@ class Advice:
         config, trials, layers = output_paths(path)
         files = {
             config: self.config.model_dump_json(indent=2) + "\n",
-            trials: self.trials.to_csv(index=False),
+            trials: csv_text(self._trial_rows()),
         }
         if self.layer_choices:
-            files[layers] = self.layer_trials.to_csv(index=False)
+            files[layers] = csv_text(self._layer_rows())
         atomic_write_all(files)
         return path
 
     def __repr__(self) -> str:
         return f"Advice({self.settings.label()}, {self.speedup:.2f}x vs default)"
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """`rows` as CSV that pandas reads back as its own `DataFrame(rows).to_csv(index=False)`,
+    without its import at the end of a run: columns in the order first seen, None and NaN empty."""
+    out = io.StringIO()
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    writer = csv.DictWriter(out, columns, lineterminator="\n")  # a missing key, None: empty
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        )
+    return out.getvalue()
 
 
 def kept_layers_notes(choices: list[LayerChoice]) -> list[str]:

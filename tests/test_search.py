@@ -1,15 +1,21 @@
 """The search end to end through the Python API (in process, fast space)."""
 
+import io
+import math
+
 import pandas as pd
 import pytest
 import torch
 
 import advisor
+from advisor.advice import csv_text
 from advisor.execute.runner import Candidate, Gate, evaluate
 from advisor.knobs import Settings
 from advisor.space import SearchSpace, load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec
+from tests._cli import python_code
+from tests.conftest import FAST_SPACE
 
 CPU = torch.device("cpu")
 
@@ -34,6 +40,39 @@ def test_advise_layer_api(fast_space: str, tmp_path) -> None:
     assert advisor.load_config(path) == advice.config
     csv = pd.read_csv(tmp_path / "tuned.trials.csv")
     assert len(csv) == 4 and "rel_error" in csv.columns
+    # the file reads back as the table pandas would have written (`csv_text`)
+    pd.testing.assert_frame_equal(csv, pd.read_csv(io.StringIO(df.to_csv(index=False))))
+
+
+ROWS = [
+    {"trial": 0, "label": "default", "reason": "", "ms": 1.5, "ok": True, "note": None},
+    {"trial": None, "label": 'a "quoted", comma', "reason": "x\ny", "ms": math.nan, "ok": False,
+     "layers": [1, 2], "inf": math.inf},
+    {"label": "missing keys", "ms": 1e-20, "ok": None},
+    {"trial": 2, "label": "ünïcode", "ms": 0.1 + 0.2, "note": "0042"},
+]
+
+
+def test_the_trials_csv_reads_back_as_pandas_writes_it() -> None:
+    ours, theirs = csv_text(ROWS), pd.DataFrame(ROWS).to_csv(index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(ours)), pd.read_csv(io.StringIO(theirs)))
+    assert '"a ""quoted"", comma"' in ours and '"x\ny"' in ours and ours.startswith("trial,label")
+    # the same text, where no integer column has a gap (pandas writes such a column as floats)
+    assert csv_text(ROWS[:1]) == pd.DataFrame(ROWS[:1]).to_csv(index=False)
+    assert csv_text([]) == pd.DataFrame([]).to_csv(index=False)
+
+
+def test_saving_advice_imports_no_pandas(tmp_path) -> None:
+    code = (
+        "import sys, advisor\n"
+        "a = advisor.advise(layer='Conv2d(3, 8, 3)', input_shape='1,3,16,16', device='cpu',\n"
+        "                   space=sys.argv[1])\n"
+        "a.save(sys.argv[2])\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    r = python_code(code, FAST_SPACE, str(tmp_path / "tuned.json"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False" and (tmp_path / "tuned.trials.csv").is_file()
 
 
 def test_advise_model_train_api(fast_space: str, small_model_file: str) -> None:

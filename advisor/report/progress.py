@@ -68,9 +68,8 @@ class ProgressReporter:
 
     def update(self, p: SearchProgress) -> None:
         if p.ended_s is not None:
-            # One line per stage as it ends, with its time: shown in a log or a pipe too,
-            # where the bar draws nothing. A stage resumed (the pick's gate after the re-time)
-            # says so, with the stage's time in all.
+            # A line as each span of a stage ends, a resumed one's with the stage's time in all
+            # (the pick's gate after the re-time): shown in a log or a pipe too, without a bar.
             more = f" more, {p.elapsed_s:.1f} s in all" if p.elapsed_s > p.ended_s else ""
             if self.enabled:
                 self.console.print(f"{p.stage}: done in {p.ended_s:.1f} s{more}", highlight=False)
