@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -179,12 +180,10 @@ def start_inductor(device: torch.device | None = None) -> float:
     `torch.compile` reads (`training_cache()`): Inductor keys its start-up artifacts by content,
     so a machine where torch.compile ran before starts warm, and the user's does after a run.
 
-    The start is the device's backend's: its imports, then on a CPU the C++ compiler's checks
-    of each instruction set and the precompiled header (most of a cold start), on a GPU Triton's
-    start and its first kernel. A GPU graph is Triton's and Python's: Inductor picks an
-    instruction set only for C++ kernels and AOT builds, so a GPU run is started on the GPU (a
-    CPU function would pay the C++ compiler's checks, which its compiles never read, and can
-    cost more than all its cold compiles)."""
+    The start is the device's backend's: its imports, then on a CPU the C++ compiler's checks of
+    each instruction set (`_check_instruction_sets`) and the precompiled header, on a GPU Triton's
+    start and its first kernel (Inductor reads instruction sets only for C++ kernels and AOT
+    builds: a GPU graph never reads the checks a CPU function would pay)."""
     global _STARTED
     if _STARTED:
         return 0.0
@@ -194,9 +193,24 @@ def start_inductor(device: torch.device | None = None) -> float:
     folder.mkdir(parents=True, exist_ok=True)
     on = placement(device) if device is not None else torch.device("cpu")
     with inductor_caches(folder):
+        if on.type == "cpu":
+            _check_instruction_sets()
         torch.compile(lambda x: x + 1)(torch.ones(2, device=on))
     torch.compiler.reset()
     return time.perf_counter() - t0
+
+
+def _check_instruction_sets() -> None:
+    """Inductor's checks of the CPU's instruction sets (a test library compiled and loaded for
+    each, seconds apiece), two at a time: its own, one after another, then reads their answers."""
+    try:
+        from torch._inductor import cpu_vec_isa as vec
+        has = vec.x86_isa_checker()
+        isas = [i for i in vec.supported_vec_isa_list if all(f in has for f in str(i).split())]
+    except Exception:  # noqa: BLE001 - another torch version: Inductor checks them itself
+        return
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(bool, isas))
 
 
 @contextlib.contextmanager
@@ -284,13 +298,10 @@ def _inductor_default_cache_dir() -> str:
 
 def leave_for_training(run_folder: Path) -> Path | None:
     """Copy a run's compile artifacts (`run_folder`, from `shared_measurement_cache`) into
-    `training_cache()`, where Inductor's start-up ones already are (`start_inductor`), so that the
-    user's first training step compiles the recommendation from them, as the final check's fresh
-    process did (with the run's artifacts alone the C++ compiler's checks are built again; with
-    both, a first compile is about 5x faster than with an empty cache). Inductor's
-    caches are keyed by content (graph, inputs, config, versions): they are read only by a
-    compile they fit. Returns the folder, or None where there was nothing to copy or the copy
-    failed."""
+    `training_cache()`, beside Inductor's start-up ones (`start_inductor`): the user's first
+    training step compiles the recommendation from them, as the final check's fresh process did.
+    Inductor's caches are keyed by content: only a compile they fit reads them. Returns the
+    folder, or None where there was nothing to copy or the copy failed."""
     warm = run_folder / "warm"
     if not warm.is_dir() or not any(warm.iterdir()):
         return None

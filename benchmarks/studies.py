@@ -167,10 +167,10 @@ def verdicts(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from advisor.device.environment import cpu_description
     from advisor.execute.runner import Gate, evaluate
     from advisor.space import load_space
     from advisor.workload.build import model_workload
+    from benchmarks.table import cpu_description
     from tests.plugins import faulty_impls  # registers test_scaled and test_tap
 
     CONTROLS, CANDIDATES, QUICK = _verdict_cases()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -44,14 +45,14 @@ LIBRARIES = ("torch", "triton", "numpy", "optuna", "pandas", "pydantic", "transf
 
 _ENV_CODE = """
 import importlib.metadata as md, json, os, sys, torch
-from advisor.device.environment import cpu_description, cpu_has_bf16_units, current_environment
+from advisor.device.environment import cpu_has_bf16_units, current_environment
 env = current_environment(sys.argv[1]).model_dump(mode="json")
 def version(name):
     try:
         return md.version(name)
     except md.PackageNotFoundError:
         return None
-env.update(cpu_model=cpu_description(), logical_cpus=os.cpu_count(),
+env.update(logical_cpus=os.cpu_count(),
            torch_threads=torch.get_num_threads(), bf16_units=cpu_has_bf16_units(),
            libraries={n: version(n) for n in json.loads(sys.argv[2])})
 if env["device_type"] == "cpu":
@@ -71,7 +72,24 @@ def environment(device: str, tree: Path = ROOT) -> dict[str, Any]:
         lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         raise UsageError(f"cannot read the environment for --device {device}: {lines[-1]}")
     env: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    env["cpu_model"] = cpu_description()  # the same machine's: not the tree's to say
     return env
+
+
+def cpu_description() -> str:
+    """The CPU's name with its x86 family and model where /proc/cpuinfo has them: a virtual
+    machine names Zen 4 and Zen 5 EPYCs alike ("AMD EPYC"), family 25 and 26, and their
+    timings differ (for benchmark tables, not for keys)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    family, model = fields.get("cpu family"), fields.get("model")
+    return name + (f" (family {family} model {model})" if family and model else "")
 
 
 def child_env(tree: Path = ROOT, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -4,6 +4,7 @@ reads). On a GPU, tests/gpu/test_cuda.py checks that no instruction set was pick
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.space import load_space
 from advisor.workload.args import make_workload
+from tests._cli import python_code, run_env
 from tests.standins.cuda_on_cpu import CudaOnCpu
 
 DATA = Path(__file__).parent / "data"
@@ -67,3 +69,46 @@ def test_a_compiled_candidate_starts_inductor_on_its_runs_device(
     result = evaluate(workload, Settings(compile="default"), device, "infer", space, gate)
     assert result.status == "ok", result.reason
     assert asked == [device]
+
+
+CHECKS = r"""
+import json, threading, time
+import torch
+from torch._inductor import cpu_vec_isa as vec
+from advisor import compiled
+
+spans, real = [], vec.VecISA.check_build
+
+def check_build(self, code):
+    t0 = time.perf_counter()
+    ok = real(self, code)
+    spans.append((str(self), t0, time.perf_counter(), threading.current_thread().name))
+    return ok
+
+vec.VecISA.check_build = check_build
+with compiled.inductor_caches(compiled.training_cache()):
+    compiled._check_instruction_sets()
+    before = len(spans)
+    valid = [str(i) for i in vec.valid_vec_isa_list()]
+print(json.dumps({"spans": spans, "before": before, "valid": valid}))
+"""
+
+
+@pytest.mark.slow
+def test_the_instruction_set_checks_run_two_at_a_time_into_inductors_caches(
+    tmp_path: Path,
+) -> None:
+    # A cold cache (a new machine's): each check compiles and loads a test library.
+    env = {**run_env(), compiled.CACHE_ENV: str(tmp_path)}
+    r = python_code(CHECKS, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    spans = out["spans"]
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT" or not spans:
+        pytest.skip("no x86 vector instruction set to check here")
+    # Inductor's own list then checks nothing again: it reads what the checks left
+    assert len(spans) == out["before"]
+    assert set(out["valid"]) == {isa for isa, *_ in spans}
+    if len(spans) >= 2:  # two ran side by side, in the pool's threads
+        first, second = sorted(spans, key=lambda s: s[1])[:2]
+        assert second[1] < first[2] and {s[3] for s in spans} != {"MainThread"}

@@ -127,19 +127,6 @@ def _cpuinfo_field(name: str) -> str | None:
     return None
 
 
-def _cpu_name() -> str:
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
-def cpu_description() -> str:
-    """The CPU's name with its x86 family and model where /proc/cpuinfo has them: a virtual
-    machine names Zen 4 and Zen 5 EPYCs alike ("AMD EPYC"), family 25 and 26, and their
-    timings differ (for benchmark tables, not for keys)."""
-    family, model = _cpuinfo_field("cpu family"), _cpuinfo_field("model\t")
-    generation = f" (family {family} model {model})" if family and model else ""
-    return _cpu_name() + generation
-
-
 # CPU features that decide whether bf16/fp16 autocast and oneDNN's low-precision kernels are fast:
 # a virtual machine often names every AMD or Intel CPU alike ("AMD EPYC"), while one has bf16 dot
 # products (where bf16 autocast can win) and another emulates them (bf16 3-20x slower).
@@ -232,7 +219,9 @@ def _environment(device_type: str, index: int, threads: int) -> Environment:
         fields["cudnn"] = str(cudnn) if cudnn else None
         fields["driver"] = _nvidia_driver()
     else:
-        fields["device_name"] = _cpu_name()
+        fields["device_name"] = (
+            _cpuinfo_field("model name") or platform.processor() or platform.machine()
+        )
         fields["capability"] = _cpu_capability()
         fields["cudnn"] = None
     fields["fingerprint"] = _fingerprint(fields)
