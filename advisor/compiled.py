@@ -202,14 +202,14 @@ def start_inductor(device: torch.device | None = None) -> float:
 
 def _check_instruction_sets() -> None:
     """Inductor's checks of the CPU's instruction sets (a test library compiled and loaded for
-    each, seconds apiece), two at a time: its own, one after another, then reads their answers."""
+    each, seconds apiece), side by side, one per core: its own, one at a time, reads the answers."""
     try:
         from torch._inductor import cpu_vec_isa as vec
         has = vec.x86_isa_checker()
         isas = [i for i in vec.supported_vec_isa_list if all(f in has for f in str(i).split())]
     except Exception:  # noqa: BLE001 - another torch version: Inductor checks them itself
         return
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(max(1, min(len(isas), os.cpu_count() or 1))) as pool:
         list(pool.map(bool, isas))
 
 
