@@ -104,6 +104,9 @@ def test_a_real_compile_that_cannot_pay_stops_before_the_capture(
     assert "beside default" in stopped.stop.text()
     assert stopped.compile_cold_s is not None and stopped.compile_cold_s > 0
     assert stopped.measurement is not None and len(stopped.measurement.samples_ms) >= 3
+    # its payback rounds are in its record: its samples and its rival's, as many of each
+    assert stopped.payback is not None and len(stopped.payback) == 2
+    assert len(stopped.payback[0].samples_ms) == len(stopped.payback[1].samples_ms) >= 5
     assert stopped.rel_error is None  # not gated
     assert global_state() == before
 

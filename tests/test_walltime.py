@@ -146,7 +146,8 @@ def test_the_gates_checks_are_a_part_of_their_stage_and_can_be_counted_apart() -
 
 def test_the_timed_samples_are_split_by_the_stage_that_took_them() -> None:
     # A global-knobs trial (screen 0.3 s, samples 1 s) re-timed twice (0.2 s, 0.1 s), a
-    # per-layer one (0.5 s) and a compiled one (0.4 s), never re-timed.
+    # per-layer one (0.5 s) and a compiled one (0.4 s, and 0.6 s of payback rounds beside its
+    # rival: the rival's samples too), never re-timed.
     trial = TrialResult(settings=Settings(amp="bf16"), status="ok",
                         measurement=Measurement(samples_ms=[100.0] * 10),
                         screen=Measurement(samples_ms=[100.0] * 3))  # fmt: skip
@@ -155,11 +156,13 @@ def test_the_timed_samples_are_split_by_the_stage_that_took_them() -> None:
     twice = retimed_results(wl, [once], [[[25.0] * 4]])[0]  # type: ignore[arg-type]
     layers = TrialResult(settings=Settings(layers={"0": "unfold_gemm"}), status="ok",
                          measurement=Measurement(samples_ms=[250.0, 250.0]))  # fmt: skip
+    rounds = [Measurement(samples_ms=[50.0] * 4, reps=2), Measurement(samples_ms=[100.0] * 2)]
     compiled = TrialResult(settings=Settings(compile="default"), status="ok",
-                           measurement=Measurement(samples_ms=[100.0] * 2, reps=2))  # fmt: skip
+                           measurement=Measurement(samples_ms=[100.0] * 2, reps=2),
+                           payback=rounds)  # fmt: skip
     by_stage = timed_by_stage([twice, layers, compiled])
     assert by_stage == pytest.approx({"global knobs": 1.3, "re-time": 0.3, "per-layer": 0.5,
-                                      "compile": 0.4})  # fmt: skip
+                                      "compile": 1.0})  # fmt: skip
     assert sum(by_stage.values()) == pytest.approx(timed_s([twice, layers, compiled]))
     out = breakdown({"global knobs": 3.0, "re-time": 0.5}, [twice], total_s=3.5)
     assert out["global knobs: timed samples"] == 1.3 and out["re-time: timed samples"] == 0.3

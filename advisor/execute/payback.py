@@ -47,17 +47,17 @@ def cannot_pay(
     case: int,
     policy: TimingPolicy,
     pristine: dict[str, object],
-) -> Stop | None:
+) -> tuple[Stop | None, list[Measurement]]:
     """Why the live candidate `compiled` stops before the gate's capture (`Contest.payback`),
-    or None: None too for an eager candidate, a race without a rival, or a trial the race or the
-    budget already stopped (their own reason says why). Its cold compile is the trial's first
-    call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds of
-    the trial's policy (a decided bill stops them early). `pristine` is PyTorch's state before
+    or None (an eager candidate, a race without a rival, a trial the race or the budget already
+    stopped), and the rounds' measurements, its and the rival's. Its cold compile is the trial's
+    first call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds
+    of the trial's policy (a decided bill stops them early). `pristine` is PyTorch's state before
     either was built; the compiled candidate's flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
-        return None
+        return None, []
     if not compiled.tuned.settings.compiled or trial.stop is not None or not trial.samples_ms:
-        return None
+        return None, []
     contest = Contest(steps=race.horizon_steps)  # the payback rule reads its horizon
     rival = Settings.model_validate_json(race.rival)
     other = Candidate(workload, rival, device, mode, seed, case=case)
@@ -80,10 +80,5 @@ def cannot_pay(
     finally:
         other.close()
         prepare_flags(pristine, compiled.tuned)
-    return contest.payback(
-        Measurement(samples_ms=samples[0], reps=trial.reps),
-        Measurement(samples_ms=samples[1], reps=trial.reps),
-        cold_s=cold_s,
-        rival_first_s=first_ms[1] / 1e3,
-        rival_label=rival.label(),
-    )
+    taken = [Measurement(samples_ms=s, reps=trial.reps) for s in samples]
+    return contest.payback(taken[0], taken[1], cold_s, first_ms[1] / 1e3, rival.label()), taken

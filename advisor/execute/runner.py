@@ -55,9 +55,10 @@ def _stopped(
     per_shape: list[Measurement],
     workload: Workload,
     why: Stop,
+    payback: list[Measurement] | None = None,
 ) -> TrialResult:
     """A candidate out of the pick: its samples so far (none where its cold compile was
-    stopped), no numeric check."""
+    stopped) and its payback rounds, no numeric check."""
     weights = [c.weight for c in workload.shape_cases][: len(per_shape)]
     cold = _first_calls_s(per_shape) if per_shape else why.cold_s
     return TrialResult(
@@ -68,6 +69,7 @@ def _stopped(
         per_shape=per_shape if len(per_shape) > 1 else None,
         precision=precision,
         compile_cold_s=cold if settings.compiled else None,
+        payback=payback,
     )
 
 
@@ -179,6 +181,7 @@ def _evaluate(
     # candidate could be picked: a precision not judged yet (its training check), or a compiled
     # candidate under dropout (its capture compiles the model again)
     pending: Pending | None = None
+    payback: list[Measurement] = []  # a compiled candidate's rounds beside its rival
     if race is not None and not gate.judged(settings):
         pending = "precision"
     elif race is not None and settings.compiled and gate.dropout:
@@ -216,9 +219,9 @@ def _evaluate(
                 return TrialResult(settings=settings, status="stopped", precision=precision,
                                    stop=Stop(kind="budget", cold_s=first_s))  # fmt: skip
             per_shape.append(m)
-            unpaid = cannot_pay(cand, m, race, workload=workload, device=device, mode=mode,
-                                seed=gate.seed, case=case, policy=policy,
-                                pristine=pristine)  # fmt: skip
+            unpaid, payback = cannot_pay(cand, m, race, workload=workload, device=device,
+                                         mode=mode, seed=gate.seed, case=case, policy=policy,
+                                         pristine=pristine)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and (raced := _raced(m, race)) is not None:
@@ -257,7 +260,7 @@ def _evaluate(
         if failure is not None:
             return _failed(settings, failure, precision)
         if lost is not None:
-            return _stopped(settings, precision, per_shape, workload, lost)
+            return _stopped(settings, precision, per_shape, workload, lost, payback or None)
     weights = [c.weight for c in workload.shape_cases]
     measured: dict[str, object] = {
         "measurement": combine(per_shape, weights),
@@ -265,6 +268,7 @@ def _evaluate(
         "peak_memory_mb": peak,
         "first_call_peak_mb": memory.first_call_mb,
         "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
+        "payback": payback or None,
     }
     if pending is not None:
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,

@@ -66,6 +66,7 @@ class TrialResult(BaseModel):
     # The gate's capture of a compiled candidate under its dropout masks: another graph, compiled
     # with empty caches after the timed steps (a model without dropout is captured as timed)
     compile_check_s: float | None = None
+    payback: list[Measurement] | None = None  # its payback rounds, its and its rival's samples
     # The gate's own checks of this candidate: its capture against the fp32 reference and its
     # conv layers alone against float64 (the training check, once per precision, is
     # `precision_check.seconds`): the numeric verdict's cost, not the harness's

@@ -159,12 +159,12 @@ def breakdown(
 
 
 def _phases(r: TrialResult) -> tuple[list[Measurement], list[Measurement]]:
-    """A candidate's measurements in its trial (one per shape; its screen) and in its re-times
-    (a re-timed candidate's `replaced` starts with its trial's)."""
+    """A candidate's measurements in its trial (one per shape; its screen; its payback rounds)
+    and in its re-times (a re-timed candidate's `replaced` starts with its trial's)."""
     taken = r.per_shape or ([r.measurement] if r.measurement is not None else [])
     history = [*r.replaced, *taken]
     n = len(taken) if r.retimed else len(history)
-    return [*history[:n], *([r.screen] if r.screen is not None else [])], history[n:]
+    return [*history[:n], *([r.screen] if r.screen else []), *(r.payback or [])], history[n:]
 
 
 def _eager_parts(results: Sequence[TrialResult]) -> dict[str, dict[str, float]]:
