@@ -47,17 +47,17 @@ def cannot_pay(
     case: int,
     policy: TimingPolicy,
     pristine: dict[str, object],
-) -> tuple[Stop | None, list[Measurement]]:
+) -> tuple[Stop | None, list[Measurement] | None]:
     """Why the live candidate `compiled` stops before the gate's capture (`Contest.payback`),
     or None (an eager candidate, a race without a rival, a trial the race or the budget already
-    stopped), and the rounds' measurements, its and the rival's. Its cold compile is the trial's
-    first call (`trial`); the rival (`race.rival`) is built beside it and timed with it in rounds
-    of the trial's policy (a decided bill stops them early). `pristine` is PyTorch's state before
-    either was built; the compiled candidate's flags are set again on return."""
+    stopped), and the rounds' measurements, its and the rival's (None: no rounds ran). Its cold
+    compile is the trial's first call (`trial`); the rival (`race.rival`) is built beside it and
+    timed with it in rounds of the trial's policy (a decided bill stops them early). `pristine`
+    is PyTorch's state before either was built; its flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
-        return None, []
+        return None, None
     if not compiled.tuned.settings.compiled or trial.stop is not None or not trial.samples_ms:
-        return None, []
+        return None, None
     contest = Contest(steps=race.horizon_steps)  # the payback rule reads its horizon
     rival = Settings.model_validate_json(race.rival)
     other = Candidate(workload, rival, device, mode, seed, case=case)

@@ -181,7 +181,7 @@ def _evaluate(
     # candidate could be picked: a precision not judged yet (its training check), or a compiled
     # candidate under dropout (its capture compiles the model again)
     pending: Pending | None = None
-    payback: list[Measurement] = []  # a compiled candidate's rounds beside its rival
+    payback: list[Measurement] | None = None  # a compiled candidate's rounds beside its rival
     if race is not None and not gate.judged(settings):
         pending = "precision"
     elif race is not None and settings.compiled and gate.dropout:
@@ -260,7 +260,7 @@ def _evaluate(
         if failure is not None:
             return _failed(settings, failure, precision)
         if lost is not None:
-            return _stopped(settings, precision, per_shape, workload, lost, payback or None)
+            return _stopped(settings, precision, per_shape, workload, lost, payback)
     weights = [c.weight for c in workload.shape_cases]
     measured: dict[str, object] = {
         "measurement": combine(per_shape, weights),
@@ -268,7 +268,7 @@ def _evaluate(
         "peak_memory_mb": peak,
         "first_call_peak_mb": memory.first_call_mb,
         "compile_cold_s": _first_calls_s(per_shape) if settings.compiled else None,
-        "payback": payback or None,
+        "payback": payback,
     }
     if pending is not None:
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
