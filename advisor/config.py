@@ -81,6 +81,11 @@ class FinalCheck(BaseModel):
         None,
         description="which of the two this machine tells faster beyond noise, or undecided",
     )
+    measured: list[tuple[int, list[float]]] = Field(
+        default_factory=list,
+        description="its raw samples, (calls per sample, ms per call): the default's, the "
+        "recommendation's, a runner-up's (then the same at one thread, on a busy CPU)",
+    )
     challenger: Settings | None = Field(
         None,
         description="where the search kept PyTorch's default: the fastest alternative it "

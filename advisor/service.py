@@ -220,7 +220,8 @@ def run_advise(
                                                    or stats.get("combination")),
                                   stage_s=breakdown(clock.spans, outcome.results,
                                                     outcome.elapsed_s, clock.paid,
-                                                    layer_results))  # fmt: skip
+                                                    layer_results,
+                                                    [c for c, _ in checks.values() if c]))  # fmt: skip
             warnings = [w for w in (moved, busy_warning(share)) if w]  # the summary prints
             if warnings and advice.config.result is not None:
                 result = advice.config.result.model_copy(update={"warnings": warnings})

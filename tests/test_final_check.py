@@ -70,6 +70,9 @@ def test_a_win_of_a_worn_process_does_not_hold_in_a_fresh_one() -> None:
                        timeout_s=120)  # fmt: skip
     assert here.where == "this process" and here.held, here  # 10x by its sleeps
     assert here.rounds == 9 and here.one_thread is None  # not busy: no one-thread check
+    # its raw samples are kept: both candidates' rounds, the default's first (50 ms sleeps)
+    (_, default), (_, channels_last) = here.measured
+    assert len(default) == len(channels_last) == 9 and min(default) >= 50.0 > max(channels_last)
     fresh = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
                         timeout_s=120)  # fmt: skip
     # Fresh, channels_last sleeps 100 ms against 50: a 2x loss, far from the worn process's 10x

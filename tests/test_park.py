@@ -13,7 +13,7 @@ from advisor.knobs import GlobalFlags, Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.stats import Measurement, Race
 from advisor.space import load_space
-from advisor.stages.walltime import timed_s
+from advisor.stages.walltime import timed_by_stage
 from advisor.workload.args import make_workload
 
 DATA = Path(__file__).parent / "data"
@@ -42,7 +42,7 @@ def test_a_survivor_is_timed_on_the_candidate_its_screen_built() -> None:
     assert m.first_call_ms == screened.measurement.first_call_ms
     assert m.warmup_runs == screened.measurement.warmup_runs + 1
     # the screen's samples are the run's too, kept apart from the full timing's
-    assert timed_s([full]) == sum(m.samples_ms) * m.reps / 1e3 + sum(
+    assert sum(timed_by_stage([full]).values()) == sum(m.samples_ms) * m.reps / 1e3 + sum(
         screened.measurement.samples_ms
     ) * screened.measurement.reps / 1e3
     # the gate saw what a fresh build gives: its steps moved no weight, its buffers are reset

@@ -96,7 +96,7 @@ def test_measure_stops_when_ci_is_tight() -> None:
     )
     m = measure(clock.step, CPU, policy, clock=clock)
     assert len(m.samples_ms) == 5
-    assert m.rel_ci == 0.0
+    assert m.ci_low_ms == m.ci_high_ms == 2.0  # its interval is within the target
 
 
 def test_measure_stops_at_time_cap() -> None:

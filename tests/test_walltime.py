@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
+from advisor.config import FinalCheck
 from advisor.execute.retime import retimed_results
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
@@ -26,7 +27,6 @@ from advisor.stages.walltime import (
     gate_s,
     harness_share,
     timed_by_stage,
-    timed_s,
 )
 
 
@@ -110,10 +110,17 @@ def test_the_timed_samples_and_the_harness_share() -> None:
         TrialResult(settings=Settings(amp="bf16"), status="ok", measurement=m, per_shape=shapes),
         TrialResult(settings=Settings(memory_format="channels_last"), status="failed"),
     ]
-    assert timed_s(results) == pytest.approx(2.0 + 0.5 + 1.5)
+    assert sum(timed_by_stage(results).values()) == pytest.approx(2.0 + 0.5 + 1.5)
     out = breakdown({LOAD: 1.0, "global knobs": 7.0}, results, total_s=8.0)
     assert out[TIMED] == pytest.approx(4.0) and harness_share(out) == pytest.approx(0.5)
     assert breakdown_line(out).endswith("4.0 s of it in timed samples (harness 50%)")
+    # a final check's rounds are the final check's samples (a second check's too)
+    check = FinalCheck(where="fresh process", speedup=1.2, speedup_ci=(1.1, 1.3), rounds=4,
+                       held=True, measured=[(2, [250.0] * 4), (1, [125.0] * 4)])  # fmt: skip
+    out = breakdown({LOAD: 1.0, "global knobs": 7.0, "final check": 6.0}, results, 14.0,
+                    final=[check, check])  # fmt: skip
+    assert out[f"final check: {TIMED}"] == pytest.approx(2 * (2.0 + 0.5))
+    assert out[TIMED] == pytest.approx(4.0 + 5.0)
     # results reused from an earlier run never make the share negative
     assert harness_share(breakdown({}, results, total_s=1.0)) == 0.0
 
@@ -163,7 +170,6 @@ def test_the_timed_samples_are_split_by_the_stage_that_took_them() -> None:
     by_stage = timed_by_stage([twice, layers, compiled])
     assert by_stage == pytest.approx({"global knobs": 1.3, "re-time": 0.3, "per-layer": 0.5,
                                       "compile": 1.0})  # fmt: skip
-    assert sum(by_stage.values()) == pytest.approx(timed_s([twice, layers, compiled]))
     out = breakdown({"global knobs": 3.0, "re-time": 0.5}, [twice], total_s=3.5)
     assert out["global knobs: timed samples"] == 1.3 and out["re-time: timed samples"] == 0.3
 
@@ -180,7 +186,7 @@ def test_a_retime_keeps_the_samples_it_replaced_in_the_count() -> None:
     assert once.replaced == shapes and twice.replaced == [*shapes, *once.per_shape]
     assert twice.retimed and [m.samples_ms for m in twice.per_shape] == [[20.0] * 2, [40.0] * 2]
     # 2.0 s trial + 0.6 s screen + 0.16 s first re-time + 0.12 s second
-    assert timed_s([twice]) == pytest.approx(2.0 + 0.6 + 0.16 + 0.12)
+    assert sum(timed_by_stage([twice]).values()) == pytest.approx(2.0 + 0.6 + 0.16 + 0.12)
 
 
 def test_a_part_never_exceeds_its_stage() -> None:
@@ -268,7 +274,7 @@ def test_first_calls_searches_and_warm_ups_are_parts_of_their_eager_stage() -> N
     assert "global knobs 30.0 s (cuDNN's searches 15.0 s, first calls 2.3 s, warm-ups 0.8 s, " \
         "timed samples " in line  # fmt: skip
     # the harness share is what it was: parts name the harness, they do not move it
-    assert harness_share(out) == pytest.approx(1 - timed_s(results) / 71.0)
+    assert harness_share(out) == pytest.approx(1 - sum(timed_by_stage(results).values()) / 71.0)
 
 
 def test_the_per_layer_stages_own_layer_measurements_are_its_parts() -> None:

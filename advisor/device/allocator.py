@@ -45,8 +45,7 @@ def keep_cpu_buffers_resident() -> None:
     freed heap memory above 32 MiB (twice that threshold) to the OS: both are page-faulted again
     on the next step. Freeing an mmapped block raises the mmap threshold to its size and the trim
     threshold to twice that, but only for blocks up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX), so
-    one 31 MiB block, allocated and freed, keeps every buffer up to 31 MiB resident (a 3->16 3x3
-    conv on 1x3x512x512 runs about 5x faster so).
+    one 31 MiB block, allocated and freed, keeps every buffer up to 31 MiB resident.
 
     A buffer over 32 MiB would still be mmapped afresh on every call, so the first candidate
     timed in a process (before other candidates' buffers have grown the heap) would read up to

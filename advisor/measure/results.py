@@ -83,7 +83,7 @@ class TrialResult(BaseModel):
     screen: Measurement | None = None
     # What a re-time replaced (the trial's own measurement, an earlier re-time's; per shape where
     # the workload has a shape set): samples the run took, kept for its accounting
-    # (`advisor.stages.walltime.timed_s`), never compared
+    # (`advisor.stages.walltime.timed_by_stage`), never compared
     replaced: list[Measurement] = Field(default_factory=list)
     wall_s: float | None = None  # the trial's own wall time: set-up, samples, checks, compiles
 

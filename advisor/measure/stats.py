@@ -97,14 +97,6 @@ class Measurement(BaseModel):
     def ci_high_ms(self) -> float:
         return median_ci(self._sorted)[1]
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def rel_ci(self) -> float:
-        """Half-width of the median's CI relative to the median."""
-        return (
-            (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms if self.samples_ms else math.inf
-        )
-
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
     """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).

@@ -151,6 +151,7 @@ def check_here(
     ratio, lo, hi = paired_speedup(ms[0], ms[1])  # type: ignore[arg-type]
     one: tuple[float, float, float] | None = None
     one_runner: tuple[float, float, float] | None = None
+    ms1: list[Measurement | None] = []
     threads = torch.get_num_threads()
     if busy and device.type == "cpu" and threads > 1:
         torch.set_num_threads(1)
@@ -171,6 +172,7 @@ def check_here(
         one_thread=one,
         first_call_s=first_s[1],
         other_load=usage.others_share(),
+        measured=[(m.reps, m.samples_ms) for m in (*ms, *ms1) if m is not None],
     )
     if len(pair) > 2:
         check = runner_up_check(check, pair[2].settings, ms, one_runner, min_gain)

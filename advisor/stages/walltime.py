@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from advisor import impls
+from advisor.config import FinalCheck
 from advisor.execute.profiling import process_age_s  # the command's own start-up (cli)
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 
-__all__ = ["GATE", "LOAD", "PROCESS_STARTS", "STAGES", "TIMED", "StageClock", "breakdown", "breakdown_line", "gate_s",
-           "harness_share", "process_age_s", "stage_of", "timed_by_stage",
-           "timed_s"]
+__all__ = ["GATE", "LOAD", "PROCESS_STARTS", "STAGES", "TIMED", "StageClock", "breakdown",
+           "breakdown_line", "gate_s", "harness_share", "process_age_s", "stage_of", "timed_by_stage"]
 
 LOAD = "start-up and load"
 TIMED = "timed samples"  # not a stage: the seconds inside the candidates' samples
@@ -104,12 +104,14 @@ def breakdown(
     total_s: float,
     paid: dict[str, dict[str, float]] | None = None,
     layers: Sequence[TrialResult] = (),
+    final: Sequence[FinalCheck] = (),
 ) -> dict[str, float]:
     """Seconds by stage in pipeline order, with the parts (`"global knobs: precision checks"`,
     `"compile: Inductor start"`, `"compile: cold compiles"`, the start-up work a stage paid:
     `paid`, `StageClock.paid`), the rest of the run (`"other"`: writing,
     tables) and `"total"`. `layers`: the layer measurements the per-layer stage took in this run
-    (its samples, first calls, warm-ups and checks are that stage's). A part is never shown as
+    (its samples, first calls, warm-ups and checks are that stage's); `final`: the final checks
+    it made (their rounds are the final check's samples). A part is never shown as
     more than its stage: a result reused from an earlier run carries that run's figures."""
     checks: dict[str, float] = {}
     for r in results:  # a verdict judged before this run cost it nothing
@@ -137,6 +139,8 @@ def breakdown(
             for k, v in spent.items():
                 mine[k] = mine.get(k, 0.0) + v
         gated["per-layer"] += sum(r.gate_s or 0.0 for r in layers)
+    if final:
+        timed["final check"] = sum(sum(ms) * reps for c in final for reps, ms in c.measured) / 1e3
     out: dict[str, float] = {}
     for name in STAGES:
         if name not in spans:
@@ -154,7 +158,7 @@ def breakdown(
             out[f"{name}: {TIMED}"] = round(min(timed[name], left), 3)
     out["other"] = round(max(0.0, total_s - sum(spans.values())), 3)
     out["total"] = round(total_s, 3)
-    out[TIMED] = round(min(timed_s([*results, *layers]), total_s), 3)
+    out[TIMED] = round(min(sum(timed.values()), total_s), 3)
     return out
 
 
@@ -199,8 +203,9 @@ def stage_of(r: TrialResult) -> str:
 
 
 def timed_by_stage(results: Sequence[TrialResult]) -> dict[str, float]:
-    """`timed_s` split by the stage that took the samples: a candidate's trial (its screen
-    included) in its own stage (`stage_of`), its re-times' in the re-time."""
+    """Seconds inside the candidates' timed samples (each sample is `reps` calls), by the stage
+    that took them: a candidate's trial (its screen, its payback rounds) in its own stage
+    (`stage_of`), its re-times' (and the trial's samples they replaced) in the re-time."""
     out: dict[str, float] = {}
     for r in results:
         trial, retimes = _phases(r)
@@ -208,14 +213,6 @@ def timed_by_stage(results: Sequence[TrialResult]) -> dict[str, float]:
             if ms:
                 out[stage] = out.get(stage, 0.0) + sum(sum(m.samples_ms) * m.reps for m in ms) / 1e3
     return out
-
-
-def timed_s(results: Sequence[TrialResult]) -> float:
-    """Seconds inside the candidates' timed samples (each sample is `reps` calls; a screened
-    survivor's screen, and the trial's samples of a finalist whose re-time replaced them,
-    included): what the run measured, as against the harness around it (building, warming up,
-    gating, processes)."""
-    return sum(timed_by_stage(results).values())
 
 
 GATE_PARTS = ("precision checks", GATE, "gate's compiles")
