@@ -192,7 +192,7 @@ def interleave(
     """Rounds of one sample from each sampler, in rotating order (A B C, B C A, C A B, ...), until
     `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent, or, from `min_rounds`
     on, the first round after which `decided(samples)` holds: the question the rounds answer
-    is settled, and more of them would only narrow an interval nobody reads (a rule looked at
+    is decided, and more of them would only narrow an interval nobody reads (a rule looked at
     after every round must be stricter than one looked at once: `stats.STRICT_Z`). A sampler
     may take its sample in another process (finalists that must not share one:
     `cudnn.benchmark`). Each takes every place in turn, and with three or more none follows
