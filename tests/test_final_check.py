@@ -70,9 +70,11 @@ def test_a_win_of_a_worn_process_does_not_hold_in_a_fresh_one() -> None:
                        timeout_s=120)  # fmt: skip
     assert here.where == "this process" and here.held, here  # 10x by its sleeps
     assert here.rounds == 9 and here.one_thread is None  # not busy: no one-thread check
-    # its raw samples are kept: both candidates' rounds, the default's first (50 ms sleeps)
+    # its raw samples are kept: both candidates' rounds, the default's first (50 ms sleeps, a
+    # sleep never ends early; 5 ms for channels_last, whose median a late wake-up cannot move)
     (_, default), (_, channels_last) = here.measured
-    assert len(default) == len(channels_last) == 9 and min(default) >= 50.0 > max(channels_last)
+    assert len(default) == len(channels_last) == 9
+    assert min(default) >= 50.0 > sorted(channels_last)[4]
     fresh = final_check(workload, CPU, "infer", POLICY, *pair, fresh=True, busy=False,
                         timeout_s=120)  # fmt: skip
     # Fresh, channels_last sleeps 100 ms against 50: a 2x loss, far from the worn process's 10x
