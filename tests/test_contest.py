@@ -15,7 +15,7 @@ from advisor.measure.stats import STRICT_Z, Measurement, median_ci
 from advisor.measure.stop import Stop
 from advisor.measure.timing import interleave
 from advisor.space import SearchSpace
-from tests.test_settled_rounds import _Clock, _samplers
+from tests.test_decided_rounds import _Clock, _samplers
 
 CL = Settings(memory_format="channels_last")
 

@@ -1,4 +1,4 @@
-"""Interleaved rounds stop once their question is settled: the rule looked at after every round
+"""Interleaved rounds stop once their question is decided: the rule looked at after every round
 (`interleave(decided=...)`), the final check's "held or failed" and the compiled candidate's
 "cannot pay back", each at the strict interval (`stats.STRICT_Z`). Injected samples and an
 injected clock: the statistics are exact, and nothing here is a speed claim."""
@@ -30,28 +30,28 @@ class _Clock:
         return self.t
 
 
-def test_rounds_stop_at_the_first_settled_round_and_never_before_the_minimum() -> None:
+def test_rounds_stop_at_the_first_decided_round_and_never_before_the_minimum() -> None:
     looks: list[int] = []
 
     def decided(samples: list[list[float]]) -> bool:
         looks.append(len(samples[0]))
-        return len(samples[0]) >= 4  # settled from round 4 on
+        return len(samples[0]) >= 4  # decided from round 4 on
 
     out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=7, budget_s=10.0,
                      decided=decided)  # fmt: skip
-    assert [len(s) for s in out] == [7, 7]  # settled earlier, but 7 rounds are the least
+    assert [len(s) for s in out] == [7, 7]  # decided earlier, but 7 rounds are the least
     assert looks == [7]
-    # Never settled: the budget or max_rounds ends them, as without a rule.
+    # Never decided: the budget or max_rounds ends them, as without a rule.
     out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=7, max_rounds=20,
                      budget_s=10.0, decided=lambda s: False)  # fmt: skip
     assert [len(s) for s in out] == [20, 20]
 
 
-def test_the_final_check_is_settled_when_every_early_round_agrees() -> None:
+def test_the_final_check_is_decided_when_every_early_round_agrees() -> None:
     base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
     win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]  # ~2x in every round
     assert check_decided([base, win])
-    assert check_decided([win, base])  # a clear loss is settled too: the check fails
+    assert check_decided([win, base])  # a clear loss is decided too: the check fails
     assert not check_decided([base[: MIN_ROUNDS - 1], win[: MIN_ROUNDS - 1]])
     # One round of seven the other way: at 7 rounds both intervals are the ratios' whole range.
     assert not check_decided([base, [*win[:6], 41.0]])
@@ -60,14 +60,14 @@ def test_the_final_check_is_settled_when_every_early_round_agrees() -> None:
     base13, pick13 = base + base[:6], win + win[:4] + [41.0, 41.5]
     assert not check_decided([base13, pick13])
     assert paired_speedup(Measurement(samples_ms=base13), Measurement(samples_ms=pick13))[1] > 1.0
-    # A change within noise is never settled, however many rounds.
+    # A change within noise is never decided, however many rounds.
     flat_base = [40.0 + (i % 5) for i in range(60)]
     flat_pick = [40.0 + ((i + 2) % 5) for i in range(60)]
     assert not check_decided([flat_base, flat_pick])
 
 
-def test_a_settled_final_check_gives_the_verdict_the_usual_interval_gives() -> None:
-    # Every prefix of these rounds where the strict rule settles: the 95% interval reported
+def test_a_decided_final_check_gives_the_verdict_the_usual_interval_gives() -> None:
+    # Every prefix of these rounds where the strict rule decides: the 95% interval reported
     # from the same rounds is inside the strict one and on the same side of 1.0x.
     base = [40.0 + (i * 7 % 5) for i in range(40)]
     pick = [36.0 + (i * 3 % 6) for i in range(40)]
@@ -92,7 +92,7 @@ def test_a_gain_shown_smaller_than_min_gain_does_not_hold() -> None:
     assert holds((1.1, 1.3), None, 0.02) and not holds((1.1, 1.3), (0.9, 0.95, 1.0), 0.02)
 
 
-def test_a_runner_up_settles_only_once_it_and_the_pick_are_ordered() -> None:
+def test_a_runner_up_is_decided_only_once_it_and_the_pick_are_ordered() -> None:
     base = [40.0 + (i % 3) for i in range(30)]
     pick = [20.0 + (i % 2) * 0.4 for i in range(30)]  # ~2x the default's speed
     faster = [x / 1.1 for x in pick]  # 10% faster than the pick in every round
@@ -100,13 +100,13 @@ def test_a_runner_up_settles_only_once_it_and_the_pick_are_ordered() -> None:
     assert check_decided([base[:7], pick[:7], faster[:7]])
     assert check_decided([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
     assert not check_decided([base, pick, same])  # never, however many rounds: within noise
-    # Ordered by less than min_gain: not settled, whatever the rounds say about the order.
+    # Ordered by less than min_gain: not decided, whatever the rounds say about the order.
     assert not check_decided([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
-    # The pick settled against the default, the runner-up not (it is as slow as the default).
+    # The pick decided against the default, the runner-up not (it is as slow as the default).
     assert not check_decided([base, pick, [*base[1:], base[0]]])
 
 
-def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None:
+def test_a_re_time_is_decided_once_its_leader_is_clear_and_never_on_a_tie() -> None:
     base = [40.0, 41.0, 39.5, 40.2, 40.8, 39.9, 40.1]
     win = [20.0, 21.0, 19.0, 20.5, 20.2, 19.8, 20.1]
     mid = [30.0, 30.5, 29.8, 30.2, 30.1, 29.9, 30.3]
@@ -114,15 +114,15 @@ def test_a_re_time_settles_once_its_leader_is_clear_and_never_on_a_tie() -> None
     assert pick_decided([base, win, mid], same, 0.02)  # win leads both by far more than 2%
     assert pick_decided([win, base], [1, 0], 0.02)  # whichever place the leader has
     assert not pick_decided([base[:4], win[:4]], [0, 1], 0.02)  # too few rounds for an interval
-    # the two fastest within 1% of each other and as simple: a tie is never settled, the budget
+    # the two fastest within 1% of each other and as simple: a tie is never decided, the budget
     # ends it
     assert not pick_decided([base, win, [w * 1.01 for w in win]], same, 0.02)
     out = interleave(_samplers(base * 5, win * 5, mid * 5), _Clock(), min_rounds=5, budget_s=10.0,
                      decided=partial(pick_decided, complexity=same, min_gain=0.02))  # fmt: skip
-    assert [len(s) for s in out] == [5, 5, 5]  # settled at the fewest rounds
+    assert [len(s) for s in out] == [5, 5, 5]  # decided at the fewest rounds
 
 
-def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_settles_the_re_time() -> None:
+def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_decides_the_re_time() -> None:
     # small_cnn train: channels_last + bf16 (two changes) against the same with one layer
     # swapped (three), 1-4% slower in every round: no more rounds can make the swap the pick.
     base = [36.0 + (i % 3) * 0.3 for i in range(7)]
@@ -144,7 +144,7 @@ def test_a_more_complex_finalist_that_cannot_beat_the_simpler_pick_settles_the_r
     assert pick_decided([base, flat], [0, 1], 0.02)
 
 
-def test_a_compiled_leader_settles_a_re_time_only_once_the_eager_pick_is_settled_too() -> None:
+def test_a_compiled_leader_decides_a_re_time_only_once_the_eager_pick_is_decided_too() -> None:
     # The compile may not pay back (its bill comes after the re-time): the eager finalists'
     # order must then be known from the same rounds.
     base = [20.0 + (i % 3) * 0.3 for i in range(7)]
