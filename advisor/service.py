@@ -101,6 +101,22 @@ def run_advise(
     level = effort_of(effort)
     if steps is not None and steps < 1:
         raise AdvisorError(f"--steps must be a positive number of training steps, got {steps}")
+    options = SearchOptions(
+        mode=mode,  # type: ignore[arg-type]
+        trials=trials,
+        storage=storage,
+        study_name=study_name,
+        isolate=isolate,
+        trial_timeout_s=trial_timeout_s,
+        max_memory_mb=max_memory_mb,
+        objectives=objectives,
+        progress=progress,
+        on_start=clock.process_start,
+        steps=steps,
+        fresh=fresh,
+        screen=level.screens,
+        every_layer_group=level.every_layer_group,
+    )
     dev = resolve_device(device)
     sp = level.space(with_tolerances(load_space(space, dev), tolerances or {}), dev)
     contest = sp.contest(steps)
@@ -144,22 +160,6 @@ def run_advise(
                     probed.close()
                 raise
         per_layer = not workload.is_layer and sp.per_layer
-        options = SearchOptions(
-            mode=mode,  # type: ignore[arg-type]
-            trials=trials,
-            storage=storage,
-            study_name=study_name,
-            isolate=isolate,
-            trial_timeout_s=trial_timeout_s,
-            max_memory_mb=max_memory_mb,
-            objectives=objectives,
-            progress=progress,
-            on_start=clock.process_start,
-            steps=steps,
-            fresh=fresh,
-            screen=level.screens,
-            every_layer_group=level.every_layer_group,
-        )
         # One evaluator (one worker process when isolated) serves every stage: each worker
         # start costs an interpreter, torch's import and the model's set-up.
         evaluator = make_evaluator(workload, dev, sp, options)

@@ -130,6 +130,14 @@ BAD_INPUTS = [
         ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--steps", "0"],
         "--steps must be a positive",
     ),  # fmt: skip
+    (
+        ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--trial-timeout", "0"],
+        "--trial-timeout must be a positive number, got 0",
+    ),  # fmt: skip
+    (
+        ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--max-memory", "-1"],
+        "--max-memory must be a positive number, got -1",
+    ),  # fmt: skip
     (["advise"], "nothing to tune"),
     (["show", "no_such.json"], "not found"),
 ]

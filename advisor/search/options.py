@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from advisor.device.environment import Environment
+from advisor.errors import AdvisorError
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult
 from advisor.search.ledger import Ledger, Stage
@@ -59,6 +61,12 @@ class SearchOptions:
     # The per-layer stage measures every layer group (full effort), or only those that carry
     # most of the conv work (default effort: advisor.stages.layer_share).
     every_layer_group: bool = True
+
+    def __post_init__(self) -> None:
+        limits = (("--trial-timeout", self.trial_timeout_s), ("--max-memory", self.max_memory_mb))
+        for option, value in limits:
+            if value is not None and not 0 < value < math.inf:
+                raise AdvisorError(f"{option} must be a positive number, got {value:g}")
 
 
 class SearchOutcome:

@@ -50,8 +50,8 @@ from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.timing import TimingPolicy
 from advisor.workload.build import Workload
 
-__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "measure_pair",
-           "runner_up_check", "check_decided"]
+__all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "runner_up_check",
+           "check_decided"]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
@@ -75,23 +75,6 @@ def check_policy(policy: TimingPolicy, time_left_s: float | None) -> TimingPolic
         min_samples=least,
         max_samples=max(policy.max_samples, least),
     )
-
-
-def measure_pair(
-    workload: Workload,
-    pair: list[TrialResult],
-    device: torch.device,
-    mode: Mode,
-    policy: TimingPolicy,
-    min_gain: float = 0.02,
-) -> tuple[list[TrialResult], list[float]]:
-    """PyTorch's default and the recommendation (`pair`, then a runner-up where there is one)
-    re-timed together, interleaved, on every shape; and each one's first call (seconds over
-    the shapes). With one shape, the rounds stop once the verdicts are decided (`check_decided`); a
-    shape set's rounds (summed round by round over the shapes) take the policy's full rounds."""
-    first_s = [0.0] * len(pair)
-    rule = partial(check_decided, min_gain=min_gain)
-    return retime(workload, pair, device, mode, policy, decided=rule, first_s=first_s), first_s
 
 
 def holds(
@@ -143,9 +126,13 @@ def check_here(
     min_gain: float = 0.02,
 ) -> FinalCheck:
     """The check, in this process: `pair` is the default and the recommendation, and may end
-    with a runner-up (`runner_up_check` judges it)."""
+    with a runner-up (`runner_up_check` judges it), re-timed together, interleaved, on every
+    shape. With one shape, the rounds stop once the verdicts are decided (`check_decided`); a
+    shape set's rounds (summed round by round over the shapes) take the policy's full rounds."""
     usage = CpuUsage()
-    measured, first_s = measure_pair(workload, pair, device, mode, policy, min_gain)
+    rule = partial(check_decided, min_gain=min_gain)
+    first_s = [0.0] * len(pair)  # each one's first call, seconds over the shapes
+    measured = retime(workload, pair, device, mode, policy, decided=rule, first_s=first_s)
     ms = [r.measurement for r in measured]
     assert all(m is not None for m in ms)
     ratio, lo, hi = paired_speedup(ms[0], ms[1])  # type: ignore[arg-type]
@@ -156,7 +143,7 @@ def check_here(
     if busy and device.type == "cpu" and threads > 1:
         torch.set_num_threads(1)
         try:
-            again, _ = measure_pair(workload, pair, device, mode, policy, min_gain)
+            again = retime(workload, pair, device, mode, policy, decided=rule)
         finally:
             torch.set_num_threads(threads)
         ms1 = [r.measurement for r in again]
