@@ -162,7 +162,7 @@ def _numbers(text: str | None, option: str, kind: type[_N], what: str) -> list[_
     if text is None:
         return None
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        return [kind(v) for v in text.split(",")]  # an empty part is a typo, not a separator
     except ValueError:
         raise AdvisorError(f"{option} takes comma-separated {what}, got {text!r}") from None
 

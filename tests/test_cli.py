@@ -138,6 +138,14 @@ BAD_INPUTS = [
         ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--max-memory", "-1"],
         "--max-memory must be a positive number, got -1",
     ),  # fmt: skip
+    (  # an empty part is a typo, never a separator: not read as 2,16,16
+        ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "2,x,16,16"],
+        "not a comma-separated list of integers: '2,x,16,16'",
+    ),
+    (
+        ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "2,3,8,8", "--batch-sizes", "2,,4"],
+        "--batch-sizes takes comma-separated integers, got '2,,4'",
+    ),  # fmt: skip
     (["advise"], "nothing to tune"),
     (["show", "no_such.json"], "not found"),
 ]

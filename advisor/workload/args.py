@@ -17,6 +17,7 @@ from advisor.workload.build import (
 )
 from advisor.workload.layer_spec import layer_spec
 from advisor.workload.shape_sets import with_shape_set
+from advisor.workload.sizes import shape_of
 
 __all__ = ["make_workload"]
 
@@ -66,10 +67,8 @@ def make_workload(
 
 
 def _shape(s: Any) -> tuple[int, ...]:
-    if isinstance(s, str):
-        try:
-            return tuple(int(p) for p in s.replace("x", ",").split(",") if p.strip())
-        except ValueError:
-            raise AdvisorError(f"not a comma-separated list of integers: {s!r}") from None
-    return tuple(int(v) for v in s)
+    try:
+        return shape_of(s)
+    except ValueError as e:
+        raise AdvisorError(str(e)) from None
 

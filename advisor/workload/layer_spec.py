@@ -20,7 +20,7 @@ from torch.nn.parameter import is_lazy
 
 from advisor.errors import SpecError, first_line, validation_message
 from advisor.workload.layer_call import KINDS, ConvKind, parse_layer_call
-from advisor.workload.sizes import INT64_MAX, check_tensor_fits, short
+from advisor.workload.sizes import INT64_MAX, check_tensor_fits, shape_of, short
 
 __all__ = [
     "DTYPES",
@@ -90,12 +90,7 @@ class LayerSpec(BaseModel):
     @field_validator("input_shape", mode="before")
     @classmethod
     def _shape_from_text(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            try:
-                return tuple(int(p) for p in v.replace("x", ",").split(",") if p.strip())
-            except ValueError:
-                raise ValueError(f"not a comma-separated list of integers: {v!r}") from None
-        return v
+        return shape_of(v) if isinstance(v, str) else v
 
     @property
     def ndim(self) -> int:

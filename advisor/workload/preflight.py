@@ -15,21 +15,16 @@ import torch
 from advisor.device.environment import resolve_device
 from advisor.errors import SpecError
 from advisor.workload.layer_spec import layer_spec
-from advisor.workload.sizes import check_bytes, check_int64, numel, short
+from advisor.workload.sizes import check_bytes, check_int64, numel, shape_of, short
 
 __all__ = ["check_workload_sizes"]
 
 
 def _shape(s: Any, option: str) -> tuple[int, ...]:
-    if isinstance(s, str):
-        try:
-            shape = tuple(int(p) for p in s.replace("x", ",").split(",") if p.strip())
-        except ValueError:
-            raise SpecError(
-                f"{option}: not a comma-separated list of integers: {short(s)!r}"
-            ) from None
-    else:
-        shape = tuple(int(v) for v in s)
+    try:
+        shape = shape_of(s)
+    except ValueError as e:
+        raise SpecError(f"{option}: {e}") from None
     check_int64(shape, f"{option} dimension")
     return shape
 

@@ -22,6 +22,7 @@ __all__ = [
     "check_tensor_fits",
     "format_bytes",
     "numel",
+    "shape_of",
     "short",
 ]
 
@@ -32,6 +33,17 @@ def short(v: Any, limit: int = 60) -> str:
     """`v` as text, cut to `limit` characters."""
     text = str(v)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shape_of(v: Any) -> tuple[int, ...]:
+    """'8,3,64,64' or '8x3x64x64' (an empty part is a typo, not a separator), or a sequence of
+    integers, as a shape; ValueError naming the text otherwise."""
+    if not isinstance(v, str):
+        return tuple(int(p) for p in v)
+    try:
+        return tuple(int(p) for p in v.replace("x", ",").split(","))
+    except ValueError:
+        raise ValueError(f"not a comma-separated list of integers: {short(v)!r}") from None
 
 
 def format_bytes(n: int) -> str:
