@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from advisor.execute.retime import decided_with_or_without_compile, pick_decided
+from advisor.execute.retime import decided_with_or_without_compile, pick_decided, rounds
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
-from advisor.measure.timing import interleave
+from advisor.measure.timing import DECIDE_AFTER_S, TimingPolicy, interleave
 from advisor.stages.final_check import MIN_ROUNDS, check_decided, holds
 
 
@@ -45,6 +45,17 @@ def test_rounds_stop_at_the_first_decided_round_and_never_before_the_minimum() -
     out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=7, max_rounds=20,
                      budget_s=10.0, decided=lambda s: False)  # fmt: skip
     assert [len(s) for s in out] == [20, 20]
+
+
+def test_rounds_of_a_short_step_decide_only_once_they_span_the_least_time() -> None:
+    # Rounds taken within one disturbance of the machine all agree on it: a rule that holds from
+    # the first round stops them only once 10 ms per sampler have passed (the clock moves 1 ms
+    # a reading: one at the start, one after each round).
+    out = interleave(_samplers([1.0] * 50, [2.0] * 50), _Clock(), min_rounds=5, budget_s=10.0,
+                     decided=lambda s: True, decide_after_s=0.01)  # fmt: skip
+    assert [len(s) for s in out] == [20, 20]
+    # the rounds' policy asks it of every decided re-time, final check and payback
+    assert rounds(TimingPolicy())["decide_after_s"] == DECIDE_AFTER_S > 0
 
 
 def test_the_final_check_is_decided_when_every_early_round_agrees() -> None:

@@ -31,6 +31,7 @@ from advisor.measure.results import TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import STRICT_Z, Measurement, combine, paired_speedup
 from advisor.measure.timing import (
+    DECIDE_AFTER_S,
     Sampler,
     TimingPolicy,
     interleave,
@@ -208,11 +209,13 @@ def decided_with_or_without_compile(
 
 
 def rounds(policy: TimingPolicy) -> dict[str, Any]:
-    """`interleave`'s rounds for a policy: the same time per candidate as a trial."""
+    """`interleave`'s rounds for a policy: the same time per candidate as a trial, decided no
+    sooner than `DECIDE_AFTER_S` per candidate."""
     return {
         "min_rounds": policy.min_samples,
         "max_rounds": policy.max_samples,
         "budget_s": policy.max_time_s,
+        "decide_after_s": DECIDE_AFTER_S,
     }
 
 

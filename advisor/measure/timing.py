@@ -180,6 +180,12 @@ def warm_up(
     return launch_ms
 
 
+# The least time per sampler before interleaved rounds may stop as decided: their interval
+# assumes independent rounds, and the rounds of a short step taken within one disturbance of
+# the machine (a scheduler tick, a clock change, another process's burst) all agree on it.
+DECIDE_AFTER_S = 0.05
+
+
 def interleave(
     samplers: Sequence[Callable[[], float]],
     clock: Clock,
@@ -188,12 +194,14 @@ def interleave(
     max_rounds: int = 200,
     budget_s: float = 1.0,
     decided: Callable[[list[list[float]]], bool] | None = None,
+    decide_after_s: float = 0.0,
 ) -> list[list[float]]:
     """Rounds of one sample from each sampler, in rotating order (A B C, B C A, C A B, ...), until
     `max_rounds`, or `min_rounds` once `budget_s` per sampler is spent, or, from `min_rounds`
-    on, the first round after which `decided(samples)` holds: the question the rounds answer
-    is decided, and more of them would only narrow an interval nobody reads (a rule looked at
-    after every round must be stricter than one looked at once: `stats.STRICT_Z`). A sampler
+    on and `decide_after_s` per sampler, the first round after which `decided(samples)` holds:
+    the question the rounds answer is decided, and more of them would only narrow an interval
+    nobody reads (a rule looked at after every round must be stricter than one looked at once:
+    `stats.STRICT_Z`). A sampler
     may take its sample in another process (finalists that must not share one:
     `cudnn.benchmark`). Each takes every place in turn, and with three or more none follows
     itself: in one process, a sample right after its own would find its memory warm."""
@@ -205,9 +213,12 @@ def interleave(
         for i in [(rounds + k) % n for k in range(n)]:
             samples[i].append(samplers[i]())
         rounds += 1
-        if rounds >= min_rounds and clock() - start >= budget_s * n:
-            break
-        if rounds >= min_rounds and decided is not None and decided(samples):
+        spent = clock() - start
+        if rounds < min_rounds:
+            continue
+        if spent >= budget_s * n or (
+            decided is not None and spent >= decide_after_s * n and decided(samples)
+        ):
             break
     return samples
 
