@@ -214,11 +214,9 @@ def interleave(
             samples[i].append(samplers[i]())
         rounds += 1
         spent = clock() - start
-        if rounds < min_rounds:
-            continue
-        if spent >= budget_s * n or (
-            decided is not None and spent >= decide_after_s * n and decided(samples)
-        ):
+        if rounds >= min_rounds and spent >= budget_s * n:
+            break
+        if rounds >= min_rounds and spent >= decide_after_s * n and decided and decided(samples):
             break
     return samples
 

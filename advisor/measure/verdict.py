@@ -55,9 +55,7 @@ class PrecisionCheckSettings(BaseModel):
         0.5, gt=0, description="the teacher's parameters: the model's moved by this x their RMS"
     )
     jitter: float = Field(1e-5, gt=0, description="fp32 run with inputs moved by this (relative)")
-    # 0: on the CPU zoo the jittered run's gap was at most 9% of the other batches' run's, so it
-    # never set the band; leaving it out can only narrow the band (reject more), and saves a
-    # third of the fp32 side.
+    # 0: leaving it out can only narrow the band (reject more); it saves a third of the fp32 side
     jitter_runs: int = Field(0, ge=0, description="fp32 runs with jittered inputs")
     batch_runs: int = Field(1, ge=0, description="fp32 runs on other batches of the same kind")
     band_factor: float = Field(
@@ -76,9 +74,7 @@ class PrecisionCheckSettings(BaseModel):
         "pass's mean loss above 1.1 x the start) whose final loss is at most (1 - this) x the "
         "start; else the precision is not judged (not accepted)",
     )
-    # 0.05: a band of 19% of the start would accept any precision that ends within 29% of fp32;
-    # at the rates kept the CPU zoo's bands are 0.03-3.9% on 29 of 30 draws (the 30th, 5.5%, is
-    # not judged).
+    # 0.05: a band of 19% of the start would accept any precision that ends within 29% of fp32
     max_band: float = Field(
         0.05,
         gt=0,
