@@ -201,10 +201,9 @@ def interleave(
     on and `decide_after_s` per sampler, the first round after which `decided(samples)` holds:
     the question the rounds answer is decided, and more of them would only narrow an interval
     nobody reads (a rule looked at after every round must be stricter than one looked at once:
-    `stats.STRICT_Z`). A sampler
-    may take its sample in another process (finalists that must not share one:
-    `cudnn.benchmark`). Each takes every place in turn, and with three or more none follows
-    itself: in one process, a sample right after its own would find its memory warm."""
+    `stats.STRICT_Z`). A sampler may take its sample in another process (finalists that must not
+    share one: `cudnn.benchmark`). Each takes every place in turn, and with three or more none
+    follows itself: in one process, a sample right after its own would find its memory warm."""
     n = len(samplers)
     samples: list[list[float]] = [[] for _ in samplers]
     start = clock()
