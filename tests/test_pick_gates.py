@@ -54,6 +54,24 @@ def _workload():  # noqa: ANN202 - a layer workload
     return layer_workload(layer_spec("Conv2d(4, 4, 3, padding=1)", input_shape="2,4,8,8"))
 
 
+def test_the_gates_own_captures_are_counted_by_the_next_verdict() -> None:
+    # The references (captured as the gate is built) and the noise floor (when a verdict needs
+    # it) are the gate's checks: counted in the next verdict's gate_s, once, not as harness.
+    w = _workload()
+    gate = Gate(w, CPU, "train", SPACE)
+    references_s = gate.unbilled_s
+    assert references_s > 0
+    first = evaluate(w, DEFAULT, CPU, "train", SPACE, gate, policy=QUICK)
+    assert first.gate_s is not None and first.gate_s > references_s and gate.unbilled_s == 0
+    gate.noise()
+    noise_s = gate.unbilled_s
+    assert noise_s > 0  # float64 and the perturbed fp32 answers
+    second = evaluate(w, CL, CPU, "train", SPACE, gate, policy=QUICK)
+    assert second.gate_s is not None and second.gate_s > noise_s and gate.unbilled_s == 0
+    gate.noise()  # computed once: nothing more to count
+    assert gate.unbilled_s == 0
+
+
 # ---- the trial: what waits ---------------------------------------------------------------
 
 

@@ -97,6 +97,7 @@ class Checked:
     err: float = 0.0
     layer: LayerVerdict | None = None
     check_s: float = 0.0
+    gate_s: float = 0.0  # in `add`: the captures, comparisons and layer checks
 
     def add(
         self, cand: Candidate, settings: Settings, gate: Gate, ref: Captured, mode: Mode
@@ -116,6 +117,7 @@ class Checked:
         worst = gate.check_layers(cand, got.convs)
         if worst is not None and (self.layer is None or worst.error > self.layer.error):
             self.layer = worst
+        self.gate_s += time.perf_counter() - t0
 
 
 def verdict(
@@ -128,11 +130,13 @@ def verdict(
 ) -> TrialResult:
     """The gate's verdict on a candidate from its checks (outputs and gradients against the fp32
     reference, its worst conv layer alone against float64) and its precision's check, as a
-    result with `fields` (its measurement, memory and times). Raises `CheckOutOfTime`."""
+    result with `fields` (its measurement, memory and times), its `gate_s` the checks' and the
+    gate's own captures no verdict has counted yet. Raises `CheckOutOfTime`."""
     err, grad_err, layer = checked.err, checked.grad_err, checked.layer
     status: Status = "ok"
     reason = rejected_by = None
     tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
+    gate_s, gate.unbilled_s = checked.gate_s + gate.unbilled_s, 0.0
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
         status, reason = "rejected", "NaN or Inf in outputs or gradients"
@@ -164,6 +168,7 @@ def verdict(
         rejected_by=rejected_by,
         precision_check=tol.out.check,
         compile_check_s=checked.check_s or None,
+        gate_s=gate_s or None,
         **fields,
     )
 
@@ -210,7 +215,6 @@ def _gate_only(
     precision = gate.precision(settings)
     keep_cpu_buffers_resident()
     checked = Checked(0.0 if mode == "train" else None)
-    t_gate = time.perf_counter()
     for case in range(len(gate.cases)):  # each reference read after its timing
         cand: Candidate | None = None
         failure = None
@@ -225,9 +229,8 @@ def _gate_only(
             failure = failure or close_candidate(cand)
         if failure is not None:
             return failed(settings, failure, precision)
-    gate_s = time.perf_counter() - t_gate
     try:
-        return verdict(gate, settings, precision, checked, check_deadline, gate_s=gate_s)
+        return verdict(gate, settings, precision, checked, check_deadline)
     except CheckOutOfTime:  # not judged: it is not picked
         return TrialResult(settings=settings, status="stopped", stop=Stop(kind="out_of_time"),
                            precision=precision)  # fmt: skip

@@ -167,7 +167,6 @@ def _evaluate(
     flush = l2_flusher(device) if workload.is_layer else None  # harness, not the candidate's
     memory = PeakMemory(device)
     peak = 0.0
-    gate_s = 0.0  # the gate's capture, comparison and layer checks (the training check apart)
     per_shape: list[Measurement] = []
     checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
@@ -237,9 +236,7 @@ def _evaluate(
                 if pending is None and _above_bar(gate, settings, m, bar):
                     pending = "checks"  # slower than the fastest so far: its gate waits too
                 if pending is None:  # else gated only where it could be picked (`gate_only`)
-                    t0 = time.perf_counter()
                     checked.add(cand, settings, gate, gate.cases[case], mode)
-                    gate_s += time.perf_counter() - t0
         except torch.OutOfMemoryError:
             failure = "out of memory"
         except Exception as e:  # noqa: BLE001 - a broken candidate is a result, not a crash
@@ -274,8 +271,7 @@ def _evaluate(
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
                            **measured)  # fmt: skip
     try:
-        return _verdict(gate, settings, precision, checked, deadline, gate_s=gate_s or None,
-                        **measured)  # fmt: skip
+        return _verdict(gate, settings, precision, checked, deadline, **measured)
     except CheckOutOfTime:  # not judged: it cannot be picked, and a later run checks it
         return _stopped(settings, precision, per_shape, workload, Stop(kind="out_of_time"))
 

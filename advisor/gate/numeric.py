@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -206,6 +207,7 @@ class Gate:
         # once the twins' first calls are taken (`execute.first_calls`), or at the first verdict
         # that reads them. The noise floor and the yardsticks are computed when a verdict needs
         # them (most candidates pass on the space's tolerances alone).
+        self.unbilled_s = 0.0  # its captures' seconds no verdict has counted (`gating.verdict`)
         self.cases = References(self)
         if not cudnn_benchmark:
             self.cases.load()
@@ -227,6 +229,7 @@ class Gate:
     def _capture(
         self, settings: Settings, case: int, dtype: torch.dtype | None = None, **kw: Any
     ) -> Captured:
+        began = time.perf_counter()
         settings = settings.model_copy(update={"cudnn_benchmark": self.cudnn_benchmark})
         cand = Candidate(
             self.workload, settings, self.device, self.mode, self.seed, dtype, case, **kw
@@ -235,6 +238,7 @@ class Gate:
             return cand.capture()
         finally:
             cand.close()
+            self.unbilled_s += time.perf_counter() - began
 
     def noise(self) -> Errors:
         """The largest difference from the fp32 reference among exact-fp32 answers on the same
