@@ -25,7 +25,7 @@ def test_batch_size_set_over_a_layer() -> None:
     w = with_shape_set(base, batch_sizes=[1, 2, 4], weights=[1, 1, 2])
     assert [c.inputs[0].shape[0] for c in w.shape_cases] == [1, 2, 4]
     assert [c.weight for c in w.shape_cases] == [1.0, 1.0, 2.0]
-    assert w.make_inputs(CPU, case=2)[0].shape == (4, 4, 12, 12)
+    assert w.make_call(CPU, case=2)[0][0].shape == (4, 4, 12, 12)
     again = workload_from_info(w.info)  # what an isolated worker rebuilds
     assert [c.inputs[0].shape for c in again.shape_cases] == [
         c.inputs[0].shape for c in w.shape_cases

@@ -24,7 +24,7 @@ def test_layer_specs_parse_like_pytorch(text: str, shape: str, kind: str) -> Non
     assert spec.kind == kind
     module = spec.build()
     assert type(module).__name__ == kind
-    x = layer_workload(spec).make_inputs(torch.device("cpu"))[0]
+    x = layer_workload(spec).make_call(torch.device("cpu"))[0][0]
     assert list(x.shape) == [int(v) for v in shape.split(",")]
     assert x.abs().sum() > 0  # fresh random inputs, never zeros
 
@@ -86,7 +86,7 @@ def test_model_file_loads(small_model_file: str) -> None:
     m1, m2 = w.make_model(), w.make_model()
     for a, b in zip(m1.state_dict().values(), m2.state_dict().values(), strict=True):
         assert torch.equal(a, b)  # same weights every time
-    (x,) = w.make_inputs(torch.device("cpu"))
+    (x,), _ = w.make_call(torch.device("cpu"))
     assert x.shape == (2, 3, 16, 16)
     assert isinstance(w.info, ModelFileInfo) and w.info.kind == "model"
     other = model_workload(small_model_file, build="build_other")

@@ -75,8 +75,7 @@ class Workload:
 
     `make_model()` returns a fresh model (fp32 weights, same values every call);
     `make_call(device)` returns fresh random inputs shaped like the examples, positional and
-    keyword: the model runs as `model(*args, **kwargs)`. `make_inputs(device)` is the positional
-    part alone.
+    keyword: the model runs as `model(*args, **kwargs)`.
     """
 
     name: str
@@ -130,10 +129,6 @@ class Workload:
 
         args = tuple(fresh(x) for x in example.inputs)  # positional first: the draw order
         return args, {k: fresh(v) for k, v in example.kwargs.items()}
-
-    def make_inputs(self, device: torch.device, seed: int = 0, case: int = 0) -> tuple[Any, ...]:
-        """The positional inputs of `make_call` (all of them, unless the model takes keywords)."""
-        return self.make_call(device, seed, case)[0]
 
     @property
     def input_shapes(self) -> list[list[int]]:
