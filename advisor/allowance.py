@@ -59,8 +59,12 @@ class Allowance:
         self.counting.set()
 
     def end(self) -> None:
+        """The call returned: nothing is stopped after it. Raises `OverAllowance` where the call
+        caught its stop and went on (Triton's interpreter, reading a kernel's source): it overran."""
         with self._lock:
-            self.state = "ended"
+            caught, self.state = self.state == "raised", "ended"
+        if caught:
+            raise OverAllowance
 
 
 _running: Allowance | None = None
@@ -108,7 +112,8 @@ def stop_after(seconds: float | None, counting: bool = True) -> Iterator[Allowan
         timer.start()  # within: a stop that comes before the yield still restores the handler
         yield running
     finally:
-        running.end()
+        with contextlib.suppress(OverAllowance):  # a stop raised here has done its work
+            running.end()
         _running = outer
         cancelled.set()
         running.start()  # a count never started ends too

@@ -46,6 +46,23 @@ def test_a_cold_compile_is_interrupted_at_its_allowance_and_only_in_it() -> None
     assert caught == []
 
 
+def test_a_stop_the_call_caught_is_raised_again_when_it_returns() -> None:
+    # Triton's interpreter reads a kernel's source under `except Exception` (a kernel without
+    # source runs unrewritten): a stop landing there is caught, and the call goes on to its end.
+    start = time.perf_counter()
+    with pytest.raises(OverAllowance), stop_after(0.02) as allowance:
+        try:
+            while time.perf_counter() - start < 5:
+                pass
+        except Exception:  # noqa: BLE001 - the caller that swallows it
+            pass
+        assert time.perf_counter() - start < 1  # stopped, caught, and the call goes on
+        time.sleep(0.05)
+        allowance.end()  # it returned past its allowance: the stop stands
+    with stop_after(0.05) as allowance:  # returned in time: nothing
+        allowance.end()
+
+
 def test_autotuning_off_the_main_thread_stops_at_its_checkpoint_once() -> None:
     # On a GPU autograd runs the backward (two of Triton's three autotunings) on its device
     # thread while the main thread waits in C++ and runs no signal handler: SIGALRM is blocked
