@@ -172,8 +172,8 @@ class Race:
     with probability at most 1/2, so k or more of n samples above it happen with probability at
     most P(Bin(n, 1/2) >= k): stopping is wrong at most 5% of the time. With every sample above
     the limit that takes 5 samples. The first call never counts; on a CPU a warm-up run over
-    twice the limit counts as one more sample above it (a run after the first is not twice the
-    steady state on a CPU, which has no queue to fill).
+    twice the limit counts as one more sample above it (a CPU has no queue to fill: a run after
+    the first is twice the steady state only where another process took the CPU).
 
     `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
     gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
@@ -191,10 +191,9 @@ class Race:
     allowance_s: float | None = None  # the longest first call that could still pay back
 
     def screened_out(self, samples: Sequence[float]) -> bool:
-        """A screened candidate whose screen median is already known to lie above the limit
-        (`SCREEN_DROP` times the fastest screened so far): the median of its samples is above
-        it, and so are most of the `screen` samples it would have. (One whose warm-up run is
-        over twice the limit stops there: `timing.measure`.)"""
+        """A screen whose median is already known to lie above the limit (`SCREEN_DROP` times the
+        fastest screen so far): its samples' median is above it, and so are most of the `screen`
+        samples it would have (two warm-up runs past twice the limit decide: `timing.measure`)."""
         if self.screen is None or not samples or not math.isfinite(self.limit_ms):
             return False
         if quantile(sorted(samples), 0.5) <= self.limit_ms:

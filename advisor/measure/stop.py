@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = ["Sampling", "Stop", "StopKind"]
 
 # Why sampling ended before the timing policy's rule did (`Measurement.stop`): the race's sign
-# test, a screen's few samples, a screen's run stopped past twice its drop line, the run's time
+# test, a screen's few samples, a screen's runs stopped at twice its drop line, the run's time
 # budget, or the budget spent by the first call.
 Sampling = Literal["raced", "screened", "cut", "budget", "first_call"]
 
@@ -39,7 +39,7 @@ class Stop(BaseModel):
     # screened: the fastest screen's figures and the drop factor
     best_label: str | None = None
     drop: float | None = None
-    cut: bool = False  # its one run was stopped there: `ms` is a lower bound
+    cut: bool = False  # its runs past twice the drop line decided: `ms` is a lower bound
     # cannot_pay: the horizon, the rival it was timed beside and what the bound read
     horizon_steps: int | None = None
     rival: str | None = None
@@ -65,7 +65,7 @@ class Stop(BaseModel):
             n = self.samples or 0
             took = f"{n} sample{'s' if n != 1 else ''} after warm-up gave {self.ms:.3f} ms"
             if self.cut:
-                took = f"its run after the first call was stopped at {self.ms:.3f} ms"
+                took = f"{n} runs past twice the drop line ({self.ms:.3f} ms or more)"
             if self.ms is None or self.bar_ms is None or self.drop is None:
                 return f"screened: {took}"
             return (

@@ -300,24 +300,26 @@ def _measure(
     # CPU: a GPU's warm-up runs are its launches, its one-time costs its first call's)
     settle = settle and device.type != "cuda"
     settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
-    # A screen is decided by a CPU run above twice its drop line: three times the fastest
-    # screen, over twice the steady state of any candidate that could still win (a CPU run after
-    # the first call is not). The run is its one sample, and it is stopped there (`cut`).
+    # On a CPU a screen's runs stop at twice its drop line (over twice the steady state of any
+    # candidate that could still win): two such runs decide it (`cut`), one slowed by another
+    # process does not.
     screened = race is not None and race.screen is not None and device.type != "cuda"
     cut_ms = 2 * race.limit_ms if screened else math.inf  # type: ignore[union-attr]
+    over: list[float] = []  # its runs past the cut, each stopped there or ended past it
     while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
         settle and warm > 0 and settling(warm_ms) and clock() < settle_until
-    ):
+    ) or (warm_ms and warm_ms[-1] > cut_ms):
         cut, run_s = _run(fn, cut_ms, clock)
         launch_s += run_s  # on a GPU: the host's time to enqueue the step
         if device.type != "cuda":
             warm_ms.append(run_s * 1e3)
         warm += 1
         if cut or (warm_ms and warm_ms[-1] > cut_ms):
-            run_s = warm_ms[-1] / 1e3
-            return Measurement(samples_ms=warm_ms[-1:], first_call_ms=first_ms, warmup_runs=warm - 1,
-                               stop="cut" if cut else "screened",
-                               warmup_s=clock() - warm_start - run_s, sampling_s=run_s)  # fmt: skip
+            over.append(warm_ms[-1])
+        if len(over) == 2:  # two of a screen's 3 samples above its line
+            return Measurement(samples_ms=over, first_call_ms=first_ms, warmup_runs=warm - 2,
+                               stop="cut", warmup_s=clock() - warm_start - sum(over) / 1e3,
+                               sampling_s=sum(over) / 1e3)  # fmt: skip
         if warm >= 1000 or (deadline is not None and clock() >= deadline):
             break  # past the budget: one warm-up run is all it gets
     synchronize(device)

@@ -50,9 +50,8 @@ __all__ = ["SCREEN_MIN_STEP_MS", "Screen", "inversion", "min_step_ms", "record_d
 # not parked (a GPU: `execute.park`): each one's fixed costs (its build, first call and warm-up,
 # paid again by its full timing) are then about what a gate of a few steps saves, and a
 # launch-bound GPU step has few candidates `SCREEN_DROP` apart to drop. On a CPU a survivor is
-# parked and pays one re-warming call, so every step is screened: one far above the fastest
-# (bf16 without bf16 units) then costs its first call and one run, stopped at twice the drop line,
-# not a race's warm-ups and samples (`timing.measure`).
+# parked and pays one re-warming call, so every step is screened (one far above the fastest,
+# such as bf16 without bf16 units, stops at twice the drop line: `timing.measure`).
 SCREEN_MIN_STEP_MS = 20.0
 
 
