@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 import advisor
+from advisor.measure.stop import Stop
 from advisor.report.progress import failure_kind, kind_beside, status_text, summary_tables
 from advisor.search.options import SearchOutcome
 from tests._cli import advisor_cli
@@ -75,38 +76,30 @@ SLOWER = "stopped after 6 samples: slower than the best candidate's 1.250 ms (si
 
 
 @pytest.mark.parametrize(
-    "status,reason,text",
+    "status,reason,stop,text",
     [
-        ("ok", "", "ok"),
-        ("stopped", SLOWER, "stopped: slower (raced out)"),
-        ("stopped", "stopped after 3 samples: the time budget ran out", "stopped: time budget"),
-        (
-            "stopped",
-            "stopped after 3 samples: the time budget ran out, slower than the best "
-            "candidate's 1.250 ms",
-            "stopped: time budget",
-        ),  # fmt: skip
-        ("stopped", "screened out after 3 samples: 4.00x the best screen", "stopped: screened out"),
-        (
-            "stopped",
-            "cannot win: 2.000 ms at best, slower than the best accepted candidate's",
-            "stopped: slower (raced out)",
-        ),  # fmt: skip
-        (
-            "stopped",
-            "its cold compile cannot pay back within 1,000 steps: ...",
-            "stopped: compile cannot pay back",
-        ),  # fmt: skip
-        ("rejected", "error 2.79e-03 over the bf16 tolerance 1e-12", "rejected: error too high"),
-        ("rejected", "something new", "rejected"),
-        ("failed", "worker crashed (SIGSEGV)", "failed: crashed"),
+        ("ok", "", "", "ok"),
+        ("stopped", SLOWER, "raced", "stopped: slower (raced out)"),
+        ("stopped", "stopped: the time budget ran out", "budget", "stopped: time budget"),
+        ("stopped", "the budget ran out during its precision check", "out_of_time",
+         "stopped: time budget"),  # fmt: skip
+        ("stopped", "screened out: 3 samples after warm-up gave 4.000 ms", "screened",
+         "stopped: screened out"),  # fmt: skip
+        ("stopped", "its cold compile cannot pay back within 1,000 steps: ...", "cannot_pay",
+         "stopped: compile cannot pay back"),  # fmt: skip
+        # the kind, not the words: a reason that reads "slower" is not what decides it
+        ("stopped", SLOWER, "screened", "stopped: screened out"),
+        ("stopped", SLOWER, "", "stopped early"),  # a trials table without the stop column
+        ("rejected", "error 2.79e-03 over the bf16 tolerance 1e-12", "", "rejected: error too high"),
+        ("rejected", "something new", "", "rejected"),
+        ("failed", "worker crashed (SIGSEGV)", "", "failed: crashed"),
     ],
 )
-def test_a_status_text_says_each_word_once(status: str, reason: str, text: str) -> None:
-    assert status_text(status, reason) == text
+def test_a_status_text_says_each_word_once(status: str, reason: str, stop: str, text: str) -> None:
+    assert status_text(status, reason, stop) == text
     words = text.replace(":", "").split()
     assert len(words) == len(set(words)), text
-    assert kind_beside(status, reason) != status
+    assert kind_beside(status, reason, stop) != status
 
 
 def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
@@ -117,7 +110,8 @@ def test_the_single_change_table_says_stopped_once(advice: Advice) -> None:
     i, single = next((i, r) for i, r in enumerate(advice.results)
                      if len(r.settings.changes()) == 1 and r.status == "ok")  # fmt: skip
     results = list(advice.results)
-    results[i] = single.model_copy(update={"status": "stopped", "reason": SLOWER})
+    stop = Stop(kind="raced", samples=6, bar_ms=1.25, ms=2.0)
+    results[i] = single.model_copy(update={"status": "stopped", "stop": stop, "reason": SLOWER})
     raced = copy.copy(advice)
     raced.outcome = SearchOutcome(results, advice.baseline,
                                   environment=advice.outcome.environment)  # fmt: skip

@@ -132,19 +132,18 @@ def _ms(m: float | None) -> str:
     return "-" if m is None or math.isnan(m) or math.isinf(m) else f"{m:.3f}"
 
 
-def failure_kind(status: str, reason: str) -> str:
-    """A rejected or failed candidate's reason, in a few words a reader can scan."""
+_STOPPED = {"raced": "slower (raced out)", "screened": "screened out", "budget": "time budget",
+            "out_of_time": "time budget", "cannot_pay": "compile cannot pay back"}
+
+
+def failure_kind(status: str, reason: str, stop: str = "") -> str:
+    """A rejected or failed candidate's reason, or a stopped one's kind of stop (`stop`, its
+    `Stop.kind`), in a few words a reader can scan."""
     r = reason.lower()
     if status in ("ok", "not gated"):
         return ""
-    if status == "stopped":  # why it was stopped; `status_text` puts "stopped: " before it
-        if r.startswith("screened"):
-            return "screened out"
-        if "time budget" in r:
-            return "time budget"
-        if "cannot pay" in r:
-            return "compile cannot pay back"
-        return "slower (raced out)" if "slower" in r or "cannot win" in r else "stopped early"
+    if status == "stopped":  # `status_text` puts "stopped: " before it
+        return _STOPPED.get(stop, "stopped early")
     if "nan or inf" in r:
         return "NaN/Inf in results"
     if "does not train" in r or "does not keep the outputs" in r:
@@ -164,17 +163,17 @@ def failure_kind(status: str, reason: str) -> str:
     return "raised an error"
 
 
-def kind_beside(status: str, reason: str) -> str:
+def kind_beside(status: str, reason: str, stop: str = "") -> str:
     """`failure_kind` for a column beside the status: empty where it would repeat it."""
-    kind = failure_kind(status, reason)
+    kind = failure_kind(status, reason, stop)
     return "" if kind == status else kind
 
 
-def status_text(status: str, reason: str) -> str:
+def status_text(status: str, reason: str, stop: str = "") -> str:
     """A candidate's status and what kind of failure or stop it was, each word once: "ok",
     "stopped: slower (raced out)", "rejected: error too high", "rejected" (not "rejected:
     rejected")."""
-    kind = failure_kind(status, reason)
+    kind = failure_kind(status, reason, stop)
     if not kind or kind == status:
         return status
     return kind if kind.split(":")[0].split()[0] == status else f"{status}: {kind}"
@@ -258,7 +257,7 @@ def _singles_table(base: TrialResult, singles: list[TrialResult]) -> Table:
     t.add_column("vs default [95% CI]", justify="right")
     t.add_column("status")
     for x in sorted(singles, key=lambda x: x.median_ms):
-        status = status_text(x.shown_status, x.reason or "")
+        status = status_text(x.shown_status, x.reason or "", x.stop.kind if x.stop else "")
         t.add_row(x.settings.label(), _ms(x.median_ms), _speedup_text(base, x), status)
     return t
 
@@ -271,7 +270,7 @@ def _bad_table(bad: list[TrialResult]) -> Table:
         t.add_row(
             x.settings.label(),
             x.status,
-            kind_beside(x.status, x.reason or ""),
+            kind_beside(x.status, x.reason or "", x.stop.kind if x.stop else ""),
             x.reason or "",
             _ms(x.median_ms),
         )
