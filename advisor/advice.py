@@ -176,7 +176,7 @@ def trial_row(origin: tuple[int, Stage], r: TrialResult, baseline: TrialResult) 
         label=r.settings.label(),
         status=r.shown_status,
         reason=r.reason or "",
-        stop=r.stop.kind if r.stop is not None else "",  # a stopped candidate's `Stop.kind`
+        kind=r.kind,  # why it is out of the pick: its stop's, failure's or rejection's kind
         median_ms=m.median_ms if m else math.nan,
         ci_low_ms=m.ci_low_ms if m else math.nan,
         ci_high_ms=m.ci_high_ms if m else math.nan,

@@ -72,6 +72,9 @@ def test_study_with_crash_hang_and_oom_finishes_with_a_healthy_pick(tmp_path: Pa
     assert trials.loc["test_hang", "reason"] == "timed out after 4 s (killed)"
     assert trials.loc["test_oom", "status"] == "failed"
     assert trials.loc["test_oom", "reason"].startswith("out of memory (")
+    # each failure's kind, for the report's few words (never read off the reason)
+    assert list(trials.loc[["test_crash", "test_hang", "test_oom"], "kind"]) == ["crash", "timeout",
+                                                                                  "oom"]  # fmt: skip
     # The candidates after the crash and after the hang ran on replacement workers.
     assert trials.loc["native", "status"] == trials.loc["unfold_gemm", "status"] == "ok"
     cfg = json.loads(out.read_text())
@@ -101,6 +104,7 @@ def test_worker_is_replaced_and_flags_never_leak(plugins: None, tmp_path: Path,
         assert ev(Settings(conv_impl="test_probe")).status == "ok"
         crashed = ev(Settings(conv_impl="test_crash"))
         assert (crashed.status, crashed.reason) == ("failed", "worker crashed (SIGSEGV)")
+        assert crashed.kind == "crash"
         assert ev(Settings(conv_impl="test_probe")).status == "ok"
         assert ev.pid != first_pid and ev.starts == 2
     finally:

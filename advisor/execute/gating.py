@@ -68,11 +68,12 @@ _DEVICE = ("CUDA error", "illegal memory access", "device-side assert", "CUBLAS_
            "cuDNN error", "CUDNN_STATUS")  # fmt: skip
 
 
-def failed(settings: Settings, error: str, precision: str = "fp32") -> TrialResult:
-    """A failed result from an error's first line, its kind named where the harness acts on
-    it: out of memory (said so, whatever library raised it), or a device error (the worker is
-    replaced)."""
-    kind: Failure | None = None
+def failed(
+    settings: Settings, error: str, precision: str = "fp32", kind: Failure | None = None
+) -> TrialResult:
+    """A failed result from an error's first line, of the caller's `kind` (a crash, a time
+    limit), else one read off the error: out of memory (said so, whatever library raised it),
+    or a device error (the worker is replaced)."""
     reason = error
     if any(m in error for m in _DEVICE):
         kind = "device"
@@ -134,14 +135,15 @@ def verdict(
     gate's own captures no verdict has counted yet. Raises `CheckOutOfTime`."""
     err, grad_err, layer = checked.err, checked.grad_err, checked.layer
     status: Status = "ok"
-    reason = rejected_by = None
+    reason = rejected_by = rejection = None
     tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
     gate_s, gate.unbilled_s = checked.gate_s + gate.unbilled_s, 0.0
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
-        status, reason = "rejected", "NaN or Inf in outputs or gradients"
+        status, reason, rejection = "rejected", "NaN or Inf in outputs or gradients", "nan"
     elif layer is not None and not layer.ok:
         status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
+        rejection = "tolerance"
         where = f"layer {layer.layer!r}" if layer.layer else "the layer"
         reason = (
             f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
@@ -151,7 +153,7 @@ def verdict(
         verdict = tol.judge(Errors(err, grad_err))
         if verdict is not None:
             status = "rejected"
-            reason, rejected_by = verdict
+            rejection, reason, rejected_by = verdict
     return TrialResult(
         settings=settings,
         status=status,
@@ -166,6 +168,7 @@ def verdict(
         layer_tolerance=layer.tolerance if layer is not None else None,
         layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
         rejected_by=rejected_by,
+        rejection=rejection,
         precision_check=tol.out.check,
         compile_check_s=checked.check_s or None,
         gate_s=gate_s or None,

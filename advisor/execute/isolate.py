@@ -32,7 +32,7 @@ from advisor.execute.worker_process import LEAVE_S, worker_main
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Mode
-from advisor.measure.results import TrialResult
+from advisor.measure.results import Failure, TrialResult
 from advisor.measure.stats import Race
 from advisor.measure.verdict import PrecisionCheck
 from advisor.space import SearchSpace
@@ -218,8 +218,8 @@ class IsolatedEvaluator:
             self._conn.close()
         self._proc, self._conn, self._adopted, self._pending = None, None, False, False
 
-    def _failed(self, settings: Settings, reason: str) -> TrialResult:
-        return failed(settings, reason, precision_of(settings, self.device))
+    def _failed(self, settings: Settings, reason: str, kind: Failure | None = None) -> TrialResult:
+        return failed(settings, reason, precision_of(settings, self.device), kind)
 
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
@@ -256,7 +256,7 @@ class IsolatedEvaluator:
         msg = self._receive(limit)
         if msg == "timeout":
             self._kill()
-            return self._failed(settings, f"timed out after {limit:g} s (killed)")
+            return self._failed(settings, f"timed out after {limit:g} s (killed)", "timeout")
         if not (isinstance(msg, tuple) and msg[0] == "result"):
             return self._crashed(settings)
         result = TrialResult.model_validate_json(msg[1])
@@ -338,7 +338,7 @@ class IsolatedEvaluator:
     def _crashed(self, settings: Settings) -> TrialResult:
         why = self._exit_reason()
         self._kill()
-        return self._failed(settings, why)
+        return self._failed(settings, why, "crash")
 
     def close(self) -> None:
         if self._conn is not None and self._proc is not None and self._proc.is_alive():

@@ -41,6 +41,7 @@ from advisor.gate.precision import Fp32Runs, check_precision
 from advisor.gate.training import REFERENCE
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Candidate, Captured, ConvInput, Mode
+from advisor.measure.results import Rejection
 from advisor.measure.verdict import (
     PrecisionCheck,
     PrecisionCheckSettings,
@@ -107,14 +108,15 @@ class Bound:
             )
         return f"{self.factor:g} x PyTorch's own {self.precision} path on this model ({self.yardstick:.1e})"
 
-    def judge(self, error: float) -> tuple[str, str] | None:
-        """None when `error` passes; else (reason, the `key=value` setting that would accept it,
-        or "" when none would)."""
+    def judge(self, error: float) -> tuple[Rejection, str, str] | None:
+        """None when `error` passes; else (its kind, reason, the `key=value` setting that would
+        accept it, or "" when none would)."""
         p, check = self.precision, self.check
         if check is not None and not check.accepted:
-            return f"{check.summary}: {p} is not accepted here", _accepting(check)
+            return "precision", f"{check.summary}: {p} is not accepted here", _accepting(check)
         if error > self.value:
             return (
+                "tolerance",
                 f"{self.what} {error:.2e} over the {p} tolerance {self.value:.1e} ({self.basis})",
                 f"{self.space_key}={round_up(error)}",
             )
@@ -143,8 +145,8 @@ class Tolerance:
         parts = [self.out.basis] + ([self.grad.basis] if self.grad else [])
         return "; ".join(dict.fromkeys(parts))
 
-    def judge(self, errors: Errors) -> tuple[str, str] | None:
-        """None when the candidate passes; else (reason, setting that would accept it)."""
+    def judge(self, errors: Errors) -> tuple[Rejection, str, str] | None:
+        """None when the candidate passes; else (its kind, reason, setting that would accept it)."""
         verdict = self.out.judge(errors.out)
         if verdict is None and self.grad is not None and errors.grad is not None:
             verdict = self.grad.judge(errors.grad)

@@ -13,16 +13,18 @@ from advisor.measure.stats import Measurement
 from advisor.measure.stop import Stop
 from advisor.measure.verdict import PrecisionCheck
 
-__all__ = ["Failure", "Pending", "Status", "TrialResult"]
+__all__ = ["Failure", "Pending", "Rejection", "Status", "TrialResult"]
 
 Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: out of the pick, not gated
 # What a candidate measured without its gate waits for, gated only where the pick needs it:
 # its precision's training check, a compiled candidate's capture under dropout (a second
 # compile), or the checks of one measured above the bar of the fastest candidate of its time
 Pending = Literal["precision", "capture", "checks"]
-# A failure the harness acts on: out of memory, or a device error after which the process's
-# CUDA context cannot be trusted (its worker is replaced)
-Failure = Literal["oom", "device"]
+# A failure's kind (out of memory; a device error, after which the worker is replaced; its
+# worker's crash or time limit) and a rejection's (NaN or Inf, an error over a tolerance, a
+# precision its training check did not accept, a peak memory over --max-memory)
+Failure = Literal["oom", "device", "crash", "timeout"]
+Rejection = Literal["nan", "tolerance", "precision", "memory"]
 _WAITS = {
     "precision": "its precision's training check",
     "capture": "its gate's capture under dropout (a second compile)",
@@ -40,7 +42,8 @@ class TrialResult(BaseModel):
     # What a person reads: a failure's or a rejection's own words, or `stop.text()`
     reason: str | None = None
     stop: Stop | None = None  # status "stopped": why, as a kind and its figures
-    failure: Failure | None = None  # status "failed": a kind the harness acts on, where one
+    failure: Failure | None = None  # status "failed": its kind, where one is known
+    rejection: Rejection | None = None  # status "rejected": its kind
     measurement: Measurement | None = None
     rel_error: float | None = None  # outputs vs the fp32 reference
     grad_error: float | None = None  # all parameter and input gradients together (train mode)
@@ -95,6 +98,11 @@ class TrialResult(BaseModel):
             object.__setattr__(self, "reason", f"not gated: the pick never needed its verdict "
                                                f"({_WAITS[self.pending]} was not paid)")
         return self
+
+    @property
+    def kind(self) -> str:
+        """Why it is out of the pick, as a kind: its stop's, failure's or rejection's ('')."""
+        return self.stop.kind if self.stop is not None else self.failure or self.rejection or ""
 
     @property
     def shown_status(self) -> str:

@@ -145,7 +145,7 @@ def _bad_html(df: pd.DataFrame) -> str:
         [
             r["label"],
             _status(str(r["status"])),
-            kind_beside(str(r["status"]), str(r.get("reason", "")), str(r.get("stop", ""))),
+            kind_beside(str(r["status"]), str(r.get("kind", ""))),
             r.get("reason", ""),
             _num(r["median_ms"]),
         ]

@@ -132,51 +132,36 @@ def _ms(m: float | None) -> str:
     return "-" if m is None or math.isnan(m) or math.isinf(m) else f"{m:.3f}"
 
 
-_STOPPED = {"raced": "slower (raced out)", "screened": "screened out", "budget": "time budget",
-            "out_of_time": "time budget", "cannot_pay": "compile cannot pay back"}
+_KINDS = {"raced": "slower (raced out)", "screened": "screened out", "budget": "time budget",
+          "out_of_time": "time budget", "cannot_pay": "compile cannot pay back",
+          "oom": "out of memory", "device": "device error", "crash": "crashed",
+          "timeout": "timed out", "nan": "NaN/Inf in results", "tolerance": "error too high",
+          "precision": "precision not accepted", "memory": "over the memory limit"}
+_UNKNOWN = {"stopped": "stopped early", "failed": "raised an error"}
 
 
-def failure_kind(status: str, reason: str, stop: str = "") -> str:
-    """A rejected or failed candidate's reason, or a stopped one's kind of stop (`stop`, its
-    `Stop.kind`), in a few words a reader can scan."""
-    r = reason.lower()
+def failure_kind(status: str, kind: str = "") -> str:
+    """A stopped, rejected or failed candidate's kind (`TrialResult.kind`), in a few words a
+    reader can scan; its reason's text is never read."""
     if status in ("ok", "not gated"):
         return ""
-    if status == "stopped":  # `status_text` puts "stopped: " before it
-        return _STOPPED.get(stop, "stopped early")
-    if "nan or inf" in r:
-        return "NaN/Inf in results"
-    if "does not train" in r or "does not keep the outputs" in r:
-        return "precision not accepted"
-    if "tolerance" in r or r.startswith("error "):
-        return "error too high"
-    if "--max-memory" in r:
-        return "over the memory limit"
-    if "out of memory" in r or "killed, possibly by the out-of-memory" in r:
-        return "out of memory"
-    if "timed out" in r:
-        return "timed out"
-    if "crashed" in r or "exited with code" in r:
-        return "crashed"
-    if status == "rejected":
-        return "rejected"
-    return "raised an error"
+    return _KINDS.get(kind, _UNKNOWN.get(status, status))
 
 
-def kind_beside(status: str, reason: str, stop: str = "") -> str:
+def kind_beside(status: str, kind: str = "") -> str:
     """`failure_kind` for a column beside the status: empty where it would repeat it."""
-    kind = failure_kind(status, reason, stop)
-    return "" if kind == status else kind
+    words = failure_kind(status, kind)
+    return "" if words == status else words
 
 
-def status_text(status: str, reason: str, stop: str = "") -> str:
+def status_text(status: str, kind: str = "") -> str:
     """A candidate's status and what kind of failure or stop it was, each word once: "ok",
     "stopped: slower (raced out)", "rejected: error too high", "rejected" (not "rejected:
     rejected")."""
-    kind = failure_kind(status, reason, stop)
-    if not kind or kind == status:
+    words = failure_kind(status, kind)
+    if not words or words == status:
         return status
-    return kind if kind.split(":")[0].split()[0] == status else f"{status}: {kind}"
+    return words if words.split(":")[0].split()[0] == status else f"{status}: {words}"
 
 
 def _speedup_text(base: TrialResult, x: TrialResult) -> str:
@@ -257,7 +242,7 @@ def _singles_table(base: TrialResult, singles: list[TrialResult]) -> Table:
     t.add_column("vs default [95% CI]", justify="right")
     t.add_column("status")
     for x in sorted(singles, key=lambda x: x.median_ms):
-        status = status_text(x.shown_status, x.reason or "", x.stop.kind if x.stop else "")
+        status = status_text(x.shown_status, x.kind)
         t.add_row(x.settings.label(), _ms(x.median_ms), _speedup_text(base, x), status)
     return t
 
@@ -270,7 +255,7 @@ def _bad_table(bad: list[TrialResult]) -> Table:
         t.add_row(
             x.settings.label(),
             x.status,
-            kind_beside(x.status, x.reason or "", x.stop.kind if x.stop else ""),
+            kind_beside(x.status, x.kind),
             x.reason or "",
             _ms(x.median_ms),
         )

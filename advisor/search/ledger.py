@@ -94,6 +94,7 @@ def memory_checked(result: TrialResult, limit: float | None, baseline: Settings)
     return result.model_copy(
         update={
             "status": "rejected",
+            "rejection": "memory",
             "pending": None,
             "reason": f"peak memory {result.peak_memory_mb:.1f} MB over the --max-memory limit of "
             f"{limit:g} MB",

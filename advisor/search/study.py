@@ -224,6 +224,7 @@ def died_result(plan: Plan, s: Settings, space: SearchSpace, device: torch.devic
         status="failed",
         reason=f"the process evaluating it died {RETRIES + 1} times (kill -9, or a crash in "
         "--in-process mode): given up",
+        failure="crash",
         precision=precision_of(s, device),
     )
 
