@@ -68,7 +68,7 @@ SLOWER = "stopped after 6 samples: slower than the best candidate's 1.250 ms (si
         ("stopped", "screened", "stopped: screened out"),
         ("stopped", "cannot_pay", "stopped: compile cannot pay back"),
         ("stopped", "", "stopped early"),  # a trials table without the kind column
-        ("rejected", "nan", "rejected: NaN/Inf in results"),
+        ("rejected", "not_finite", "rejected: NaN/Inf in results"),
         ("rejected", "tolerance", "rejected: error too high"),
         ("rejected", "precision", "rejected: precision not accepted"),
         ("rejected", "memory", "rejected: over the memory limit"),

@@ -129,6 +129,24 @@ def test_report_without_study_uses_trials_csv(tuned: tuple[Path, str, str], tmp_
     assert not (png_dir(out) / "history.png").exists()
 
 
+def test_a_trials_csv_row_without_a_kind_reads_its_status_words(tmp_path: Path) -> None:
+    # A CSV's empty cell comes back as NaN: a failure of no known kind reads "raised an error",
+    # not the words of a kind spelt "nan"; a rejection's kind reads its own words.
+    from advisor.advice import csv_text
+    from advisor.report.load import _trials_from_csv
+    from advisor.report.page import _bad_html
+
+    path = tmp_path / "t.trials.csv"
+    ms = {"median_ms": 1.0, "ci_low_ms": 0.9, "ci_high_ms": 1.1}
+    path.write_text(csv_text([
+        {"label": "a", "status": "failed", "kind": "", "reason": "boom", **ms},
+        {"label": "b", "status": "rejected", "kind": "not_finite", "reason": "NaN", **ms},
+    ]))  # fmt: skip
+    html = _bad_html(_trials_from_csv(path))
+    assert "raised an error" in html and "NaN/Inf in results" in html
+    assert html.count("NaN/Inf in results") == 1
+
+
 def test_report_from_config_alone(tuned: tuple[Path, str, str], tmp_path: Path) -> None:
     config, _, _ = tuned
     lone = tmp_path / "lone.json"

@@ -140,7 +140,7 @@ def verdict(
     gate_s, gate.unbilled_s = checked.gate_s + gate.unbilled_s, 0.0
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
-        status, reason, rejection = "rejected", "NaN or Inf in outputs or gradients", "nan"
+        status, reason, rejection = "rejected", "NaN or Inf in outputs or gradients", "not_finite"
     elif layer is not None and not layer.ok:
         status, rejected_by = "rejected", f"layer_tolerances.{precision}={round_up(layer.error)}"
         rejection = "tolerance"

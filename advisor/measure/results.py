@@ -24,7 +24,7 @@ Pending = Literal["precision", "capture", "checks"]
 # worker's crash or time limit) and a rejection's (NaN or Inf, an error over a tolerance, a
 # precision its training check did not accept, a peak memory over --max-memory)
 Failure = Literal["oom", "device", "crash", "timeout"]
-Rejection = Literal["nan", "tolerance", "precision", "memory"]
+Rejection = Literal["not_finite", "tolerance", "precision", "memory"]
 _WAITS = {
     "precision": "its precision's training check",
     "capture": "its gate's capture under dropout (a second compile)",
