@@ -140,7 +140,7 @@ _KINDS = {"raced": "slower (raced out)", "screened": "screened out", "budget": "
 _UNKNOWN = {"stopped": "stopped early", "failed": "raised an error"}
 
 
-def failure_kind(status: str, kind: str = "") -> str:
+def kind_words(status: str, kind: str = "") -> str:
     """A stopped, rejected or failed candidate's kind (`TrialResult.kind`), in a few words a
     reader can scan; its reason's text is never read."""
     if status in ("ok", "not gated"):
@@ -149,8 +149,8 @@ def failure_kind(status: str, kind: str = "") -> str:
 
 
 def kind_beside(status: str, kind: str = "") -> str:
-    """`failure_kind` for a column beside the status: empty where it would repeat it."""
-    words = failure_kind(status, kind)
+    """`kind_words` for a column beside the status: empty where it would repeat it."""
+    words = kind_words(status, kind)
     return "" if words == status else words
 
 
@@ -158,10 +158,10 @@ def status_text(status: str, kind: str = "") -> str:
     """A candidate's status and what kind of failure or stop it was, each word once: "ok",
     "stopped: slower (raced out)", "rejected: error too high", "rejected" (not "rejected:
     rejected")."""
-    words = failure_kind(status, kind)
+    words = kind_words(status, kind)
     if not words or words == status:
         return status
-    return words if words.split(":")[0].split()[0] == status else f"{status}: {words}"
+    return words if words.split()[0] == status else f"{status}: {words}"
 
 
 def _speedup_text(base: TrialResult, x: TrialResult) -> str:
