@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.device.environment import Environment
-from advisor.errors import ConfigError, OutputError, first_line, validation_message
+from advisor.errors import ConfigError, OutputError, check_file, first_line, validation_message
 from advisor.knobs import Settings
 from advisor.workload.info import WorkloadInfo, parse_info
 
@@ -356,8 +356,7 @@ def save_config(config: Config, path: str | Path) -> Path:
 
 def load_config(path: str | Path) -> Config:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    check_file(path, "config file", ConfigError)
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:

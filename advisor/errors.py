@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +30,12 @@ def first_line(e: BaseException, limit: int = 300, *, with_type: bool = True) ->
 
 class AdvisorError(Exception):
     """Base class: a problem the user can fix, reported as one line."""
+
+
+def check_file(path: Path, what: str, error: type[AdvisorError]) -> None:
+    """Raise `error` unless `path` is a file: "{what} not found", or a folder's own line."""
+    if not path.is_file():
+        raise error(f"{what} {path} is a folder" if path.is_dir() else f"{what} not found: {path}")
 
 
 class SpecError(AdvisorError):

@@ -26,7 +26,7 @@ from pydantic import (
 
 from advisor import impls as conv_impls
 from advisor.device import environment
-from advisor.errors import SpaceError, first_line, validation_message
+from advisor.errors import SpaceError, check_file, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
 from advisor.measure.contest import Contest
 from advisor.measure.timing import TimingPolicy
@@ -244,8 +244,7 @@ def load_space(name_or_path: str | Path | None, device: torch.device) -> SearchS
     where = str(name_or_path)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
-        if not path.is_file():
-            raise SpaceError(f"search-space file not found: {path}")
+        check_file(path, "search-space file", SpaceError)
         text = path.read_text()
     else:
         builtin = resources.files("search_spaces") / f"{name_or_path}.yaml"

@@ -100,6 +100,8 @@ BAD_INPUTS = [
     (["advise", "--layer", "Conv2d(3, 16, 3)"], "missing input shape"),
     (["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,4,8,8"], "channels"),
     (["advise", "no/such/model.py"], "model file not found"),
+    (["advise", "tests/"], "model file tests is a folder"),  # not "not found": it is there
+    (["advise", "--layer-file", "tests", "--input-shape", "1,3,8,8"], "layer spec file tests is a folder"),  # fmt: skip
     (["advise", "tests/data/tiny_cnn.py", "--build", "raising_model"], "weights not found"),
     (["advise", "tests/data/tiny_cnn.py", "--inputs", "bad_inputs"], "fails on"),
     (
@@ -126,6 +128,8 @@ BAD_INPUTS = [
         ],
         "unknown search space",
     ),
+    (["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--space", "tests"],
+     "search-space file tests is a folder"),  # fmt: skip
     (
         ["advise", "--layer", "Conv2d(3, 16, 3)", "--input-shape", "1,3,8,8", "--steps", "0"],
         "--steps must be a positive",
@@ -148,6 +152,7 @@ BAD_INPUTS = [
     ),  # fmt: skip
     (["advise"], "nothing to tune"),
     (["show", "no_such.json"], "not found"),
+    (["show", "tests"], "config file tests is a folder"),
 ]
 
 

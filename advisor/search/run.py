@@ -241,7 +241,8 @@ def _loop(
         if not plan.grid and before < plan.budget and stalled < 3:
             run(n_trials=plan.budget - before)
             # TPE may only re-suggest measured points (pruned): give up after a few rounds.
-            stalled = stalled + 1 if _count_evaluated(study) == before else 0
+            after = study.get_trials(deepcopy=False)
+            stalled = stalled + 1 if sum(1 for t in after if evaluated(t)) == before else 0
             continue
         if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             break
@@ -334,10 +335,6 @@ def _points_done(study: optuna.Study) -> int:
     return len(
         {point_key(trial_params(t)) for t in study.get_trials(deepcopy=False) if evaluated(t)}
     )
-
-
-def _count_evaluated(study: optuna.Study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False) if evaluated(t))
 
 
 def _with_evaluator(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from advisor.errors import SpecError, first_line, validation_message
+from advisor.errors import SpecError, check_file, first_line, validation_message
 from advisor.workload.layer_call import KINDS, ConvKind, parse_layer_call
 from advisor.workload.sizes import INT64_MAX, check_tensor_fits, shape_of, short
 
@@ -283,8 +283,7 @@ def layer_spec(
 
 
 def _load_mapping(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError(f"layer spec file not found: {path}")
+    check_file(path, "layer spec file", SpecError)
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from advisor.errors import ModelFileError, first_line
+from advisor.errors import ModelFileError, check_file, first_line
 
 __all__ = [
     "LoadedModel",
@@ -143,8 +143,7 @@ def _seeded(fn: Callable[[], Any], what: str) -> Any:
 def _import_target(target: str, build: str) -> tuple[Any, str]:
     if target.endswith(".py") or "/" in target or Path(target).is_file():
         path = Path(target)
-        if not path.is_file():
-            raise ModelFileError(f"model file not found: {target}")
+        check_file(path, "model file", ModelFileError)
         name = f"_advisor_model_{abs(hash(str(path.resolve())))}"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
