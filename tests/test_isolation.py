@@ -23,6 +23,7 @@ from advisor.execute.evaluators import InProcessEvaluator
 from advisor.execute.gating import failed
 from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed
 from advisor.knobs import Settings
+from advisor.report.progress import status_text
 from advisor.space import SearchSpace
 from advisor.stages.layer_groups import layer_groups
 from advisor.workload.build import layer_workload, model_workload
@@ -157,6 +158,23 @@ def test_a_failure_is_named_by_its_kind_where_the_harness_acts_on_it(
     assert r.status == "failed" and r.reason == expected
     kind = "oom" if expected.startswith("out of memory") else None
     assert r.failure == ("device" if "CUDA error" in reason else kind)
+
+
+def test_a_worker_that_cannot_start_fails_the_candidate_with_its_kind(tmp_path: Path) -> None:
+    """The model file imports here, then breaks: the worker cannot load it, and the candidate's
+    failure says so, its kind `start` (the report's "worker did not start")."""
+    target = tmp_path / "net.py"
+    target.write_text((DATA / "tiny_cnn.py").read_text())
+    w = model_workload(target)
+    target.write_text("raise RuntimeError('edited since')\n")
+    ev = IsolatedEvaluator(w.info, CPU, "infer", SPACE, timeout_s=60.0)
+    try:
+        r = ev(Settings())
+    finally:
+        ev.close()
+    assert (r.status, r.kind) == ("failed", "start")
+    assert r.reason.startswith("worker failed to start: ") and "edited since" in r.reason
+    assert status_text(r.status, r.kind) == "failed: worker did not start"
 
 
 @pytest.mark.slow  # a crash and a 6 s hang in a re-time, each a new worker (16 s)

@@ -224,9 +224,6 @@ class IsolatedEvaluator:
     def __call__(
         self, settings: Settings, *, race: Race | None = None, time_left_s: float | None = None
     ) -> TrialResult:
-        why = self._live()
-        if why is not None:
-            return self._failed(settings, why)
         race_kw = dataclasses.asdict(race) if race is not None else None
         return self._task(("evaluate", settings.model_dump_json(), race_kw, time_left_s,
                            list(self._known.values())), settings)  # fmt: skip
@@ -234,15 +231,16 @@ class IsolatedEvaluator:
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
         """The gate's verdict on a candidate measured without it (`gating.gate_only`), in the
         worker, under the trial limit."""
-        why = self._live()
-        if why is not None:
-            return self._failed(settings, why)
         return self._task(("gate", settings.model_dump_json(), time_left_s,
                            list(self._known.values())), settings)  # fmt: skip
 
     def _task(self, message: tuple[Any, ...], settings: Settings) -> TrialResult:
-        """Send the live worker one candidate's task and wait for its result, within the trial
-        limit (twice that where its precision is still to be judged)."""
+        """Send a live worker (one that cannot start fails the candidate) one candidate's task
+        and wait for its result, within the trial limit (twice that where its precision is still
+        to be judged)."""
+        why = self._live()
+        if why is not None:
+            return self._failed(settings, why, "start")
         assert self._conn is not None
         try:
             self._conn.send(message)

@@ -21,9 +21,9 @@ Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: out of the p
 # compile), or the checks of one measured above the bar of the fastest candidate of its time
 Pending = Literal["precision", "capture", "checks"]
 # A failure's kind (out of memory; a device error, after which the worker is replaced; its
-# worker's crash or time limit) and a rejection's (NaN or Inf, an error over a tolerance, a
-# precision its training check did not accept, a peak memory over --max-memory)
-Failure = Literal["oom", "device", "crash", "timeout"]
+# worker's crash, time limit or failed start) and a rejection's (NaN or Inf, an error over a
+# tolerance, a precision its training check did not accept, a peak memory over --max-memory)
+Failure = Literal["oom", "device", "crash", "timeout", "start"]
 Rejection = Literal["not_finite", "tolerance", "precision", "memory"]
 _WAITS = {
     "precision": "its precision's training check",
