@@ -65,7 +65,7 @@ class Stop(BaseModel):
             n = self.samples or 0
             took = f"{n} sample{'s' if n != 1 else ''} after warm-up gave {self.ms:.3f} ms"
             if self.cut:
-                took = f"{n} runs past twice the drop line ({self.ms:.3f} ms or more)"
+                took = f"{n} runs in a row past twice the drop line ({self.ms:.3f} ms or more)"
             if self.ms is None or self.bar_ms is None or self.drop is None:
                 return f"screened: {took}"
             return (
