@@ -171,9 +171,9 @@ class Race:
     it. If the true median were at or below the limit, each steady-state sample would exceed it
     with probability at most 1/2, so k or more of n samples above it happen with probability at
     most P(Bin(n, 1/2) >= k): stopping is wrong at most 5% of the time. With every sample above
-    the limit that takes 5 samples. The first call never counts; on a CPU a warm-up run over
-    twice the limit counts as one more sample above it (a CPU has no queue to fill: a run after
-    the first is twice the steady state only where another process took the CPU).
+    the limit that takes 5 samples. The first call never counts, nor the run after it (it can
+    still pay one-time costs: 4x a 3 ms step's steady state); on a CPU each of the next two
+    warm-up runs over twice the limit counts as one more sample above it.
 
     `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
     gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
@@ -193,7 +193,7 @@ class Race:
     def screened_out(self, samples: Sequence[float]) -> bool:
         """A screen whose median is already known to lie above the limit (`SCREEN_DROP` times the
         fastest screen so far): its samples' median is above it, and so are most of the `screen`
-        samples it would have (two warm-up runs past twice the limit decide: `timing.measure`)."""
+        samples it would have (warm-up runs past twice the limit decide too: `timing.measure`)."""
         if self.screen is None or not samples or not math.isfinite(self.limit_ms):
             return False
         if quantile(sorted(samples), 0.5) <= self.limit_ms:

@@ -60,7 +60,7 @@ def enough(
         n >= race.screen or race.screened_out(samples)
     ):
         return True, "screened"
-    if race is not None and race.lost(samples, warm_ms[:2]):
+    if race is not None and race.lost(samples, warm_ms[1:3]):  # not the run after the first call
         return True, "raced"
     if deadline is not None and clock() >= deadline and n >= 3:
         return True, "budget"
