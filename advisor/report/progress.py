@@ -135,9 +135,9 @@ def _ms(m: float | None) -> str:
 _KINDS = {"raced": "slower (raced out)", "screened": "screened out", "budget": "time budget",
           "out_of_time": "time budget", "cannot_pay": "compile cannot pay back",
           "oom": "out of memory", "device": "device error", "crash": "crashed",
-          "timeout": "timed out", "start": "worker did not start", "not_finite": "NaN/Inf in results",
-          "tolerance": "error too high", "precision": "precision not accepted",
-          "memory": "over the memory limit"}
+          "timeout": "timed out", "start": "worker did not start",
+          "not_finite": "NaN/Inf in results", "tolerance": "error too high",
+          "precision": "precision not accepted", "memory": "over the memory limit"}
 _UNKNOWN = {"stopped": "stopped early", "failed": "raised an error"}
 
 
