@@ -301,13 +301,13 @@ def _measure(
     settle = settle and device.type != "cuda"
     settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
     # On a CPU a screen's runs stop at twice its drop line (over twice the steady state of any
-    # candidate that could still win): two such runs in a row decide it (`cut`), after the run
-    # that follows the first call (it may still pay one-time costs: 4x a 3 ms step's steady
-    # state); one run slowed by another process does not.
+    # candidate that could still win): past the policy's warm-up (its runs may still pay one-time
+    # costs: 4x a 3 ms step's steady state), two such runs in a row decide it (`cut`); one run
+    # slowed by another process does not.
     screened = race is not None and race.screen is not None and device.type != "cuda"
     cut_ms = 2 * race.limit_ms if screened else math.inf  # type: ignore[union-attr]
     over: list[float] = []  # its latest runs in a row past the cut (stopped there or ended past)
-    while (warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
+    while (policy_run := warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
         settle and warm > 0 and settling(warm_ms) and clock() < settle_until
     ) or (warm_ms and warm_ms[-1] > cut_ms):
         cut, run_s = _run(fn, cut_ms, clock)
@@ -316,7 +316,7 @@ def _measure(
             warm_ms.append(run_s * 1e3)
         warm += 1
         past = cut or (warm_ms and warm_ms[-1] > cut_ms)
-        over = [*over, warm_ms[-1]] if past and warm > 1 else []
+        over = [*over, warm_ms[-1]] if past and not policy_run else []
         if len(over) == 2:  # two of a screen's 3 samples above its line
             return Measurement(samples_ms=over, first_call_ms=first_ms, warmup_runs=warm - 2,
                                stop="cut", warmup_s=clock() - warm_start - sum(over) / 1e3,
