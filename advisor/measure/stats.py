@@ -172,8 +172,8 @@ class Race:
     with probability at most 1/2, so k or more of n samples above it happen with probability at
     most P(Bin(n, 1/2) >= k): stopping is wrong at most 5% of the time. With every sample above
     the limit that takes 5 samples. The first call never counts, nor the run after it (it can
-    still pay one-time costs: 4x a 3 ms step's steady state); on a CPU each of the next two
-    warm-up runs over twice the limit counts as one more sample above it.
+    still pay one-time costs); on a CPU each of the next two warm-up runs over twice the limit
+    counts as one more sample above it.
 
     `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
     gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.

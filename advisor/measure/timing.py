@@ -301,9 +301,9 @@ def _measure(
     settle = settle and device.type != "cuda"
     settle_until = warm_start + max(policy.max_time_s, policy.warmup_s)
     # On a CPU a screen's runs stop at twice its drop line (over twice the steady state of any
-    # candidate that could still win): past the policy's warm-up (its runs may still pay one-time
-    # costs: 4x a 3 ms step's steady state), two such runs in a row decide it (`cut`); one run
-    # slowed by another process does not.
+    # candidate that could still win): past the policy's warm-up (whose runs may still pay
+    # one-time costs), two such runs in a row decide it (`cut`); one run slowed by another
+    # process does not.
     screened = race is not None and race.screen is not None and device.type != "cuda"
     cut_ms = 2 * race.limit_ms if screened else math.inf  # type: ignore[union-attr]
     over: list[float] = []  # its latest runs in a row past the cut (stopped there or ended past)
