@@ -29,7 +29,7 @@ from advisor.device import environment
 from advisor.errors import SpaceError, check_file, first_line, validation_message
 from advisor.knobs import KNOB_NAMES, KNOBS, Settings, amp_why_not, compile_why_not
 from advisor.measure.contest import Contest
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.measure.verdict import PrecisionCheckSettings
 
 SPACE_SCHEMA_VERSION: Literal[1] = 1

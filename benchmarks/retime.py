@@ -145,7 +145,8 @@ def _worker(argv: list[str]) -> None:
 
     from advisor.device.allocator import keep_cpu_buffers_resident
     from advisor.errors import first_line
-    from advisor.measure.timing import Sampler, TimingPolicy, reps_for, synchronize
+    from advisor.measure.stopping import TimingPolicy
+    from advisor.measure.timing import Sampler, reps_for, synchronize
 
     warnings.simplefilter("ignore")
     config, mode, device, setting = argv

@@ -81,7 +81,7 @@ def _verdict_cases() -> tuple[dict[str, Any], dict[str, Any], Any]:
     """The training check's controls (model file, the precision, whether it must be accepted),
     the candidates judged, and the minimal timing (only the verdicts matter)."""
     from advisor.knobs import Settings
-    from advisor.measure.timing import TimingPolicy
+    from advisor.measure.stopping import TimingPolicy
 
     # Controls of the training check: (model file, the precision, whether it must be accepted).
     CONTROLS = {

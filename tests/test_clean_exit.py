@@ -17,7 +17,7 @@ import torch
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.stages.final_check import FreshProcess, final_check
 from advisor.workload.args import make_workload
 from tests._cli import advisor_cli, one_line_error

@@ -9,7 +9,8 @@ from functools import partial
 
 from advisor.execute.retime import decided_with_or_without_compile, pick_decided, rounds
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
-from advisor.measure.timing import DECIDE_AFTER_S, TimingPolicy, interleave
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import DECIDE_AFTER_S, interleave
 from advisor.stages.final_check import MIN_ROUNDS, check_decided, holds
 
 

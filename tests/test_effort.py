@@ -18,7 +18,8 @@ from advisor.measure.contest import SCREEN_SAMPLES, Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Race
 from advisor.measure.stop import Stop
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.search.options import SearchOptions
 from advisor.search.run import search
 from advisor.search.screen import (

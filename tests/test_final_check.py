@@ -20,7 +20,7 @@ from advisor.device.environment import current_environment
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.search.options import SearchOutcome
 from advisor.search.pick import Pick
 from advisor.service import beyond_noise

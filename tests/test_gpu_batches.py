@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from advisor.measure.stats import Measurement, Race
-from advisor.measure.stopping import BATCH_MS, MAX_BATCH, batch_size
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import BATCH_MS, MAX_BATCH, TimingPolicy, batch_size
+from advisor.measure.timing import measure
 
 POLICY = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=40, max_samples=40,
                       target_rel_ci=0.0, max_time_s=30.0, min_sample_ms=0.0)  # fmt: skip

@@ -12,7 +12,8 @@ from advisor.execute.runner import evaluate
 from advisor.gate.numeric import Gate
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
-from advisor.measure.timing import Sampler, TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import Sampler, measure
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
 from tests.conftest import DATA

@@ -87,7 +87,7 @@ def test_the_references_own_arithmetic_is_not_checked_against_float64_and_a_chan
     # judge PyTorch's own fp32 kernels and pay the float64 references for nothing. A change from
     # it (channels_last, an implementation) is checked, and pays them then.
     from advisor.execute.runner import evaluate
-    from advisor.measure.timing import TimingPolicy
+    from advisor.measure.stopping import TimingPolicy
 
     quick = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=3)
     workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))

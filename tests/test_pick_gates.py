@@ -25,7 +25,7 @@ from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.stop import Stop
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.measure.verdict import PrecisionCheck
 from advisor.search.ledger import Ledger
 from advisor.search.options import SearchOutcome

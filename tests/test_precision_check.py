@@ -22,7 +22,7 @@ from advisor.execute.runner import Gate, evaluate
 from advisor.gate import training
 from advisor.gate.precision import check_precision, fp32_runs
 from advisor.knobs import Settings
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.measure.verdict import PrecisionCheck, PrecisionCheckSettings
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload

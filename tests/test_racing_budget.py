@@ -13,7 +13,8 @@ import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
 from advisor.measure.stats import Race, sign_test_p
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.search.options import Progress
 from tests._cli import advisor_cli
 from tests.conftest import DATA

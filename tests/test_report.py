@@ -250,7 +250,7 @@ def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
     from advisor.device.environment import current_environment
     from advisor.execute.runner import Gate, evaluate
     from advisor.measure import roofline
-    from advisor.measure.timing import TimingPolicy
+    from advisor.measure.stopping import TimingPolicy
     from advisor.report.layer_rows import layer_rows
     from advisor.report.load import ReportData
     from advisor.report.page import _layers_html

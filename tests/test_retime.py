@@ -6,7 +6,7 @@ from advisor.execute.retime import retime
 from advisor.knobs import GlobalFlags, Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec
 from advisor.workload.shape_sets import with_shape_set

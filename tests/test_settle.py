@@ -17,7 +17,8 @@ from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement
-from advisor.measure.timing import TimingPolicy, measure, warm_up
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure, warm_up
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload, layer_workload, object_workload
 from advisor.workload.layer_spec import layer_spec

@@ -7,7 +7,8 @@ import torch
 
 from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, clearly_faster, mann_whitney_p, median_ci, speedup
-from advisor.measure.timing import TimingPolicy, interleave, measure, reps_for, warm_up
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import interleave, measure, reps_for, warm_up
 from tests.conftest import FakeClock
 
 CPU = torch.device("cpu")

@@ -15,7 +15,7 @@ import advisor
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.space import load_space
 from advisor.workload.build import layer_workload, model_workload
 from advisor.workload.layer_spec import layer_spec

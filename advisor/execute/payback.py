@@ -29,7 +29,8 @@ from advisor.measure.candidate import Candidate, Mode
 from advisor.measure.contest import Contest
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.stop import Stop
-from advisor.measure.timing import Sampler, TimingPolicy, interleave, warm_up
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import Sampler, interleave, warm_up
 from advisor.workload.build import Workload
 
 __all__ = ["cannot_pay"]

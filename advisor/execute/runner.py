@@ -42,7 +42,8 @@ from advisor.measure.results import Pending, TrialResult
 from advisor.measure.settle import settles
 from advisor.measure.stats import Measurement, Race, combine
 from advisor.measure.stop import Stop
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 

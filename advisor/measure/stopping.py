@@ -1,4 +1,5 @@
-"""When a measurement's sampling stops (`timing.measure`), and how many samples a GPU batch takes.
+"""How long a measurement takes (`TimingPolicy`, set by search-space files), when its sampling
+stops (`timing.measure`), and how many samples a GPU batch takes.
 
 The rules, looked at after every sample: the policy's (`max_samples`; from `min_samples`, the
 median's interval within `target_rel_ci`, or `max_time_s` spent), a screen's, the race's sign
@@ -8,25 +9,27 @@ test and the run's time budget.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
 
 from advisor.measure.stats import Race, median_ci, quantile
 from advisor.measure.stop import Sampling
 
+__all__ = ["BATCH_MS", "MAX_BATCH", "TimingPolicy", "batch_size", "enough"]
 
-class Policy(Protocol):
-    """What of `timing.TimingPolicy` the rules read."""
 
-    @property
-    def min_samples(self) -> int: ...
-    @property
-    def max_samples(self) -> int: ...
-    @property
-    def target_rel_ci(self) -> float: ...
-    @property
-    def max_time_s(self) -> float: ...
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How long to measure: the warm-up, and the policy's rule for sampling (`enough`)."""
 
-__all__ = ["BATCH_MS", "MAX_BATCH", "batch_size", "enough"]
+    warmup_runs: int = 2
+    warmup_s: float = 0.05
+    min_samples: int = 7
+    max_samples: int = 200
+    target_rel_ci: float = 0.02
+    max_time_s: float = 1.5
+    min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
+    max_reps: int = 100
+
 
 # A batch of samples on a GPU spans about this long: short enough that the race and the
 # policy's rule, judged per sample, waste little past the sample that stops them
@@ -44,7 +47,7 @@ def batch_size(samples: list[float], reps: int) -> int:
 
 def enough(
     samples: list[float],
-    policy: Policy,
+    policy: TimingPolicy,
     race: Race | None,
     warm_ms: list[float],
     deadline: float | None,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -25,7 +24,7 @@ from advisor.measure.gpu_clock import hold_gpu
 from advisor.measure.settle import settling
 from advisor.measure.stats import Measurement, Race
 from advisor.measure.stop import Sampling
-from advisor.measure.stopping import batch_size, enough
+from advisor.measure.stopping import TimingPolicy, batch_size, enough
 
 Clock = Callable[[], float]
 
@@ -33,20 +32,6 @@ Clock = Callable[[], float]
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         cuda_ops().synchronize(device)
-
-
-@dataclass(frozen=True)
-class TimingPolicy:
-    """How long to measure. Search-space files set these (see space.py)."""
-
-    warmup_runs: int = 2
-    warmup_s: float = 0.05
-    min_samples: int = 7
-    max_samples: int = 200
-    target_rel_ci: float = 0.02
-    max_time_s: float = 1.5
-    min_sample_ms: float = 0.0  # a shorter step is repeated back to back within one sample
-    max_reps: int = 100
 
 
 def reps_for(step_ms: float, policy: TimingPolicy) -> int:

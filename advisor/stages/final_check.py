@@ -47,7 +47,7 @@ from advisor.measure.candidate import Mode
 from advisor.measure.machine_load import CpuUsage
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
-from advisor.measure.timing import TimingPolicy
+from advisor.measure.stopping import TimingPolicy
 from advisor.workload.build import Workload
 
 __all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "runner_up_check",

@@ -9,7 +9,8 @@ import advisor
 from advisor.execute.runner import Gate, evaluate
 from advisor.knobs import GlobalFlags, Settings
 from advisor.measure.gpu_clock import l2_flusher
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.space import load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec

@@ -20,7 +20,8 @@ from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate
 from advisor.measure.canonical_dropout import canonical_dropout
 from advisor.measure.gpu_clock import l2_flusher
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.space import SearchSpace
 from advisor.workload.args import make_workload
 from advisor.workload.build import model_workload
@@ -89,7 +90,8 @@ FRESH = """
 import sys, torch
 from advisor.measure.candidate import Candidate
 from advisor.knobs import Settings
-from advisor.measure.timing import TimingPolicy, measure
+from advisor.measure.stopping import TimingPolicy
+from advisor.measure.timing import measure
 from advisor.workload.args import make_workload
 from advisor.workload.build import model_workload
 layer, shape, bench = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
