@@ -102,3 +102,27 @@ def test_the_triton_kernels_autotuners_ask_the_checkpoint() -> None:
     k = kernels()
     for kernel in (k.conv_fwd_kernel, k.conv_dgrad_kernel, k.conv_wgrad_kernel):
         assert kernel.pre_hook is checkpoint
+
+
+def test_an_allowance_starts_no_thread_and_an_outer_one_still_stops_after_an_inner_one() -> None:
+    # The process's timer, not a thread per call: a thread started for each warm-up run slowed
+    # the runs it bounded. An allowance within another holds the timer until it ends; the outer
+    # one's time then counts again, and an ended one leaves the timer off.
+    threads = threading.active_count()
+    start = time.perf_counter()
+    with pytest.raises(OverAllowance), stop_after(0.1):
+        for _ in range(3):
+            with stop_after(1.0, counting=False) as inner:
+                assert threading.active_count() == threads
+                inner.start()
+                time.sleep(0.01)
+                inner.end()
+            assert signal.getitimer(signal.ITIMER_REAL)[0] > 0  # the outer's, armed again
+        while time.perf_counter() - start < 5:
+            pass
+    assert 0.1 <= time.perf_counter() - start < 1
+    with stop_after(0.05) as allowance:
+        allowance.end()
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        time.sleep(0.1)  # no signal after the call returned
+    assert threading.active_count() == threads

@@ -194,10 +194,10 @@ def test_a_slow_warm_up_and_one_later_spike_do_not_decide_a_screen() -> None:
 
 
 def test_a_run_is_cut_only_after_it_has_run_its_line_however_late_it_starts() -> None:
-    # Under load the run can start well after the allowance's set-up (its timer's thread
-    # started): the count begins at the run's start, so a cut run has run the cut line of its
-    # own (a timer counting from the set-up once cut one at 16 ms for a 20 ms line; and, firing
-    # during the set-up, failed the candidate with "cannot access local variable 't'").
+    # Under load the run can start well after the allowance's set-up: the count begins at the
+    # run's start, so a cut run has run the cut line of its own (a timer counting from the
+    # set-up once cut one at 16 ms for a 20 ms line; and, firing during the set-up, failed the
+    # candidate with "cannot access local variable 't'").
     import time
 
     from advisor.measure.timing import _run
