@@ -317,7 +317,8 @@ def candidates(
 ) -> tuple[list[Settings], list[Dropped]]:
     """Every Settings to try on `device` (PyTorch's default first) and what was left out, why.
 
-    `impls`, when given, restricts conv_impl to those values (the ones that can run the workload);
+    `impls`, when given, restricts conv_impl to those values (the ones that can run the workload:
+    the caller says why the others are left out, where they would have been searched);
     `param_dtype` is the workload's (a layer spec may be fp16: fp16 autocast means nothing there).
     """
     dropped: list[Dropped] = []
@@ -346,9 +347,6 @@ def candidates(
             # of a candidate's dtype and layout pays cuDNN's search again (seconds on a GPU).
             values = [knob.default]
         if name == "conv_impl" and impls is not None:
-            for v in values:
-                if v not in impls:
-                    dropped.append(Dropped(f"conv_impl={v}", "cannot run this workload here"))
             values = [v for v in values if v in impls] or ["native"]
         axes[name] = values
     out: list[Settings] = []

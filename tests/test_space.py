@@ -41,7 +41,7 @@ def test_cpu_candidates_drop_cuda_knobs_with_reasons(
     assert not any(c.cpu_fp32 == "bf16" and c.amp != "off" for c in cands)
     assert all(c.tf32 == "conv" and not c.cudnn_benchmark for c in cands)
     reasons = {d.what: d.reason for d in dropped}
-    assert "conv_impl=unfold_gemm" in reasons
+    assert {c.conv_impl for c in cands} == {"native"}  # the plan says why (a layer's)
     assert ("cpu_fp32" in reasons) != offers_bf16_fp32
     assert ("cpu_fp32=bf16 with amp" in reasons) == offers_bf16_fp32
 
@@ -174,3 +174,23 @@ def test_unknown_conv_impl_in_a_space_file_is_a_space_error(tmp_path) -> None:
     f.write_text("name: s\nknobs:\n  conv_impl: [native, warp_speed]\n")
     with pytest.raises(SpaceError, match=r"unknown conv implementation 'warp_speed'; known: "):
         load_space(f, CPU)
+
+
+def test_a_layer_is_told_which_implementations_cannot_run_it_and_a_model_is_not() -> None:
+    # A model's implementations are chosen per layer after the global search: none is left out
+    # of its plan. A layer's plan says which of the space's implementations cannot run it.
+    from advisor.search.options import SearchOptions
+    from advisor.search.study import open_plan
+    from advisor.workload.args import make_workload
+    from tests.conftest import DATA
+
+    cpu = torch.device("cpu")
+    space = load_space("cpu", cpu)
+    options = SearchOptions(mode="infer", storage="memory")
+    conv = make_workload(layer="Conv2d(4, 4, 3)", input_shape="1,4,8,8")
+    layer = open_plan(conv, cpu, space, options)
+    unfit = {d.what for d in layer.dropped if d.what.startswith("conv_impl=")}
+    assert "conv_impl=fold_time" in unfit and "conv_impl=native" not in unfit
+    assert {f"conv_impl={s.conv_impl}" for s in layer.cands}.isdisjoint(unfit)
+    model = open_plan(make_workload(model_file=str(DATA / "tiny_cnn.py")), cpu, space, options)
+    assert not [d for d in model.dropped if d.what.startswith("conv_impl=")]

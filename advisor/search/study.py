@@ -177,9 +177,9 @@ def open_plan(
     # cannot win and is not judged (above the race's bar, `Race.bar_ms`); where it is slow it is
     # raced out in a few samples.
     cands = [cands[0], *sorted(cands[1:], key=lambda s: (len(s.changes()), s.amp == "off"))]
-    if not workload.is_layer:
-        # A model's implementations are chosen per layer after this search, not dropped.
-        dropped = [d for d in dropped if not d.what.startswith("conv_impl=")]
+    if workload.is_layer:  # a model's implementations are chosen per layer, after this search
+        unfit = [v for v in space.knobs.get("conv_impl", []) if v not in impls]
+        dropped += [Dropped(f"conv_impl={v}", "cannot run this workload here") for v in unfit]
     axes = {k: list(dict.fromkeys(getattr(c, k) for c in cands)) for k in KNOB_NAMES}
     fixed = {k: v[0] for k, v in axes.items() if len(v) == 1}
     varying = {k: v for k, v in axes.items() if len(v) > 1}
