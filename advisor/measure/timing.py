@@ -292,15 +292,16 @@ def _measure(
     screened = race is not None and race.screen is not None and device.type != "cuda"
     cut_ms = 2 * race.limit_ms if screened else math.inf  # type: ignore[union-attr]
     over: list[float] = []  # its latest runs in a row past the cut (stopped there or ended past)
+    past = False  # the last run: stopped at the cut or ended past it
     while (policy_run := warm < policy.warmup_runs or clock() - warm_start < policy.warmup_s) or (
         settle and warm > 0 and settling(warm_ms) and clock() < settle_until
-    ) or (warm_ms and warm_ms[-1] > cut_ms):
-        cut, run_s = _run(fn, cut_ms, clock)
+    ) or past:
+        run_s = _run(fn, cut_ms, clock)
         launch_s += run_s  # on a GPU: the host's time to enqueue the step
         if device.type != "cuda":
             warm_ms.append(run_s * 1e3)
         warm += 1
-        past = cut or (warm_ms and warm_ms[-1] > cut_ms)
+        past = run_s * 1e3 >= cut_ms
         over = [*over, warm_ms[-1]] if past and not policy_run else []
         if len(over) == 2:  # two of a screen's 3 samples above its line
             return Measurement(samples_ms=over, first_call_ms=first_ms, warmup_runs=warm - 2,
@@ -319,10 +320,10 @@ def _measure(
                    warm_s)  # fmt: skip
 
 
-def _run(fn: Callable[[], object], cut_ms: float, clock: Callable[[], float]) -> tuple[bool, float]:
-    """One run of `fn`: whether it ran past `cut_ms` and was stopped there (`stop_after`), and
-    its seconds: the run alone, without the allowance's set-up and end (a short step's run would
-    otherwise read a tenth of a millisecond slow), and a stopped run at least `cut_ms`."""
+def _run(fn: Callable[[], object], cut_ms: float, clock: Callable[[], float]) -> float:
+    """One run of `fn`, stopped once it has run `cut_ms` (`stop_after`): its seconds, the run
+    alone, without the allowance's set-up and end (a short step's run would otherwise read a
+    tenth of a millisecond slow); a stopped run's are at least `cut_ms`."""
     bound = cut_ms / 1e3 if math.isfinite(cut_ms) else None
     with stop_after(bound, counting=False) as allowance:
         t = clock()
@@ -333,8 +334,7 @@ def _run(fn: Callable[[], object], cut_ms: float, clock: Callable[[], float]) ->
         except Exception as e:
             if bound is None or not over_allowance(e):
                 raise
-            return True, clock() - t
-        return False, clock() - t
+        return clock() - t
 
 
 def _sample(
