@@ -136,7 +136,7 @@ class Result(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     baseline: Timing
     tuned: Timing
-    speedup: float
+    speedup: float = Field(description="the final check's where it decided, else the re-time's")
     speedup_ci: tuple[float, float]
     rel_error: float = Field(description="‖out−ref‖/‖ref‖ of the tuned settings vs fp32 reference")
     grad_error: float | None = Field(None, description="all parameter gradients together (train)")

@@ -121,6 +121,8 @@ def test_the_advice_follows_the_final_check() -> None:
     held = build_advice(_outcome(results), info, "infer", "s", final=_check(True))
     assert held.settings == CL and "it held in the final check" in _said(held.config.result)
     assert held.config.result.final_check == _check(True)
+    # the headline is the measurement that decided it: the check's 1.3x, not the search's 2x
+    assert (held.speedup, held.config.result.speedup_ci) == (1.3, (1.2, 1.4))
     busy = _check(False, one_thread=(0.97, 0.9, 1.05))
     kept = build_advice(_outcome(results), info, "infer", "s", final=busy)
     why = _said(kept.config.result)
@@ -272,6 +274,7 @@ def test_the_advice_recommends_the_runner_up_that_beat_the_pick_and_says_a_tie()
     advice = build_advice(_outcome(searched), info, "train", "s", final=won)
     why = _said(advice.config.result)
     assert advice.settings == BF16 and "beat it in the final check" in why, why
+    assert (advice.speedup, advice.config.result.speedup_ci) == (4.0, (3.8, 4.2))
     tie = won.model_copy(update={"order": "undecided", "versus_runner_up": (1.01, 0.95, 1.07)})
     cl_only = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 21.0, "bf16")]
     advice = build_advice(_outcome(cl_only), info, "train", "s", final=tie)
@@ -331,6 +334,7 @@ def test_a_kept_default_follows_its_challengers_final_check() -> None:
     advice = build_advice(_outcome(searched), info, "infer", "s", final=won)
     result = advice.config.result
     assert advice.settings == CL and result.final_check == won
+    assert result.speedup == 1.3  # the check's: the worker had read it 0.8x, slower
     assert "beat the default in the final check in a fresh process (1.30x" in _said(result)
     assert result.final_check.summary().startswith("memory_format=channels_last in a fresh")
     lost = _check(False).model_copy(update={"challenger": CL})
