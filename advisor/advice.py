@@ -210,12 +210,13 @@ def trial_row(origin: tuple[int, Stage], r: TrialResult, baseline: TrialResult) 
 
 
 def payback(
-    tuning_s: float, baseline: TrialResult, chosen: TrialResult, search_s: float = 0.0
+    tuning_s: float, baseline: TrialResult, chosen: TrialResult, speedup: float,
+    search_s: float = 0.0,
 ) -> str:
-    """The tuning's own bill: how many steps of the pick pay back the wall time tuning took,
-    and cuDNN's search at the start of the training run where the pick has cudnn.benchmark
-    (`search_s`, `benchmark_search_s`)."""
-    saving_ms = baseline.median_ms - chosen.median_ms
+    """The tuning's own bill: how many steps of the pick (at `speedup`, the advice's) pay back
+    the wall time tuning took, and cuDNN's search at the start of the training run where the
+    pick has cudnn.benchmark (`search_s`, `benchmark_search_s`)."""
+    saving_ms = baseline.median_ms * (1 - 1 / speedup)
     if chosen.settings == baseline.settings or not saving_ms > 0:
         return f"tuning took {tuning_s:.0f} s and kept PyTorch's default: nothing to pay it back"
     steps = math.ceil((tuning_s + search_s) * 1e3 / saving_ms)
@@ -355,7 +356,7 @@ def build_advice(
         failed=sum(r.status == "failed" for r in outcome.results),
         stopped=sum(r.status == "stopped" for r in outcome.results),
         tuning_s=outcome.elapsed_s,
-        payback=payback(outcome.elapsed_s, base, chosen,
+        payback=payback(outcome.elapsed_s, base, chosen, ratio,
                         benchmark_search_s(outcome.results, chosen)),
         notes=(notes or []) + kept_layers_notes(layer_choices or []),
         compile_note=first_step_note(

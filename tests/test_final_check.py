@@ -335,6 +335,7 @@ def test_a_kept_default_follows_its_challengers_final_check() -> None:
     result = advice.config.result
     assert advice.settings == CL and result.final_check == won
     assert result.speedup == 1.3  # the check's: the worker had read it 0.8x, slower
+    assert result.payback is not None and "saves 4.62 ms a step" in result.payback  # 20 - 20/1.3
     assert "beat the default in the final check in a fresh process (1.30x" in _said(result)
     assert result.final_check.summary().startswith("memory_format=channels_last in a fresh")
     lost = _check(False).model_copy(update={"challenger": CL})
