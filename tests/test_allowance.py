@@ -110,7 +110,7 @@ def test_an_allowance_starts_no_thread_and_an_outer_one_still_stops_after_an_inn
     # one's time then counts again, and an ended one leaves the timer off.
     threads = threading.active_count()
     start = time.perf_counter()
-    with pytest.raises(OverAllowance), stop_after(0.1):
+    with pytest.raises(OverAllowance), stop_after(0.3):  # past the inner ones, on a busy machine too
         for _ in range(3):
             with stop_after(1.0, counting=False) as inner:
                 assert threading.active_count() == threads
@@ -120,7 +120,7 @@ def test_an_allowance_starts_no_thread_and_an_outer_one_still_stops_after_an_inn
             assert signal.getitimer(signal.ITIMER_REAL)[0] > 0  # the outer's, armed again
         while time.perf_counter() - start < 5:
             pass
-    assert 0.1 <= time.perf_counter() - start < 1
+    assert 0.3 <= time.perf_counter() - start < 1
     with stop_after(0.05) as allowance:
         allowance.end()
         assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
