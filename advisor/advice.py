@@ -18,7 +18,7 @@ from advisor.measure.verdict import own_path, path_name
 from advisor.search.compile_bill import benchmark_note, benchmark_search_s, compile_note
 from advisor.search.options import SearchOutcome
 from advisor.search.pick import Kept, Pick, decide, speedup_over
-from advisor.stages.confirm import after_challenge, after_final_check, first_step_note, runner_held
+from advisor.stages.confirm import after_check, first_step_note, runner_held
 from advisor.stages.per_layer import LayerChoice
 from advisor.version import __version__
 from advisor.workload.info import WorkloadInfo
@@ -323,10 +323,8 @@ def build_advice(
         if pick.chosen is not outcome.baseline:
             kind, why = keep
             pick = Pick(outcome.baseline, pick.fastest, why, (pick.text(),), pick.eager, kind)
-    elif final is not None and final.challenger is not None:  # the search kept the default
-        pick = after_challenge(pick, final, outcome.results)
     elif final is not None:
-        pick = after_final_check(pick, final, outcome.results)
+        pick = after_check(pick, final, outcome.results)
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
     ratio, lo, hi = speedup_over(base, chosen)

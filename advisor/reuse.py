@@ -70,6 +70,7 @@ RESOLVED = frozenset({"device", "space", "tolerances"})
 ENV_PREFIXES = ("ADVISOR_", "TORCH", "PYTORCH_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_",
                 "KMP_", "DNNL_", "ONEDNN_")  # fmt: skip
 
+
 class NotReusable(Exception):
     """This run's question has no key: it is answered afresh and nothing is stored."""
 

@@ -59,7 +59,6 @@ log = logging.getLogger("advisor")
 SPARE_WAIT_S = 5.0
 
 
-
 def run_advise(
     *,
     mode: str = "infer",

@@ -39,6 +39,7 @@ __all__ = [
     "paying",
 ]
 
+
 @dataclass(frozen=True)
 class Bill:
     overhead_s: float  # cold compile or cuDNN's search, over the alternative's first call

@@ -11,7 +11,7 @@ The check also runs where the search keeps the default. A worker's state can hid
 can fake one (a long-lived worker can measure a reduced precision slower than the default where
 fresh processes measure it faster), so the fastest alternative the search accepted
 (`challenger`) is timed against the default where the user runs it, with a runner-up of another
-family beside it, and recommended where it holds there (`after_challenge`).
+family beside it, and recommended where it holds there (`after_check`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from advisor.stages.finalists import group_of, taken_once
 from advisor.workload.build import Workload
 
 __all__ = [
-    "after_challenge",
-    "after_final_check",
+    "after_check",
     "challenger",
     "check_pick",
     "family",
@@ -117,9 +116,11 @@ def check_pick(
             "them in a process each"
         )
         return None, None
+    busy = share is not None and share > BUSY_SHARE
+    left = max(0.0, plan.end - time.perf_counter())
+    policy = check_policy(sp.timing.policy(), left)
     if options.progress is not None:
         options.progress(Progress(0, 1, None, chosen, 0.0, stage="final check"))
-    left = max(0.0, plan.end - time.perf_counter())
     # Runs sharing the study check the pick once and agree (as with the re-time).
     checked = [outcome.baseline, chosen] + ([runner] if runner is not None else [])
     group = group_of(checked)
@@ -128,10 +129,9 @@ def check_pick(
     if check is None:
         try:
             check = final_check(
-                workload, dev, options.mode, check_policy(sp.timing.policy(), left),
-                outcome.baseline, chosen,
+                workload, dev, options.mode, policy, outcome.baseline, chosen,
                 fresh=options.isolate and workload.info.recreatable,
-                busy=share is not None and share > BUSY_SHARE,
+                busy=busy,
                 timeout_s=options.trial_timeout_s,
                 spare=spare,
                 runner_up=runner,
@@ -157,62 +157,37 @@ def runner_held(final: FinalCheck, results: list[TrialResult]) -> TrialResult | 
     return next((r for r in results if r.settings == final.runner_up), None)
 
 
-def after_final_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
-    """The pick the final check leaves: the runner-up of another family where it beat the pick
-    there beyond noise, or held where the pick did not; else the pick, with the order of the two
-    said where this machine could not decide it. The final check is then what decided it."""
-    label = pick.chosen.settings.label()
+def after_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
+    """The pick the final check leaves, which the check then decided: the runner-up of another
+    family where it beat the candidate checked there beyond noise, or held where that did not;
+    else the candidate checked where it held (the search's pick, or the `challenger` of a
+    default the search kept), with the order of the two said where this machine could not
+    decide it; else the default, with what the check found (`build_advice` keeps the default
+    before this where a pick of the search held nowhere)."""
+    checked = final.challenger or pick.chosen.settings
+    label, seen = checked.label(), f"in the final check {final.place}"
+    what = f"{label}, the fastest alternative the search accepted" if final.challenger else label
     runner = runner_held(final, results)
-    seen = f"in the final check {final.place}"
     if runner is not None and (final.order == "runner-up" or not final.held):
-        how = "beat it" if final.held else f"held where {label} did not ({final.figures()})"
-        why = (f"{runner.settings.label()}, of another family than the search's pick {label}, "
-               f"{how} {seen} ({final.runner_up_text()}): recommended instead")  # fmt: skip
+        how = "beat it" if final.held else f"held where it did not ({final.figures()})"
+        why = (f"{runner.settings.label()}, of another family than {what}, {how} {seen} "
+               f"({final.runner_up_text()}): recommended instead")  # fmt: skip
         return replace(pick, chosen=runner, why=why, path=(pick.text(),))
-    why = f"{label}: it held {seen} ({final.figures()})"
-    path = [pick.why, *pick.path]
+    found: TrialResult | None = pick.chosen
+    if final.challenger is not None:
+        found = next((r for r in results if r.settings == final.challenger), None)
+    if found is None or not final.held:  # a challenger (`build_advice` keeps a pick that did not)
+        why = f"PyTorch's default: {what}, did not beat the default {seen} ({final.figures()})"
+        nor = [f"nor did {final.runner_up_text()}"] if final.runner_up is not None else []
+        return replace(pick, why=why, path=(pick.text(), *nor))
+    path = [pick.text()]
     if final.order == "undecided" and final.runner_up is not None:
         path.append(f"beside it, {final.runner_up_text()}: the order of the two is within what "
                     "this machine can decide")  # fmt: skip
     elif final.order == "pick" and final.runner_up is not None:
         path.append(f"it beat the runner-up {final.runner_up.label()} there")
-    return replace(pick, why=why, path=tuple(path))
-
-
-def after_challenge(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pick:
-    """Where the search kept the default and the final check timed its `challenger` against
-    it: the challenger where it held there, or the runner-up beside it where that beat it or
-    held where it did not (as `after_final_check` decides between a pick and its runner-up);
-    else the default, with what the check found."""
-    assert final.challenger is not None
-    found = next((r for r in results if r.settings == final.challenger), None)
-    label = final.challenger.label()
-    seen = f"in the final check {final.place}"
-    runner = runner_held(final, results)
-    versus = ""  # the runner-up over the default, for a sentence
-    if final.runner_up is not None and final.runner_up_speedup is not None:
-        r, lo, hi = final.runner_up_speedup
-        versus = f"{r:.2f}x [{lo:.2f}, {hi:.2f}] the default's speed"
-    if runner is not None and (final.order == "runner-up" or not final.held):
-        why = (f"{runner.settings.label()} beat the default {seen} ({versus}), timed beside "
-               f"{label}, the fastest alternative the search accepted ({final.figures()}): "
-               "recommended")  # fmt: skip
-        return replace(pick, chosen=runner, why=why, path=(pick.text(),))
-    if found is not None and final.held:
-        why = (f"{label}, the fastest alternative the search accepted, beat the default {seen} "
-               f"({final.figures()}): recommended (the search's worker process had not "
-               "measured it faster)")  # fmt: skip
-        path = [pick.text()]
-        if final.order == "undecided" and final.runner_up is not None:
-            path.append(f"beside it, {final.runner_up_text()}: the order of the two is within "
-                        "what this machine can decide")  # fmt: skip
-        return replace(pick, chosen=found, why=why, path=tuple(path))
-    why = (f"PyTorch's default: {label}, the fastest alternative the search accepted, did not "
-           f"beat the default {seen} either ({final.figures()})")  # fmt: skip
-    path = [pick.text()]
-    if versus and final.runner_up is not None:
-        path.append(f"nor did {final.runner_up.label()} ({versus})")
-    return replace(pick, why=why, path=tuple(path))
+    why = f"{what}: it beat the default {seen} ({final.figures()})"
+    return replace(pick, chosen=found, why=why, path=tuple(path))
 
 
 def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | None) -> str | None:
@@ -220,7 +195,7 @@ def first_step_note(note: str | None, chosen: TrialResult, final: FinalCheck | N
     check saw it: the pick's first call in a fresh process, as `advisor.apply` builds it."""
     if note is None or not chosen.settings.compiled or final is None:
         return note
-    # The runner-up recommended instead (`after_final_check`): its own first call, not the
+    # The runner-up recommended instead (`after_check`): its own first call, not the
     # replaced pick's.
     first = (
         final.runner_up_first_call_s if chosen.settings == final.runner_up else final.first_call_s

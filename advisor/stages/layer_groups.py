@@ -46,7 +46,6 @@ class LayerGroup:
         return info.spec
 
 
-
 def conv_inputs(
     workload: Workload, settings: Settings, device: torch.device, mode: Mode
 ) -> dict[str, ConvInput]:
