@@ -429,3 +429,24 @@ def test_a_cudnn_benchmark_challenger_is_not_checked_again_in_one_process() -> N
                       notes) == (None, None)  # fmt: skip
     assert len(notes) == 1 and "cudnn.benchmark cannot be timed against the default" in notes[0]
 
+
+def test_a_runner_up_whose_rounds_do_not_fit_the_time_left_is_left_out() -> None:
+    """The check's fewest rounds are paid however little of the budget is left; the runner-up's
+    are paid only where all three fit (here 7 rounds of 40 + 20 + 30 ms, 0.63 s)."""
+    from advisor.search.options import SearchOptions
+    from advisor.space import load_space
+    from advisor.stages.budget import BudgetPlan
+    from advisor.stages.confirm import check_pick
+
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    sp = load_space("cpu", CPU)
+    results = [_rp(Settings(), 40.0), _rp(CL, 20.0), _rp(BF16, 30.0, "bf16")]
+    for left_s, kept in ((0.3, False), (60.0, True)):
+        plan = BudgetPlan(search=0.0, layers=0.0, end=time.perf_counter() + left_s)
+        notes: list[str] = []
+        check, error = check_pick(workload, _outcome(results), CPU, sp, SearchOptions(), None,
+                                  plan, None, notes)  # fmt: skip
+        assert error is None and check is not None and check.rounds >= 5
+        assert (check.runner_up == BF16) is kept, check
+        assert notes == ([] if kept else ["the budget left no time for the runner-up amp=bf16 "
+                                          "in the final check"]), notes  # fmt: skip

@@ -119,6 +119,15 @@ def check_pick(
     busy = share is not None and share > BUSY_SHARE
     left = max(0.0, plan.end - time.perf_counter())
     policy = check_policy(sp.timing.policy(), left)
+    # The check's fewest rounds are paid however little is left: a runner-up is left out where
+    # those of all three would not fit (at the trials' medians; twice where a busy CPU has them
+    # timed at one thread too).
+    rounds_ms = sum(r.median_ms for r in (outcome.baseline, chosen, runner) if r is not None)
+    passes = 2 if busy and dev.type == "cpu" else 1
+    if runner is not None and policy.min_samples * passes * rounds_ms > 1e3 * left:
+        notes.append(f"the budget left no time for the runner-up {runner.settings.label()} in "
+                     "the final check")  # fmt: skip
+        runner = None
     if options.progress is not None:
         options.progress(Progress(0, 1, None, chosen, 0.0, stage="final check"))
     # Runs sharing the study check the pick once and agree (as with the re-time).
