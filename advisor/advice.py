@@ -327,10 +327,11 @@ def build_advice(
         pick = after_check(pick, final, outcome.results)
     chosen, base = pick.chosen, outcome.baseline
     assert chosen.measurement is not None and base.measurement is not None
-    ratio, lo, hi = speedup_over(base, chosen)
     if final is not None and chosen is not base:  # the final check decided it: its figure
         runner = final.runner_up_speedup if chosen.settings == final.runner_up else None
         ratio, lo, hi = runner or (final.speedup, *final.speedup_ci)
+    else:
+        ratio, lo, hi = speedup_over(base, chosen)
     path = list(pick.path) + ([f"after an interleaved re-time of {retimed} finalists"]
                               if retimed else [])  # fmt: skip
     result = Result(
