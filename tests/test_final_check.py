@@ -18,11 +18,12 @@ from advisor.advice import build_advice
 from advisor.config import FinalCheck
 from advisor.device.environment import current_environment
 from advisor.knobs import Settings
+from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.stopping import TimingPolicy
 from advisor.search.options import SearchOutcome
-from advisor.search.pick import Pick
+from advisor.search.pick import Pick, decide
 from advisor.service import beyond_noise
 from advisor.stages.confirm import challenger, runner_up
 from advisor.stages.final_check import (
@@ -122,6 +123,8 @@ def test_the_advice_follows_the_final_check() -> None:
     why = _said(held.config.result)
     assert held.settings == CL and "it beat the default in the final check" in why, why
     assert held.config.result.final_check == _check(True)
+    # the search's reason stays its own step of the path, before the re-time's
+    assert held.config.result.path[0] == decide(results, results[0], Contest()).why
     # the headline is the measurement that decided it: the check's 1.3x, not the search's 2x
     assert (held.speedup, held.config.result.speedup_ci) == (1.3, (1.2, 1.4))
     busy = _check(False, one_thread=(0.97, 0.9, 1.05))

@@ -189,7 +189,7 @@ def after_check(pick: Pick, final: FinalCheck, results: list[TrialResult]) -> Pi
         why = f"PyTorch's default: {what}, did not beat the default {seen} ({final.figures()})"
         nor = [f"nor did {final.runner_up_text()}"] if final.runner_up is not None else []
         return replace(pick, why=why, path=(pick.text(), *nor))
-    path = [pick.text()]
+    path = [pick.why, *pick.path]
     if final.order == "undecided" and final.runner_up is not None:
         path.append(f"beside it, {final.runner_up_text()}: the order of the two is within what "
                     "this machine can decide")  # fmt: skip
