@@ -30,7 +30,13 @@ from advisor.search.options import Progress, SearchOptions, SearchOutcome
 from advisor.search.pick import Pick, decide
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
-from advisor.stages.final_check import CheckFailed, FreshProcess, check_policy, final_check
+from advisor.stages.final_check import (
+    CheckFailed,
+    FreshProcess,
+    check_policy,
+    final_check,
+    rounds_fit,
+)
 from advisor.stages.finalists import group_of, taken_once
 from advisor.workload.build import Workload
 
@@ -119,19 +125,15 @@ def check_pick(
     busy = share is not None and share > BUSY_SHARE
     left = max(0.0, plan.end - time.perf_counter())
     policy = check_policy(sp.timing.policy(), left)
-    # The check's fewest rounds are paid however little is left: a runner-up is left out where
-    # those of all three would not fit (at the trials' medians; twice where a busy CPU has them
-    # timed at one thread too).
-    rounds_ms = sum(r.median_ms for r in (outcome.baseline, chosen, runner) if r is not None)
-    passes = 2 if busy and dev.type == "cpu" else 1
-    if runner is not None and policy.min_samples * passes * rounds_ms > 1e3 * left:
+    checked = [outcome.baseline, chosen] + ([runner] if runner is not None else [])
+    # The budget reserves the check for two: a runner-up is timed where all three's rounds fit.
+    if runner is not None and not rounds_fit(checked, policy, busy, dev, left):
         notes.append(f"the budget left no time for the runner-up {runner.settings.label()} in "
                      "the final check")  # fmt: skip
-        runner = None
+        runner, checked = None, checked[:2]
     if options.progress is not None:
         options.progress(Progress(0, 1, None, chosen, 0.0, stage="final check"))
     # Runs sharing the study check the pick once and agree (as with the re-time).
-    checked = [outcome.baseline, chosen] + ([runner] if runner is not None else [])
     group = group_of(checked)
     taken = taken_once(outcome, options, "final_check", group)
     check = taken[-1].final if taken else None

@@ -51,7 +51,7 @@ from advisor.measure.stopping import TimingPolicy
 from advisor.workload.build import Workload
 
 __all__ = ["CheckFailed", "FreshProcess", "check_policy", "final_check", "runner_up_check",
-           "check_decided"]
+           "check_decided", "rounds_fit"]
 
 STARTUP_S = 300.0  # a fresh interpreter, torch's import, the model file's (as a worker's start)
 MIN_ROUNDS = 5  # the fewest a paired interval is computed from
@@ -75,6 +75,20 @@ def check_policy(policy: TimingPolicy, time_left_s: float | None) -> TimingPolic
         min_samples=least,
         max_samples=max(policy.max_samples, least),
     )
+
+
+def one_thread_pass(busy: bool, device: torch.device) -> bool:
+    """Whether the check times its candidates again at one torch thread: on a busy CPU."""
+    return busy and device.type == "cpu" and torch.get_num_threads() > 1
+
+
+def rounds_fit(
+    pair: list[TrialResult], policy: TimingPolicy, busy: bool, device: torch.device, left_s: float
+) -> bool:
+    """Whether the check's fewest rounds of `pair` (at their trials' medians, twice with the
+    one-thread pass) fit the `left_s` seconds left of the budget: the rounds are paid anyway."""
+    passes = 2 if one_thread_pass(busy, device) else 1
+    return policy.min_samples * passes * sum(r.median_ms for r in pair) <= 1e3 * left_s
 
 
 def holds(
@@ -140,7 +154,7 @@ def check_here(
     one_runner: tuple[float, float, float] | None = None
     ms1: list[Measurement | None] = []
     threads = torch.get_num_threads()
-    if busy and device.type == "cpu" and threads > 1:
+    if one_thread_pass(busy, device):
         torch.set_num_threads(1)
         try:
             again = retime(workload, pair, device, mode, policy, decided=rule)
