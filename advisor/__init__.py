@@ -16,7 +16,8 @@ from advisor.execute.profiling import start_early
 
 start_early()  # $ADVISOR_PROFILE_DIR: the command's profile begins before torch's import
 
-# The import makes torch's many objects and no garbage: no collection walks them meanwhile.
+# The import makes torch's many objects and no garbage: no collection walks them meanwhile, and
+# they join the oldest generation unwalked (freeze, unfreeze), not through two young collections.
 _collecting = gc.isenabled()
 gc.disable()
 try:
@@ -28,6 +29,8 @@ try:
     from advisor.version import __version__
     from advisor.workload.layer_spec import LayerSpec, layer_spec
 finally:
+    gc.freeze()
+    gc.unfreeze()
     if _collecting:
         gc.enable()
 

@@ -65,9 +65,7 @@ def keep_cpu_buffers_resident() -> None:
     if not _RESIDENT:
         block = torch.empty(RESIDENT_BLOCK_BYTES, dtype=torch.uint8)  # mmapped, then freed
         del block
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc: the 31 MiB block alone
             _libc().mallopt(M_MMAP_MAX, 0)
             _libc().mallopt(M_TRIM_THRESHOLD, -1)
-        except (OSError, AttributeError):  # not glibc: the 31 MiB block is all it gets
-            pass
         _RESIDENT = True

@@ -3,6 +3,7 @@ mark, restarted per trial) on a CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 
@@ -18,21 +19,15 @@ def _reset_peak_rss() -> None:
     """Linux: restart the peak-RSS mark (VmHWM) at the current RSS, so the next peak read is this
     trial's own. ru_maxrss cannot be reset, and a spawned worker inherits its parent's."""
     release_free_heap()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kb / 1024 if sys.platform != "darwin" else kb / 2**20
 
