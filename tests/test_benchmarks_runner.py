@@ -64,6 +64,7 @@ def tree(tmp_path: Path) -> Path:
     (root / "advisor").mkdir(parents=True)
     (root / "advisor" / "__init__.py").write_text("")
     (root / "advisor" / "__main__.py").write_text(FAKE)
+    (root / "advisor" / "unused.py").write_text("UNUSED = True\n")  # imported by no run
     return root
 
 
@@ -83,6 +84,8 @@ def test_a_run_is_timed_end_to_end_and_its_config_read(tree: Path, tmp_path: Pat
     assert run["harness_share"] == pytest.approx(0.75)  # 0.5 s timed of 2.0 s
     assert run["harness_share_gate_apart"] == pytest.approx(1 - 0.5 / 1.5)
     assert run["effort_run"] == "quick" and run["trials"] == 3 and run["notes"] == ["a note"]
+    # the tree's modules were compiled before the clock started, as an install compiles them
+    assert list((tree / "advisor" / "__pycache__").glob("unused.*.pyc"))
 
 
 def test_a_run_past_its_limit_gets_ctrl_c_and_keeps_the_answer_it_wrote(
