@@ -114,10 +114,9 @@ def shown(cmd: list[str], *folders: Path) -> str:
 
 @functools.cache
 def compiled(tree: Path) -> None:
-    """`tree`'s advisor compiled to bytecode, once, as pip's install compiles a package: a user's
-    run reads .pyc files. Where $PYTHONDONTWRITEBYTECODE is set (this project's workplace sets
-    it) Python would compile every module from source on every run: 0.1 s of imports a user
-    does not pay, on a 2-core Zen 4."""
+    """`tree`'s advisor compiled to bytecode once, before a run's clock starts, as an install
+    compiles a package: every run reads .pyc files, whether or not $PYTHONDONTWRITEBYTECODE
+    lets Python write them (else each run would compile every module from source)."""
     compileall.compile_dir(str(tree / "advisor"), quiet=1)
 
 
