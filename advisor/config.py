@@ -88,9 +88,9 @@ class FinalCheck(BaseModel):
     )
     challenger: Settings | None = Field(
         None,
-        description="where the search kept PyTorch's default: the fastest alternative it "
-        "accepted, timed here against the default in its place (the figures above are its); "
-        "recommended where it held",
+        description="where the search kept PyTorch's default: the fastest eager alternative "
+        "it measured (gated), timed here against the default in its place (the figures above "
+        "are its); recommended where it held",
     )
 
     @property

@@ -24,11 +24,10 @@ from advisor.errors import AdvisorError
 from advisor.execute.benchmark_processes import BenchmarkSplit
 from advisor.execute.evaluators import Evaluator
 from advisor.execute.probe import hand_over, launch_worker, probe_model
-from advisor.measure.contest import Contest
 from advisor.measure.machine_load import CpuUsage, busy_warning
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import Pick, decide, measured_in, speedup_over
+from advisor.search.pick import beyond_noise, decide
 from advisor.search.pick_gates import gated_pick
 from advisor.search.run import make_evaluator, search
 from advisor.search.storage import open_storage
@@ -42,7 +41,7 @@ from advisor.space import (
 from advisor.stages.benchmark_twins import run_benchmark_twins
 from advisor.stages.budget import BudgetPlan, budget_notes, budget_plan
 from advisor.stages.compiling import FIRST_COMPILE_S, compile_candidates, compile_race
-from advisor.stages.confirm import challenger, check_pick
+from advisor.stages.confirm import check_pick
 from advisor.stages.effort import effort_of
 from advisor.stages.final_check import FreshProcess
 from advisor.stages.finalists import after_compile, machine_moved, retime_finalists
@@ -115,6 +114,7 @@ def run_advise(
         fresh=fresh,
         screen=level.screens,
         every_layer_group=level.every_layer_group,
+        check_always=level.check_always,
     )
     dev = resolve_device(device)
     sp = level.space(with_tolerances(load_space(space, dev), tolerances or {}), dev)
@@ -197,7 +197,8 @@ def run_advise(
             if retime_error is None and unsteady is None:
                 pick = decide(outcome.results, outcome.baseline, contest)
                 key = pick.chosen.settings.model_dump_json()
-                clear = None if level.check_always else beyond_noise(outcome, pick, contest)
+                clear = None if level.check_always else beyond_noise(pick, outcome.results,
+                                                                      outcome.baseline, contest)
                 if clear is not None:
                     notes.append(clear)
                 elif key in checks:
@@ -205,7 +206,7 @@ def run_advise(
                 else:
                     with clock.stage("final check"):
                         check, check_error = check_pick(workload, outcome, dev, sp, options,
-                                                        steps, plan, share, notes,
+                                                        plan, share, notes,
                                                         spares.pop() if spares else None)  # fmt: skip
                     checks[key] = (check, check_error)
             outcome.elapsed_s = time.perf_counter() - start  # the whole run, every stage
@@ -308,7 +309,7 @@ def _eager_stages(
         retimed, retime_error = retime_finalists(workload, outcome, dev, sp, options,
                                                  deadline=end, evaluator=evaluator)  # fmt: skip
     with clock.stage("global knobs"):
-        gated_pick(outcome, evaluator, contest, end, options.progress)
+        gated_pick(outcome, evaluator, contest, end, options.progress, options.check_always)
     return retimed, retime_error, choices, stats
 
 
@@ -342,35 +343,8 @@ def _compile_stage(
     # A pick whose gate waited is gated now, after a failed re-time too (nothing is picked
     # ungated); a compiled pick's capture under dropout is a compile: it counts with the stage's.
     with clock.stage("compile"):
-        gated_pick(outcome, evaluator, contest, plan.end, options.progress)
+        gated_pick(outcome, evaluator, contest, plan.end, options.progress, options.check_always)
     return retimed, why
-
-
-def beyond_noise(outcome: SearchOutcome, pick: Pick, contest: Contest) -> str | None:
-    """At quick effort, why the pick needs no final check: its margin over the default in the
-    interleaved re-time lies beyond noise (`Contest.beyond_noise`); or, where the default is
-    the pick, its challenger (`confirm.challenger`) was measured slower than the default beyond
-    noise (the interval's high end below 1.0x). None where it does not, or where there is
-    nothing to check."""
-    chosen = pick.chosen
-    if chosen.settings == outcome.baseline.settings:
-        other = challenger(outcome.results, outcome.baseline)
-        if other is None:
-            return None
-        ratio, lo, hi = speedup_over(outcome.baseline, other)
-        if hi >= 1.0:
-            return None
-        return (f"no final check (quick effort): the fastest alternative accepted, "
-                f"{other.settings.label()}, was slower than the default beyond noise, "
-                f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] its speed in "
-                f"{measured_in(outcome.baseline, other)}")  # fmt: skip
-    if measured_in(outcome.baseline, chosen) != "the interleaved re-time":
-        return None
-    ratio, lo, hi = figures = speedup_over(outcome.baseline, chosen)
-    if not contest.beyond_noise(figures):
-        return None
-    return (f"no final check (quick effort): the pick's margin is beyond noise, {ratio:.2f}x "
-            f"[{lo:.2f}, {hi:.2f}] the default's speed in the interleaved re-time")  # fmt: skip
 
 
 def _stage_reporter(

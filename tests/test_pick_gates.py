@@ -228,6 +228,29 @@ def test_a_fastest_whose_verdict_would_not_change_the_pick_is_not_gated() -> Non
     assert ev.asked == [CL_BF16]
 
 
+def test_a_kept_defaults_challenger_is_gated_whatever_the_trials_order() -> None:
+    """Where the default is kept, its fastest eager alternative is checked against it where the
+    user runs it: gated first, whether its checks waited in its trial or not."""
+    kept = [_r(DEFAULT, 10.0, rel_error=0.0), _waits(CL, 10.2), _r(BF16, 10.8, rel_error=0.0)]
+    outcome, ev = _outcome(kept), Verdicts()
+    assert gated_pick(outcome, ev, Contest()).chosen.settings == DEFAULT  # type: ignore[arg-type]
+    assert ev.asked == []  # no challenge asked for: nothing more is gated
+    pick = gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
+    assert pick.chosen.settings == DEFAULT and ev.asked == [CL]
+    assert outcome.ledger.standing(CL).pending is None  # type: ignore[union-attr]
+    # rejected, it gives way to the next fastest, gated before it (here: already gated)
+    outcome, ev = _outcome(kept), Verdicts(rejected=[CL])
+    gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
+    assert ev.asked == [CL]
+    # quick effort does not check an alternative slower than the default beyond noise
+    slow = [_r(DEFAULT, 10.0, rel_error=0.0), _waits(CL, 12.0)]
+    outcome, ev = _outcome(slow), Verdicts()
+    gated_pick(outcome, ev, Contest(), check_always=False)  # type: ignore[arg-type]
+    assert ev.asked == []
+    gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
+    assert ev.asked == [CL]
+
+
 def test_a_check_the_budget_cuts_is_judged_by_a_later_run_of_the_study() -> None:
     study = optuna.create_study()
     for r in TRIALS:  # as trials of a stored study

@@ -61,6 +61,7 @@ class SearchOptions:
     # The per-layer stage measures every layer group (full effort), or only those that carry
     # most of the conv work (default effort: advisor.stages.layer_share).
     every_layer_group: bool = True
+    check_always: bool = True  # the final check runs whatever the margin (quick: `beyond_noise`)
 
     def __post_init__(self) -> None:
         limits = (("--trial-timeout", self.trial_timeout_s), ("--max-memory", self.max_memory_mb))

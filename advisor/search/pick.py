@@ -20,8 +20,9 @@ __all__ = [
     "Kept",
     "Pick",
     "beats",
+    "beyond_noise",
+    "challenger",
     "choose",
-    "complexity",
     "decide",
     "measured_in",
     "paired",
@@ -49,11 +50,6 @@ class Pick:
         return "; ".join((self.why, *self.path))
 
 
-def complexity(result: TrialResult) -> int:
-    """How many knobs differ from PyTorch's default (per-layer choices count once)."""
-    return len(result.settings.changes())
-
-
 def paired(a: TrialResult, b: TrialResult) -> bool:
     """Both were measured in the same interleaved re-time, so their samples pair up round by
     round."""
@@ -75,6 +71,46 @@ def speedup_over(baseline: TrialResult, r: TrialResult) -> tuple[float, float, f
     if paired(baseline, r):
         return paired_speedup(baseline.measurement, r.measurement)
     return speedup(baseline.measurement, r.measurement)
+
+
+def challenger(results: Sequence[TrialResult], baseline: TrialResult) -> TrialResult | None:
+    """Where the search keeps PyTorch's default, what the final check times against it: the
+    fastest eager alternative measured, gated or not (`pick_gates.needed` asks for its gate);
+    None where there is none. (A compiled one competes through its compile's payback.)"""
+    others = [
+        r for r in results
+        if r.status == "ok" and r.measurement is not None and not r.settings.compiled
+        and r.settings != baseline.settings
+    ]  # fmt: skip
+    return min(others, key=lambda r: r.median_ms, default=None)
+
+
+def beyond_noise(
+    pick: Pick, results: Sequence[TrialResult], baseline: TrialResult, contest: Contest
+) -> str | None:
+    """At quick effort, why the pick needs no final check: its margin over the default in the
+    interleaved re-time lies beyond noise (`Contest.beyond_noise`); or, where the default is
+    the pick, its `challenger` was measured slower than the default beyond noise (the
+    interval's high end below 1.0x). None where it does not, or where nothing is checked."""
+    chosen = pick.chosen
+    if chosen.settings == baseline.settings:
+        other = challenger(results, baseline)
+        if other is None:
+            return None
+        ratio, lo, hi = speedup_over(baseline, other)
+        if hi >= 1.0:
+            return None
+        return (f"no final check (quick effort): the fastest alternative, "
+                f"{other.settings.label()}, was slower than the default beyond noise, "
+                f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}] its speed in "
+                f"{measured_in(baseline, other)}")  # fmt: skip
+    if measured_in(baseline, chosen) != "the interleaved re-time":
+        return None
+    ratio, lo, hi = figures = speedup_over(baseline, chosen)
+    if not contest.beyond_noise(figures):
+        return None
+    return (f"no final check (quick effort): the pick's margin is beyond noise, {ratio:.2f}x "
+            f"[{lo:.2f}, {hi:.2f}] the default's speed in the interleaved re-time")  # fmt: skip
 
 
 def beats(fast: TrialResult, slow: TrialResult, min_gain: float = 0.02) -> bool:
@@ -107,7 +143,7 @@ def choose(results: Sequence[TrialResult], baseline: TrialResult, min_gain: floa
     eligible = [r for r in accepted if all(r is not u for u in unsure)]
     fastest = min(eligible, key=lambda r: r.median_ms)
     ties = [r for r in eligible if r.measurement and not beats(fastest, r, min_gain)]
-    chosen = min(ties, key=lambda r: (complexity(r), r.median_ms))
+    chosen = min(ties, key=lambda r: (len(r.settings.changes()), r.median_ms))
     where = measured_in(baseline, chosen if chosen is not baseline else fastest)
     path: list[str] = []
     if chosen is fastest and chosen.settings == baseline.settings:

@@ -5,10 +5,11 @@ could be picked: a precision not judged yet on the model (a training check of se
 compiled candidate's capture under dropout (a second compile), or the checks of one measured
 above the bar of the fastest candidate so far wait, and the result says what it waits for
 (`TrialResult.pending`). `gated_pick` makes the pick (`pick.decide`) and, where a pending
-candidate is the pick, or is the fastest and its verdict would change the pick, asks the
-evaluator for its gate, keeps the verdict in the ledger (a precision's verdict too, for every
-later candidate and study of the model) and decides again. So nothing is recommended ungated,
-and no verdict is paid for a candidate that cannot be picked.
+candidate is the pick, is the fastest and its verdict would change the pick, or challenges a
+kept default (`pick.challenger`), asks the evaluator for its gate, keeps the verdict in the
+ledger (a precision's verdict too, for every later candidate and study of the model) and
+decides again. So nothing is recommended ungated, and no verdict is paid for a candidate that
+cannot be picked.
 """
 
 from __future__ import annotations
@@ -21,25 +22,30 @@ from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOutcome
-from advisor.search.pick import Pick, decide
+from advisor.search.pick import Pick, beyond_noise, challenger, decide
 
 __all__ = ["gated_pick", "needed"]
 
 
 def needed(
-    pick: Pick, results: list[TrialResult], baseline: TrialResult, contest: Contest
+    pick: Pick, results: list[TrialResult], baseline: TrialResult, contest: Contest,
+    check_always: bool | None = None,
 ) -> TrialResult | None:
     """The pending candidate whose verdict the pick needs, or None: the pick itself, or the
-    fastest candidate where the pick without it would be another."""
+    fastest candidate where the pick without it would be another; with `check_always` (the
+    effort's, `SearchOptions`), where the default is the pick, the `challenger` the final check
+    times against it (at quick, where `beyond_noise` leaves the check to run)."""
     if pick.chosen.pending is not None:
         return pick.chosen
     fastest = pick.fastest
-    if fastest.pending is None or fastest.settings == pick.chosen.settings:
+    if fastest.pending is not None and fastest.settings != pick.chosen.settings:
+        without = [r for r in results if r.settings != fastest.settings]
+        if decide(without, baseline, contest).chosen.settings != pick.chosen.settings:
+            return fastest
+    other = challenger(results, baseline) if pick.chosen.settings == baseline.settings else None
+    if check_always is None or other is None or other.pending is None:
         return None
-    without = [r for r in results if r.settings != fastest.settings]
-    if decide(without, baseline, contest).chosen.settings == pick.chosen.settings:
-        return None
-    return fastest
+    return None if not check_always and beyond_noise(pick, results, baseline, contest) else other
 
 
 def gated_pick(
@@ -48,6 +54,7 @@ def gated_pick(
     contest: Contest,
     deadline: float | None = None,
     progress: Callable[[Progress], None] | None = None,
+    check_always: bool | None = None,
 ) -> Pick:
     """The pick once every verdict it needs is in (see the module's docstring). `deadline`
     bounds a training check (past it the candidate is stopped, unjudged, and the next pick is
@@ -57,7 +64,7 @@ def gated_pick(
     while True:
         results, baseline = outcome.results, outcome.baseline
         pick = decide(results, baseline, contest)
-        need = needed(pick, results, baseline, contest)
+        need = needed(pick, results, baseline, contest, check_always)
         if need is None or need.settings.model_dump_json() in asked:
             return pick
         asked.add(need.settings.model_dump_json())

@@ -9,9 +9,9 @@ says this machine cannot order them.
 
 The check also runs where the search keeps the default. A worker's state can hide a win as it
 can fake one (a long-lived worker can measure a reduced precision slower than the default where
-fresh processes measure it faster), so the fastest alternative the search accepted
-(`challenger`) is timed against the default where the user runs it, with a runner-up of another
-family beside it, and recommended where it holds there (`after_check`).
+fresh processes measure it faster), so the fastest eager alternative (`pick.challenger`, its
+gate paid first) is timed against the default where the user runs it, with a runner-up of
+another family beside it, and recommended where it holds there (`after_check`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from advisor.config import FinalCheck
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import Pick, decide
+from advisor.search.pick import Pick, challenger, decide
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
 from advisor.stages.final_check import (
@@ -42,7 +42,6 @@ from advisor.workload.build import Workload
 
 __all__ = [
     "after_check",
-    "challenger",
     "check_pick",
     "family",
     "first_step_note",
@@ -74,25 +73,12 @@ def runner_up(
     return min(others, key=lambda r: r.median_ms, default=None)
 
 
-def challenger(results: Sequence[TrialResult], baseline: TrialResult) -> TrialResult | None:
-    """Where the search keeps PyTorch's default: the fastest eager alternative it accepted, to
-    time against the default where the user runs it; None where it accepted none. (A compiled
-    one competes only through its compile's payback, which the eager answer decides first.)"""
-    others = [
-        r for r in results
-        if r.status == "ok" and r.pending is None and r.measurement is not None
-        and not r.settings.compiled and r.settings != baseline.settings
-    ]  # fmt: skip
-    return min(others, key=lambda r: r.median_ms, default=None)
-
-
 def check_pick(
     workload: Workload,
     outcome: SearchOutcome,
     dev: torch.device,
     sp: SearchSpace,
     options: SearchOptions,
-    steps: int | None,
     plan: BudgetPlan,
     share: float | None,
     notes: list[str],
@@ -103,11 +89,11 @@ def check_pick(
     runner-up of another family beside it: the check, or why it could not be made. Where the
     default is the pick, its `challenger` is checked in its place (the check says so); nothing
     is checked where there is none."""
-    pick = decide(outcome.results, outcome.baseline, sp.contest(steps))
+    pick = decide(outcome.results, outcome.baseline, sp.contest(options.steps))
     chosen, challenging = pick.chosen, False
     if chosen.settings == outcome.baseline.settings:
         found = challenger(outcome.results, outcome.baseline)
-        if found is None:
+        if found is None or found.pending is not None:  # its gate was not paid in time
             return None, None
         chosen, challenging = found, True
     runner = runner_up(outcome.results, chosen, outcome.baseline)
