@@ -52,8 +52,10 @@ class InProcessEvaluator:
     """Evaluates candidates in this process, computing the gate's references once. Global state
     is put back after every candidate, so nothing leaks into the next one (or the caller)."""
 
-    def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace):
+    def __init__(self, workload: Workload, device: torch.device, mode: Mode, space: SearchSpace,
+                 cudnn_benchmark: bool = False) -> None:
         self.workload, self.device, self.mode, self.space = workload, device, mode, space
+        self.cudnn_benchmark = cudnn_benchmark  # the value its candidates have (`Gate`'s)
         self._gate: Gate | None = None
         self._home: Workload = workload  # the first workload: its references are kept
         self._home_gate: Gate | None = None
@@ -66,11 +68,13 @@ class InProcessEvaluator:
 
         with global_state_kept():
             return evaluate(self.workload, settings, self.device, self.mode, self.space,
-                            self._the_gate(), race=race, time_left_s=time_left_s, park=self._park)  # fmt: skip
+                            self.the_gate(), race=race, time_left_s=time_left_s, park=self._park)  # fmt: skip
 
-    def _the_gate(self) -> Gate:
-        if self._gate is None:  # built at its first use, with the verdicts known so far
-            self._gate = Gate(self.workload, self.device, self.mode, self.space)
+    def the_gate(self) -> Gate:
+        """The workload's gate, built at its first use with the verdicts known so far."""
+        if self._gate is None:
+            self._gate = Gate(self.workload, self.device, self.mode, self.space,
+                              cudnn_benchmark=self.cudnn_benchmark)
             self._gate.know(self._known)
         return self._gate
 
@@ -86,8 +90,9 @@ class InProcessEvaluator:
 
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
         """The gate's verdict on a candidate measured without it, in this process."""
+        self._park.clear()  # asked once the candidates that could be picked were timed
         with global_state_kept():
-            return gate_only(self.workload, settings, self.device, self.mode, self._the_gate(),
+            return gate_only(self.workload, settings, self.device, self.mode, self.the_gate(),
                              time_left_s)  # fmt: skip
 
     def use(self, workload: Workload) -> None:
@@ -100,7 +105,7 @@ class InProcessEvaluator:
         self._gate = self._home_gate if workload is self._home else None
 
     def know(self, checks: list[PrecisionCheck]) -> None:
-        self._known += checks
+        self._known += [c for c in checks if c not in self._known]
         for gate in (self._gate, self._home_gate):
             if gate is not None:
                 gate.know(checks)

@@ -110,11 +110,10 @@ def worker_main(
     before it became a worker (the probe's child); by default, the state found here at start.
     `cudnn_benchmark`: the value this process's candidates have (its references run with it)."""
     become_child()
+    from advisor.execute.evaluators import InProcessEvaluator
     from advisor.execute.first_calls import prime, with_first_calls
-    from advisor.execute.gating import failed, gate_only
-    from advisor.execute.park import Park
-    from advisor.execute.retime import RetimeSession, retime, retime_policy
-    from advisor.execute.runner import Gate, evaluate
+    from advisor.execute.gating import failed
+    from advisor.execute.retime import RetimeSession
     from advisor.workload.rebuild import workload_from_info
 
     pristine = pristine if pristine is not None else global_state()
@@ -126,18 +125,18 @@ def worker_main(
             # is the current device.)
             cuda_ops().make_current(dev)
         space = SearchSpace.model_validate_json(space_json)
-        workload = workload_from_info(json.loads(info_json))
+        home = workload_from_info(json.loads(info_json))
         restore_global_state(pristine)  # the references too start from it, as the trials do
-        gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
+        # This process's candidates, as `InProcessEvaluator` runs them. It keeps the first
+        # workload (the model) and its references: the per-layer stage switches to its layer
+        # groups and back, and coming back must not rebuild them.
+        ev = InProcessEvaluator(home, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
+        ev.the_gate()  # its references, before the parent is told the worker is ready
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
         return
     restore_global_state(pristine)
-    # The first workload (the model) is kept: the per-layer stage switches to its layer groups
-    # and back, and coming back must not rebuild the model and its references.
-    home = (info_json, workload, gate)
     session: Any = None  # a re-time served one sample at a time
-    park = Park(dev)  # screened candidates kept for their full timing (advisor.execute.park)
     primed: dict[str, list[float]] = {}  # first calls taken before anything else (`prime`)
     conn.send(("ready", None))
     while True:
@@ -147,26 +146,19 @@ def worker_main(
             return
         if msg is None:
             leave()
-        if not (isinstance(msg, tuple) and msg[0] == "evaluate"):
-            park.clear()  # a re-time or another workload: the screen's survivors were timed
         if isinstance(msg, tuple) and msg[0] == "workload":
             # Another workload in the same process (the per-layer stage's layer groups): no new
             # interpreter, no new imports, only its references.
             try:
-                if msg[1] == home[0]:
-                    workload, gate = home[1], home[2]
-                else:
-                    workload = workload_from_info(json.loads(msg[1]))
-                    restore_global_state(pristine)
-                    gate = Gate(workload, dev, mode, space, cudnn_benchmark=cudnn_benchmark)
+                ev.use(home if msg[1] == info_json else workload_from_info(json.loads(msg[1])))
+                ev.the_gate()
                 reply: tuple[str, Any] = ("ready", None)
             except Exception as e:  # noqa: BLE001 - reported to the parent as one line
                 reply = ("error", first_line(e))
         elif isinstance(msg, tuple) and msg[0] == "retime":
             try:
                 rs = [TrialResult.model_validate_json(j) for j in msg[1]]
-                policy = retime_policy(space.timing.policy(), len(rs), msg[2])
-                fresh = retime(workload, rs, dev, mode, policy, min_gain=space.min_gain)
+                fresh = ev.retime(rs, time_left_s=msg[2])
                 reply = ("retimed", [r.model_dump_json() for r in fresh])
             except Exception as e:  # noqa: BLE001 - e.g. the finalists do not fit together
                 reply = ("retime_error", first_line(e))
@@ -177,7 +169,7 @@ def worker_main(
                 if msg[0] == "retime_open":
                     rs = [TrialResult.model_validate_json(j) for j in msg[1]]
                     policy = dataclasses.replace(space.timing.policy(), warmup_runs=msg[3])
-                    session = RetimeSession(workload, rs, dev, mode, policy, case=msg[2])
+                    session = RetimeSession(ev.workload, rs, dev, mode, policy, case=msg[2])
                     reply = ("opened", None)
                 elif msg[0] == "retime_sample":
                     reply = ("sample", session.sample(msg[1]))
@@ -191,7 +183,8 @@ def worker_main(
         elif isinstance(msg, tuple) and msg[0] == "prime":
             try:  # cudnn.benchmark's twins: their first calls before anything else runs here
                 twins = [Settings.model_validate_json(j) for j in msg[1]]
-                primed.update(prime(workload, twins, dev, mode, gate.seed))
+                gate = ev.the_gate()
+                primed.update(prime(ev.workload, twins, dev, mode, gate.seed))
                 gate.cases.load()  # now: the twins' plans are searched, nothing else is alive
                 reply = ("primed", None)
             except Exception as e:  # noqa: BLE001 - the twins' trials then say what fails
@@ -199,9 +192,9 @@ def worker_main(
         elif isinstance(msg, tuple) and msg[0] == "gate":
             _, settings_json, time_left_s, known = msg
             settings = Settings.model_validate_json(settings_json)
-            gate.know(PrecisionCheck.model_validate_json(j) for j in known)
+            ev.know([PrecisionCheck.model_validate_json(j) for j in known])
             try:
-                result = gate_only(workload, settings, dev, mode, gate, time_left_s)
+                result = ev.gate(settings, time_left_s=time_left_s)
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = failed(settings, first_line(e))
             reply = ("result", result.model_dump_json())
@@ -209,10 +202,9 @@ def worker_main(
             _, settings_json, race_kw, time_left_s, known = msg
             race = Race(**race_kw) if race_kw is not None else None
             settings = Settings.model_validate_json(settings_json)
-            gate.know(PrecisionCheck.model_validate_json(j) for j in known)
+            ev.know([PrecisionCheck.model_validate_json(j) for j in known])
             try:
-                result = evaluate(workload, settings, dev, mode, space, gate, race=race,
-                                  time_left_s=time_left_s, park=park)  # fmt: skip
+                result = ev(settings, race=race, time_left_s=time_left_s)
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = failed(settings, first_line(e))
             if settings_json in primed:
