@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import compileall
 import contextlib
-import functools
 import os
 import shlex
 import signal
@@ -112,11 +111,11 @@ def shown(cmd: list[str], *folders: Path) -> str:
     return text
 
 
-@functools.cache
 def compiled(tree: Path) -> None:
-    """`tree`'s advisor compiled to bytecode once, before a run's clock starts, as an install
-    compiles a package: every run reads .pyc files, whether or not $PYTHONDONTWRITEBYTECODE
-    lets Python write them (else each run would compile every module from source)."""
+    """`tree`'s advisor compiled to bytecode before a run's clock starts, as an install compiles
+    a package: every run reads .pyc files, whether or not $PYTHONDONTWRITEBYTECODE lets Python
+    write them (else each run would compile every module from source). Only modules changed
+    since their .pyc are compiled again (milliseconds where none did)."""
     compileall.compile_dir(str(tree / "advisor"), quiet=1)
 
 
