@@ -169,3 +169,6 @@ def test_the_environment_record_names_the_machine_its_libraries_and_commit() -> 
 def test_a_cpu_name_becomes_a_short_slug() -> None:
     assert table.slug("Intel(R) Xeon(R) Processor (family 6 model 207)") == "intel-xeon-f6m207"
     assert table.slug("AMD EPYC 9654 96-Core Processor") == "amd-epyc-9654-96-core"
+    # the clock after '@' goes, the family and model after it stay
+    at = "Intel(R) Xeon(R) Processor @ 2.80GHz (family 6 model 106)"
+    assert table.slug(at) == "intel-xeon-f6m106"
