@@ -12,12 +12,12 @@ import torch
 import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
-from advisor.measure.stats import Race, sign_test_p
+from advisor.measure.stats import Measurement, Race, sign_test_p
 from advisor.measure.stopping import TimingPolicy
 from advisor.measure.timing import measure
 from advisor.search.options import Progress
 from tests._cli import advisor_cli
-from tests.conftest import DATA
+from tests.conftest import DATA, FakeClock
 
 CPU = torch.device("cpu")
 PLUGINS = "tests.plugins.faulty_impls"
@@ -65,6 +65,24 @@ def test_a_slow_candidate_is_stopped_after_five_samples() -> None:
     same = Clock(0.005)
     even = measure(same.step, CPU, policy, clock=same, race=Race(limit_ms=5.0))
     assert even.stop is None
+
+
+def test_sampling_stops_once_the_interval_lies_above_the_bar() -> None:
+    """A candidate 1.2x the leader lies within the race's limit (its bar times the race margin),
+    so the sign test never stops it; its samples stop once their interval at STRICT_Z lies above
+    the bar (from the policy's minimum on), not at the policy's end: it cannot be picked."""
+
+    def sampled(step_ms: float, race: Race) -> Measurement:
+        clock = FakeClock([step_ms * f / 1e3 for f in (0.95, 1.05) * 200])  # never a tight CI
+        policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=60,
+                              target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+        return measure(clock.step, CPU, policy, clock=clock, race=race)
+
+    slower = sampled(12.0, Race(limit_ms=15.0, bar_ms=10.0))
+    assert len(slower.samples_ms) == 7 and slower.stop is None and slower.ci_low_ms > 10.0
+    assert len(sampled(12.0, Race(limit_ms=15.0)).samples_ms) == 60  # no bar: the policy's end
+    # one whose interval reaches the bar is timed to the policy's end: it could still be picked
+    assert len(sampled(10.4, Race(limit_ms=15.0, bar_ms=10.0)).samples_ms) == 60
 
 
 def test_the_deadline_cuts_sampling() -> None:

@@ -171,12 +171,16 @@ def _evaluate(
     per_shape: list[Measurement] = []
     checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
-    bar = race.bar_ms if race is not None else None
     allowance = race.allowance_s if race is not None else None  # a one-off's, where bounded
     horizon = race.horizon_steps if race is not None else None
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
+    elif race is not None and (settings.compiled or settings == Settings()):
+        # Timed and gated in full whatever the bar: PyTorch's default is the baseline, and a
+        # compiled candidate's bar came from an earlier window (a re-time decides)
+        race = dataclasses.replace(race, bar_ms=None)
+    bar = race.bar_ms if race is not None else None  # above it, its gate waits (`could_win`)
     # Under a race, a gate that costs more than the candidate's own checks waits until the
     # candidate could be picked: a precision not judged yet (its training check), or a compiled
     # candidate under dropout (its capture compiles the model again)
@@ -234,7 +238,7 @@ def _evaluate(
             else:
                 # The candidate's own peak: read before the numeric check allocates its copies.
                 peak = max(peak, memory.growth_mb())
-                if pending is None and _above_bar(gate, settings, m, bar):
+                if pending is None and bar is not None and m.ci_low_ms > bar:
                     pending = "checks"  # slower than the fastest so far: its gate waits too
                 if pending is None:  # else gated only where it could be picked (`gate_only`)
                     checked.add(cand, settings, gate, gate.cases[case], mode)
@@ -287,16 +291,6 @@ def _raced(m: Measurement, race: Race) -> Stop | None:
         return Stop(kind="raced", bar_ms=race.limit_ms, samples=len(m.samples_ms),
                     ms=m.median_ms)  # fmt: skip
     return None
-
-
-def _above_bar(gate: Gate, settings: Settings, m: Measurement, bar_ms: float | None) -> bool:
-    """Whether an eager candidate measured in full lies above the bar of the fastest so far:
-    its gate then waits until the pick needs it (`Contest.could_win`'s test). A compiled one is
-    gated still (its bar came from an earlier window: a re-time decides); so is a shape set's
-    case, whose weighted whole is what counts, and PyTorch's default, the baseline."""
-    if settings.compiled or settings == Settings() or len(gate.cases) > 1 or bar_ms is None:
-        return False
-    return m.ci_low_ms > bar_ms
 
 
 def _first_calls_s(per_shape: list[Measurement]) -> float:
