@@ -12,7 +12,7 @@ import torch
 import advisor
 from advisor.cli_args import duration_s
 from advisor.errors import AdvisorError
-from advisor.measure.stats import Measurement, Race, sign_test_p
+from advisor.measure.stats import Race, sign_test_p
 from advisor.measure.stopping import TimingPolicy
 from advisor.measure.timing import measure
 from advisor.search.options import Progress
@@ -67,22 +67,20 @@ def test_a_slow_candidate_is_stopped_after_five_samples() -> None:
     assert even.stop is None
 
 
-def test_sampling_stops_once_the_interval_lies_above_the_bar() -> None:
-    """A candidate 1.2x the leader lies within the race's limit (its bar times the race margin),
-    so the sign test never stops it; its samples stop once their interval at STRICT_Z lies above
-    the bar (from the policy's minimum on), not at the policy's end: it cannot be picked."""
-
-    def sampled(step_ms: float, race: Race) -> Measurement:
-        clock = FakeClock([step_ms * f / 1e3 for f in (0.95, 1.05) * 200])  # never a tight CI
-        policy = TimingPolicy(warmup_runs=2, warmup_s=0.0, min_samples=7, max_samples=60,
-                              target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
-        return measure(clock.step, CPU, policy, clock=clock, race=race)
-
-    slower = sampled(12.0, Race(limit_ms=15.0, bar_ms=10.0))
-    assert len(slower.samples_ms) == 7 and slower.stop is None and slower.ci_low_ms > 10.0
-    assert len(sampled(12.0, Race(limit_ms=15.0)).samples_ms) == 60  # no bar: the policy's end
-    # one whose interval reaches the bar is timed to the policy's end: it could still be picked
-    assert len(sampled(10.4, Race(limit_ms=15.0, bar_ms=10.0)).samples_ms) == 60
+def test_above_the_bar_within_the_limit_sampling_goes_on_to_the_policy_s_end() -> None:
+    """The bar decides only once the policy's rule has ended sampling: a candidate's first
+    samples can sit above its steady state (a survivor resumed from its screen, one call
+    re-warming it), and its later ones bring it under the bar. Stopped once its first 5 lay
+    above the bar, channels_last on video_cnn (1.2x faster re-timed) was left out of the pick
+    in 1 of 3 quick runs on a 2-core Ice Lake Xeon."""
+    transient = [0.012, 0.0125] * 4 + [0.009, 0.0095] * 100  # 12 ms at first, then 9-9.5 ms
+    clock = FakeClock([0.03, 0.0125] + transient)  # its first call and warm-up run, then samples
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=5, max_samples=40,
+                          target_rel_ci=1e-9, max_time_s=100)  # fmt: skip
+    m = measure(clock.step, CPU, policy, clock=clock, race=Race(limit_ms=15.0, bar_ms=10.0),
+                settle=False)  # fmt: skip
+    assert len(m.samples_ms) == 40 and m.stop is None  # the policy's end: not the bar, nor the race
+    assert m.ci_low_ms <= 10.0  # it could be picked: its gate is paid
 
 
 def test_the_deadline_cuts_sampling() -> None:

@@ -176,11 +176,10 @@ def _evaluate(
     if len(gate.cases) > 1:
         race = None  # slower on one shape does not mean slower over the weighted set
         park = None
-    elif race is not None and (settings.compiled or settings == Settings()):
-        # Timed and gated in full whatever the bar: PyTorch's default is the baseline, and a
-        # compiled candidate's bar came from an earlier window (a re-time decides)
-        race = dataclasses.replace(race, bar_ms=None)
-    bar = race.bar_ms if race is not None else None  # above it, its gate waits (`could_win`)
+    # Above the bar of the fastest so far an eager candidate's gate waits (`could_win`'s test);
+    # PyTorch's default, the baseline, is gated whatever the bar, and so is a compiled one (its
+    # bar came from an earlier window: a re-time decides)
+    bar = None if race is None or settings.compiled or settings == Settings() else race.bar_ms
     # Under a race, a gate that costs more than the candidate's own checks waits until the
     # candidate could be picked: a precision not judged yet (its training check), or a compiled
     # candidate under dropout (its capture compiles the model again)

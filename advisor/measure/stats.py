@@ -175,9 +175,8 @@ class Race:
     still pay one-time costs); on a CPU each of the next two warm-up runs over twice the limit
     counts as one more sample above it.
 
-    `bar_ms`: its interval's low end above it, it cannot be picked: its gate is not paid, and
-    its samples stop once their interval at `STRICT_Z` lies above it. `screen`: take this many
-    samples after the warm-up and stop, ungated.
+    `bar_ms`: measured in full with its interval's low end above it, it cannot be picked: its
+    gate is not paid. `screen`: take this many samples after the warm-up and stop, ungated.
     `rival` (settings JSON) and `horizon_steps`: a compiled candidate is timed beside its
     rival and stopped where its cold compile cannot pay back within the horizon;
     `allowance_s`: its first call (a cold compile, autotuning) is stopped once it has run this

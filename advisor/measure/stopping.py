@@ -2,8 +2,8 @@
 stops (`timing.measure`), and how many samples a GPU batch takes.
 
 The rules, looked at after every sample: the policy's (`max_samples`; from `min_samples`, the
-median's interval within `target_rel_ci` or, at `STRICT_Z` as it is asked many times, above
-the race's bar, or `max_time_s` spent), a screen's, the race's sign test and the run's budget.
+median's interval within `target_rel_ci`, or `max_time_s` spent), a screen's, the race's sign
+test and the run's time budget.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from advisor.measure.stats import STRICT_Z, Race, median_ci, quantile
+from advisor.measure.stats import Race, median_ci, quantile
 from advisor.measure.stop import Sampling
 
 __all__ = ["BATCH_MS", "MAX_BATCH", "TimingPolicy", "batch_size", "enough"]
@@ -73,8 +73,6 @@ def enough(
         med = quantile(s, 0.5)
         if med > 0 and (hi - lo) / 2 / med <= policy.target_rel_ci:
             return True, None
-        if race is not None and race.bar_ms is not None and median_ci(s, STRICT_Z)[0] > race.bar_ms:
-            return True, None  # it cannot be picked: more samples would only narrow its interval
         if clock() - start >= policy.max_time_s:
             return True, None
     return False, None
