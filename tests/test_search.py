@@ -10,6 +10,7 @@ import torch
 import advisor
 from advisor.advice import csv_text
 from advisor.execute.runner import Candidate, Gate, evaluate
+from advisor.gate.numeric import Errors
 from advisor.knobs import Settings
 from advisor.space import SearchSpace, load_space
 from advisor.workload.build import layer_workload
@@ -130,6 +131,34 @@ def test_reference_noise_floor_is_small_for_a_layer() -> None:
     assert eps / 10 < noise.out < 3 * eps and noise.grad < 3 * eps
     # a layer's input is an activation in a network: its gradient is computed and compared
     assert set(ref.grads) == {"weight", "bias", "input.0"}
+
+
+def test_the_noise_floor_pays_for_float64_answers_only_where_the_moved_inputs_do_not_accept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="2,3,16,16"))
+    tight = {"fp32": 1e-9}  # below any rounding: every verdict reads the noise floor
+    space = SearchSpace(name="t", knobs={}, tolerances=tight, grad_tolerances=tight)
+    gate = Gate(w, CPU, "train", space)
+    dtypes: list[torch.dtype | None] = []
+    capture = gate._capture
+
+    def counted(settings: Settings, case: int, dtype: torch.dtype | None = None, **kw):  # noqa: ANN202
+        dtypes.append(dtype)
+        return capture(settings, case, dtype, **kw)
+
+    monkeypatch.setattr(gate, "_capture", counted)
+    cl = Settings(memory_format="channels_last")
+    # within the moved inputs' spread (about 1e-5 for a conv): accepted without float64
+    assert gate.tolerance(cl, Errors(1e-6, 1e-6)).judge(Errors(1e-6, 1e-6)) is None
+    assert dtypes == [torch.float32] * space.gate.perturbations
+    moved = gate.noise(lambda _: True)
+    # beyond it the float64 answers are computed too, once, and the floor can only grow
+    assert gate.tolerance(cl, Errors(1.0, 1.0)).judge(Errors(1.0, 1.0)) is not None
+    assert dtypes.count(torch.float64) == 1 and len(dtypes) == space.gate.perturbations + 1
+    exact = gate.noise()
+    assert exact.out >= moved.out and exact.grad >= moved.grad  # type: ignore[operator]
+    assert len(dtypes) == space.gate.perturbations + 1  # nothing measured again
 
 
 def test_candidate_step_restores_flags() -> None:
