@@ -208,8 +208,8 @@ class Gate:
         self.cases = References(self)
         if not cudnn_benchmark:
             self.cases.load()
-        self._noise: Errors | None = None
-        self._noise_exact = False  # whether the float64 answers are in it
+        self._noise = Errors(0.0, None if mode == "infer" else 0.0)  # of the answers taken
+        self._noise_taken = 0  # how many of its answers are in it (`noise`)
         self._yardsticks: dict[str, list[Errors]] = {}
         self._checks: dict[str, PrecisionCheck] = {}  # own path's JSON -> its verdict
         # the training checks' shared fp32 side, per (seed, check settings)
@@ -240,27 +240,26 @@ class Gate:
 
     def noise(self, enough: Callable[[Errors], bool] = lambda _: False) -> Errors:
         """The largest difference from the fp32 reference among exact-fp32 answers on the same
-        inputs, over every shape: fp32 with the inputs moved by a few roundings, then float64.
-        The float64 answers (a CPU has no fast float64 kernels) are computed only where the
-        others' are not `enough`: the largest can only grow, so a verdict they give stands."""
+        inputs, over every shape: fp32 with the inputs moved by a few roundings, then float64 (a
+        CPU has no fast float64 kernels). They are computed one at a time, each once, until the
+        largest so far is `enough`: it can only grow, so a verdict it gives stands."""
         g = self.space.gate
-        if self._noise is None:
-            worst = Errors(0.0, None if self.mode == "infer" else 0.0)
-            for case, ref in enumerate(self.cases):
-                for k in range(g.perturbations):
-                    moved = self._capture(
-                        REFERENCE, case, torch.float32, perturb=g.perturbation, perturb_seed=k
-                    )
-                    worst = worst.worst(compare(moved, ref, self.mode))
-            self._noise = worst
-        if not self._noise_exact and not enough(self._noise):
-            self._noise_exact = True
-            for case, ref in enumerate(self.cases):
-                # A model that cannot run in float64 (QAT's fake quantisation is float32 only):
-                # the perturbed fp32 answers alone give the spread.
-                with contextlib.suppress(RuntimeError):
-                    exact = self._capture(REFERENCE, case, torch.float64)
-                    self._noise = self._noise.worst(compare(exact, ref, self.mode))
+        # every shape's answer with the inputs moved (seed k), then in float64 (k None)
+        answers = [(c, k) for k in [*range(g.perturbations), None] for c in range(len(self.cases))]
+        while self._noise_taken < len(answers) and not enough(self._noise):
+            case, k = answers[self._noise_taken]
+            self._noise_taken += 1
+            if k is not None:
+                moved = self._capture(
+                    REFERENCE, case, torch.float32, perturb=g.perturbation, perturb_seed=k
+                )
+                self._noise = self._noise.worst(compare(moved, self.cases[case], self.mode))
+                continue
+            # A model that cannot run in float64 (QAT's fake quantisation is float32 only): the
+            # perturbed fp32 answers alone give the spread.
+            with contextlib.suppress(RuntimeError):
+                exact = self._capture(REFERENCE, case, torch.float64)
+                self._noise = self._noise.worst(compare(exact, self.cases[case], self.mode))
         return self._noise
 
     def precision(self, settings: Settings) -> str:
@@ -290,8 +289,8 @@ class Gate:
     ) -> Tolerance:
         """The model-level checks for a candidate with these settings (see `Bound`). Given the
         candidate's `errors`, the noise floor is computed only when they need it: an error within
-        the space's tolerance (fp32) or within the yardstick's bound passes without it, and one
-        the moved inputs' answers accept, without the float64 ones. A precision check still to
+        the space's tolerance (fp32) or within the yardstick's bound passes without it, and its
+        answers are taken only until the candidate is accepted. A precision check still to
         measure stops at `deadline` (`CheckOutOfTime`)."""
         precision = self.precision(settings)
         own = self._yardstick(settings)
