@@ -116,8 +116,9 @@ def machine_id(env: dict[str, Any]) -> str:
 
 def slug(text: str) -> str:
     """'Intel(R) Xeon(R) Processor @ 2.80GHz (family 6 model 106)' -> 'intel-xeon-f6m106'."""
+    text = re.sub(r"@[^(]*", "", text)  # the clock, up to the family and model where they follow
     text = re.sub(r"\(family (\d+) model (\d+)\)", r"f\1m\2", text)
-    text = re.sub(r"\((r|tm)\)|\bprocessor\b|\bcpu\b|@[^(]*?GHz", "", text, flags=re.I)
+    text = re.sub(r"\((r|tm)\)|\bprocessor\b|\bcpu\b", "", text, flags=re.I)
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "unknown"
 
 
