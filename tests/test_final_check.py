@@ -23,8 +23,7 @@ from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
 from advisor.measure.stopping import TimingPolicy
 from advisor.search.options import SearchOutcome
-from advisor.search.pick import Pick, beyond_noise, challenger, decide
-from advisor.stages.confirm import runner_up
+from advisor.search.pick import Pick, beyond_noise, challenger, decide, runner_up
 from advisor.stages.final_check import (
     CheckFailed,
     FreshProcess,
@@ -246,6 +245,9 @@ def test_the_runner_up_is_the_fastest_finalist_of_another_family() -> None:
     assert runner_up(results, cl, base) is bf16
     assert runner_up(results, bf16, base) is cl_bf16  # another memory format: fastest of them
     assert runner_up([base, cl], cl, base) is None
+    # gated or not: where its checks waited, `pick_gates.needed` asks for them before the check
+    waited = bf16.model_copy(update={"pending": "precision"})
+    assert runner_up([base, cl, waited, cl_bf16], cl, base) is waited
     # a cudnn.benchmark twin is never timed in the pick's process (cuDNN's plan cache ignores
     # the flag): seen in the stand-in's quick runs, the check's process ran both values
     twin = _rp(BF16.model_copy(update={"cudnn_benchmark": True}), 8.0, "bf16")

@@ -29,6 +29,7 @@ from advisor.measure.stopping import TimingPolicy
 from advisor.measure.verdict import PrecisionCheck
 from advisor.search.ledger import Ledger
 from advisor.search.options import SearchOutcome
+from advisor.search.pick import runner_up
 from advisor.search.pick_gates import gated_pick
 from advisor.space import SearchSpace, load_space
 from advisor.workload.args import make_workload
@@ -249,6 +250,39 @@ def test_a_kept_defaults_challenger_is_gated_whatever_the_trials_order() -> None
     assert ev.asked == []
     gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
     assert ev.asked == [CL]
+
+
+def _retimed(r: TrialResult) -> TrialResult:
+    return r.model_copy(update={"retimed": True})
+
+
+# channels_last the pick, beyond noise; two re-timed finalists of other families, whose checks
+# and training checks waited in their trials (measured above channels_last's bar)
+RUNNERS = [_retimed(_r(DEFAULT, 10.0, rel_error=0.0)), _retimed(_r(CL, 7.0, rel_error=0.0)),
+           _retimed(_waits(BF16, 7.5)), _retimed(_waits(FP16, 8.0))]  # fmt: skip
+
+
+@pytest.mark.parametrize("order", [RUNNERS, RUNNERS[::-1]], ids=["ran", "reversed"])
+def test_the_final_checks_runner_up_is_gated_whatever_the_trials_order(
+    order: list[TrialResult],
+) -> None:
+    """The final check recommends its runner-up where it beats the pick there: the fastest
+    re-timed finalist of another family is gated first, not passed over for a slower one whose
+    checks happened to run in its trial."""
+    outcome, ev = _outcome(order), Verdicts()
+    assert gated_pick(outcome, ev, Contest()).chosen.settings == CL  # type: ignore[arg-type]
+    assert ev.asked == []  # no final check asked for: nothing more is gated
+    gated_pick(outcome, ev, Contest(), check_always=False)  # type: ignore[arg-type]
+    assert ev.asked == []  # quick: a margin beyond noise leaves no check to run
+    gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
+    assert ev.asked == [BF16]
+    standing = outcome.ledger.standing(BF16)
+    assert standing is not None and standing.pending is None
+    assert runner_up(outcome.results, outcome.ledger.standing(CL), outcome.baseline) == standing  # type: ignore[arg-type]
+    # rejected, it gives way to the next of another family, gated in turn
+    outcome, ev = _outcome(order), Verdicts(rejected=[BF16])
+    gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]
+    assert ev.asked == [BF16, FP16]
 
 
 def test_a_check_the_budget_cuts_is_judged_by_a_later_run_of_the_study() -> None:

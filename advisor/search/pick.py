@@ -24,9 +24,11 @@ __all__ = [
     "challenger",
     "choose",
     "decide",
+    "family",
     "measured_in",
     "paired",
     "pareto_front",
+    "runner_up",
     "speedup_over",
 ]
 
@@ -81,6 +83,28 @@ def challenger(results: Sequence[TrialResult], baseline: TrialResult) -> TrialRe
         r for r in results
         if r.status == "ok" and r.measurement is not None and not r.settings.compiled
         and r.settings != baseline.settings
+    ]  # fmt: skip
+    return min(others, key=lambda r: r.median_ms, default=None)
+
+
+def family(r: TrialResult) -> tuple[str, str]:
+    """What sets a candidate apart from another's kind: its memory format and its precision."""
+    return r.settings.memory_format, r.precision
+
+
+def runner_up(
+    results: Sequence[TrialResult], pick: TrialResult, baseline: TrialResult
+) -> TrialResult | None:
+    """What the final check times beside `pick` and the default: the fastest re-timed candidate
+    of another family, gated or not (`pick_gates.needed` asks for its gate), and not the
+    default; None where there is none. It shares the pick's cudnn.benchmark value: the check
+    times all three in one process, and cuDNN's plan cache ignores the flag
+    (`advisor.execute.benchmark_processes`)."""
+    others = [
+        r for r in results
+        if r.status == "ok" and r.retimed and r.measurement is not None
+        and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
+        and r.settings.cudnn_benchmark == pick.settings.cudnn_benchmark
     ]  # fmt: skip
     return min(others, key=lambda r: r.median_ms, default=None)
 

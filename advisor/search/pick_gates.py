@@ -5,8 +5,9 @@ could be picked: a precision not judged yet on the model (a training check of se
 compiled candidate's capture under dropout (a second compile), or the checks of one measured
 above the bar of the fastest candidate so far wait, and the result says what it waits for
 (`TrialResult.pending`). `gated_pick` makes the pick (`pick.decide`) and, where a pending
-candidate is the pick, is the fastest and its verdict would change the pick, or challenges a
-kept default (`pick.challenger`), asks the evaluator for its gate, keeps the verdict in the
+candidate is the pick, is the fastest and its verdict would change the pick, challenges a
+kept default (`pick.challenger`) or is the runner-up the final check times beside the pick
+(`pick.runner_up`: recommended where it beats the pick there), asks the evaluator for its gate, keeps the verdict in the
 ledger (a precision's verdict too, for every later candidate and study of the model) and
 decides again. So nothing is recommended ungated, and no verdict is paid for a candidate that
 cannot be picked.
@@ -22,7 +23,7 @@ from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOutcome
-from advisor.search.pick import Pick, beyond_noise, challenger, decide
+from advisor.search.pick import Pick, beyond_noise, challenger, decide, runner_up
 
 __all__ = ["gated_pick", "needed"]
 
@@ -33,8 +34,9 @@ def needed(
 ) -> TrialResult | None:
     """The pending candidate whose verdict the pick needs, or None: the pick itself, or the
     fastest candidate where the pick without it would be another; with `check_always` (the
-    effort's, `SearchOptions`), where the default is the pick, the `challenger` the final check
-    times against it (at quick, where `beyond_noise` leaves the check to run)."""
+    effort's, `SearchOptions`), where the final check will run (at quick, where `beyond_noise`
+    leaves it to run), what it recommends if it holds there: where the default is the pick, the
+    `challenger` timed in its place, and the `runner_up` timed beside it."""
     if pick.chosen.pending is not None:
         return pick.chosen
     fastest = pick.fastest
@@ -42,10 +44,20 @@ def needed(
         without = [r for r in results if r.settings != fastest.settings]
         if decide(without, baseline, contest).chosen.settings != pick.chosen.settings:
             return fastest
-    other = challenger(results, baseline) if pick.chosen.settings == baseline.settings else None
-    if check_always is None or other is None or other.pending is None:
+    if check_always is None or (
+        not check_always and beyond_noise(pick, results, baseline, contest)
+    ):
         return None
-    return None if not check_always and beyond_noise(pick, results, baseline, contest) else other
+    checked = pick.chosen
+    if checked.settings == baseline.settings:
+        other = challenger(results, baseline)
+        if other is None or other.pending is not None:
+            return other
+        checked = other
+    if checked.settings.cudnn_benchmark:  # timed a process each, with no runner-up (`confirm`)
+        return None
+    runner = runner_up(results, checked, baseline)
+    return runner if runner is not None and runner.pending is not None else None
 
 
 def gated_pick(

@@ -3,9 +3,9 @@ family (another memory format or precision) timed together once more where the u
 
 A pick can flip with the machine's state between runs of one model (between families, not only
 within one), and a check of the pick against the default alone cannot tell. So the runner-up of
-another family is timed beside both (`final_check.runner_up_check`): where it beats the pick
-beyond noise it is recommended instead (`advice`); where the two are within noise, the advice
-says this machine cannot order them.
+another family (`pick.runner_up`, its gate paid first) is timed beside both
+(`final_check.runner_up_check`): where it beats the pick beyond noise it is recommended instead
+(`advice`); where the two are within noise, the advice says this machine cannot order them.
 
 The check also runs where the search keeps the default. A worker's state can hide a win as it
 can fake one (a long-lived worker can measure a reduced precision slower than the default where
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -27,7 +26,7 @@ from advisor.config import FinalCheck
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import Pick, challenger, decide
+from advisor.search.pick import Pick, challenger, decide, runner_up
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
 from advisor.stages.final_check import (
@@ -40,37 +39,9 @@ from advisor.stages.final_check import (
 from advisor.stages.finalists import group_of, taken_once
 from advisor.workload.build import Workload
 
-__all__ = [
-    "after_check",
-    "check_pick",
-    "family",
-    "first_step_note",
-    "runner_held",
-    "runner_up",
-]
+__all__ = ["after_check", "check_pick", "first_step_note", "runner_held"]
 
 log = logging.getLogger("advisor")
-
-
-def family(r: TrialResult) -> tuple[str, str]:
-    """What sets a candidate apart from another's kind: its memory format and its precision."""
-    return r.settings.memory_format, r.precision
-
-
-def runner_up(
-    results: Sequence[TrialResult], pick: TrialResult, baseline: TrialResult
-) -> TrialResult | None:
-    """The fastest accepted, re-timed candidate of another family than `pick` (and not the
-    default, which is timed anyway); None where there is none. It shares the pick's
-    cudnn.benchmark value: the check times all three in one process, and cuDNN's plan cache
-    ignores the flag (`advisor.execute.benchmark_processes`)."""
-    others = [
-        r for r in results
-        if r.status == "ok" and r.pending is None and r.retimed and r.measurement is not None
-        and family(r) != family(pick) and r.settings not in (pick.settings, baseline.settings)
-        and r.settings.cudnn_benchmark == pick.settings.cudnn_benchmark
-    ]  # fmt: skip
-    return min(others, key=lambda r: r.median_ms, default=None)
 
 
 def check_pick(
@@ -97,6 +68,8 @@ def check_pick(
             return None, None
         chosen, challenging = found, True
     runner = runner_up(outcome.results, chosen, outcome.baseline)
+    if runner is not None and runner.pending is not None:  # its gate was not paid in time
+        runner = None
     if dev.type == "cuda" and chosen.settings.cudnn_benchmark:
         # One process cannot time it against the default: cuDNN's plan cache ignores the flag
         # (advisor/execute/benchmark_processes.py), so the re-time compared them a process each.
