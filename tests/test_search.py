@@ -11,7 +11,9 @@ import advisor
 from advisor.advice import csv_text
 from advisor.execute.runner import Candidate, Gate, evaluate
 from advisor.gate.numeric import Errors
+from advisor.gate.training import REFERENCE
 from advisor.knobs import Settings
+from advisor.measure.verdict import PrecisionCheck
 from advisor.space import SearchSpace, load_space
 from advisor.workload.build import layer_workload
 from advisor.workload.layer_spec import layer_spec
@@ -160,6 +162,41 @@ def test_the_noise_floor_takes_its_answers_only_until_the_candidate_is_accepted(
     whole = gate.noise()
     assert whole.out >= first.out and whole.grad >= first.grad  # type: ignore[operator]
     assert len(dtypes) == space.gate.perturbations + 1  # nothing measured again
+
+
+@pytest.mark.parametrize("accepted", [True, False], ids=["accepted", "rejected"])
+def test_a_reduced_precisions_yardstick_is_measured_only_for_an_error_over_the_space_s(
+    monkeypatch: pytest.MonkeyPatch, accepted: bool
+) -> None:
+    """PyTorch's own bf16 path's error (the yardstick) and the noise floor only raise the
+    space's tolerance: an error within it, or a precision its training check rejected, is
+    judged without them."""
+    w = layer_workload(layer_spec("Conv2d(3, 8, 3)", input_shape="2,3,16,16"))
+    gate = Gate(w, CPU, "train", SearchSpace(name="t", knobs={}))
+    bf16 = Settings(amp="bf16")
+    gate.know([PrecisionCheck(precision="bf16", own_path=bf16, mode="train", accepted=accepted,
+                              gap=0.0, band=0.0, summary="bf16: as the test says")])  # fmt: skip
+    captured: list[Settings] = []
+    capture = gate._capture
+
+    def counted(settings: Settings, case: int, dtype: torch.dtype | None = None, **kw):  # noqa: ANN202
+        captured.append(settings)
+        return capture(settings, case, dtype, **kw)
+
+    monkeypatch.setattr(gate, "_capture", counted)
+    cl_bf16 = bf16.model_copy(update={"memory_format": "channels_last"})
+    small, large = Errors(1e-3, 1e-3), Errors(0.5, 0.9)  # within bf16's 2e-2 and 1e-1; over
+    tol = gate.tolerance(cl_bf16, small)
+    assert (tol.judge(small) is None) == accepted and tol.basis == "the space's bf16 tolerance"
+    assert captured == []
+    assert gate.tolerance(cl_bf16, large).judge(large) is not None
+    if not accepted:  # rejected whatever the yardstick: nothing is measured
+        assert captured == []
+        return
+    answers = gate.space.gate.perturbations + 1  # the floor's: all of them, for a rejection
+    assert captured == [bf16] + [REFERENCE] * answers  # the yardstick first
+    gate.tolerance(cl_bf16, large)
+    assert len(captured) == 1 + answers  # each measured once
 
 
 def test_candidate_step_restores_flags() -> None:

@@ -27,6 +27,7 @@ NaN or Inf never passes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -278,26 +279,24 @@ class Gate:
                 compare(self._capture(own, case), ref, self.mode)
                 for case, ref in enumerate(self.cases)
             ]
-        errs = self._yardsticks[key]
-        worst = errs[0]
-        for e in errs[1:]:
-            worst = worst.worst(e)
-        return worst
+        return functools.reduce(Errors.worst, self._yardsticks[key])
 
     def tolerance(
         self, settings: Settings, errors: Errors | None = None, deadline: float | None = None
     ) -> Tolerance:
         """The model-level checks for a candidate with these settings (see `Bound`). Given the
-        candidate's `errors`, the noise floor is computed only when they need it: an error within
-        the space's tolerance (fp32) or within the yardstick's bound passes without it, and its
-        answers are taken only until the candidate is accepted. A precision check still to
-        measure stops at `deadline` (`CheckOutOfTime`)."""
+        candidate's `errors`, the yardstick and the noise floor, which only raise the space's
+        tolerance, are computed only where an error over it needs them (not for a precision
+        the training check rejected), and the floor's answers only until the candidate is
+        accepted. A precision check still to measure stops at `deadline` (`CheckOutOfTime`)."""
         precision = self.precision(settings)
-        own = self._yardstick(settings)
         check = self.precision_check(settings, deadline)
         zero = Errors(0.0, None if self.mode == "infer" else 0.0)
-        tol = self._tolerance(precision, own, zero, check)
-        if errors is None or tol.judge(errors) is not None:
+        tol = self._tolerance(precision, None if precision == "fp32" else zero, zero, check)
+        verdict = None if errors is None else tol.judge(errors)
+        if errors is None or (verdict is not None and verdict[0] == "tolerance"):
+            own = self._yardstick(settings)
+
             def accepts(noise: Errors) -> bool:
                 bound = self._tolerance(precision, own, noise, check)
                 return errors is not None and bound.judge(errors) is None
