@@ -169,6 +169,21 @@ def test_the_gate_verdict_does_not_depend_on_the_input_draw(seed: int, wrong_imp
         assert bad.rejected_by.startswith("layer_tolerances.fp32=")
 
 
+def test_a_candidate_a_layer_rejects_pays_no_training_check(wrong_impls: None) -> None:
+    """A candidate rejected by its layers alone cannot be picked: its precision's training
+    check (seconds) and the model-level noise floor are not paid for it."""
+    w = model_workload(RELU_BN)
+    space = load_space("cpu", CPU)
+    gate = Gate(w, CPU, "train", space)
+    bad = evaluate(w, Settings(conv_impl="test_tap", amp="bf16"), CPU, "train", space, gate,
+                   policy=QUICK)  # fmt: skip
+    assert bad.status == "rejected" and bad.rejected_by.startswith("layer_tolerances.bf16=")
+    assert gate.checks == [] and bad.precision_check is None  # bf16 not judged for it
+    assert gate._noise_taken == 0 and bad.tolerance is None
+    ok = evaluate(w, Settings(amp="bf16"), CPU, "train", space, gate, policy=QUICK)
+    assert ok.status == "ok" and [c.precision for c in gate.checks] == ["bf16"]
+
+
 def test_a_rejected_candidate_names_the_setting_that_accepts_it(
     fast_space: str, tmp_path: Path
 ) -> None:

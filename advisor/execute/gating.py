@@ -132,12 +132,12 @@ def verdict(
     """The gate's verdict on a candidate from its checks (outputs and gradients against the fp32
     reference, its worst conv layer alone against float64) and its precision's check, as a
     result with `fields` (its measurement, memory and times), its `gate_s` the checks' and the
-    gate's own captures no verdict has counted yet. Raises `CheckOutOfTime`."""
+    gate's own captures no verdict has counted yet. A candidate with NaN or Inf, or a layer
+    over its tolerance, is rejected without the model-level tolerance and the training check.
+    Raises `CheckOutOfTime`."""
     err, grad_err, layer = checked.err, checked.grad_err, checked.layer
     status: Status = "ok"
-    reason = rejected_by = rejection = None
-    tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
-    gate_s, gate.unbilled_s = checked.gate_s + gate.unbilled_s, 0.0
+    reason = rejected_by = rejection = tol = None
     finite = math.isfinite(err) and (grad_err is None or math.isfinite(grad_err))
     if not finite or (layer is not None and not math.isfinite(layer.error)):
         status, reason, rejection = "rejected", "NaN or Inf in outputs or gradients", "not_finite"
@@ -149,27 +149,29 @@ def verdict(
             f"{where} alone vs float64: {layer.what} error {layer.error:.2e} over the "
             f"{precision} layer tolerance {layer.tolerance:.1e}"
         )
-    else:
+    else:  # the model-level checks, and the precision's training check, only for the rest
+        tol = gate.tolerance(settings, Errors(err, grad_err), check_deadline)
         verdict = tol.judge(Errors(err, grad_err))
         if verdict is not None:
             status = "rejected"
             rejection, reason, rejected_by = verdict
+    gate_s, gate.unbilled_s = checked.gate_s + gate.unbilled_s, 0.0
     return TrialResult(
         settings=settings,
         status=status,
         reason=reason,
         rel_error=err,
         grad_error=grad_err,
-        grad_tolerance=tol.grad.value if tol.grad else None,
+        grad_tolerance=tol.grad.value if tol is not None and tol.grad else None,
         precision=precision,
-        tolerance=tol.out.value,
-        tolerance_basis=tol.basis,
+        tolerance=tol.out.value if tol is not None else None,
+        tolerance_basis=tol.basis if tol is not None else None,
         layer_error=layer.error if layer is not None else None,
         layer_tolerance=layer.tolerance if layer is not None else None,
         layer_detail=f"{layer.layer or 'layer'}: {layer.what}" if layer is not None else None,
         rejected_by=rejected_by,
         rejection=rejection,
-        precision_check=tol.out.check,
+        precision_check=tol.out.check if tol is not None else None,
         compile_check_s=checked.check_s or None,
         gate_s=gate_s or None,
         **fields,
