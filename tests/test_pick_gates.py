@@ -278,7 +278,8 @@ def test_the_final_checks_runner_up_is_gated_whatever_the_trials_order(
     assert ev.asked == [BF16]
     standing = outcome.ledger.standing(BF16)
     assert standing is not None and standing.pending is None
-    assert runner_up(outcome.results, outcome.ledger.standing(CL), outcome.baseline) == standing  # type: ignore[arg-type]
+    pick = outcome.ledger.standing(CL)
+    assert pick is not None and runner_up(outcome.results, pick, outcome.baseline) == standing
     # rejected, it gives way to the next of another family, gated in turn
     outcome, ev = _outcome(order), Verdicts(rejected=[BF16])
     gated_pick(outcome, ev, Contest(), check_always=True)  # type: ignore[arg-type]

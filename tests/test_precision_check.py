@@ -61,6 +61,24 @@ def test_a_signal_below_bf16s_resolution_is_rejected() -> None:
     assert all(c.gap > 5 * c.band for c in checks)  # far outside the band, not a close call
 
 
+def test_a_candidate_of_a_precision_rejected_on_the_model_is_not_timed() -> None:
+    """Judged once per model: after bf16 is rejected, another bf16 candidate is rejected for
+    it before it is built, timed or captured."""
+    w = make_workload(model_file=str(DATA / "below_bf16.py"))
+    space = SearchSpace(name="t", knobs={}, precision_check=CFG)
+    gate = Gate(w, CPU, "train", space)
+    policy = TimingPolicy(warmup_runs=1, warmup_s=0.0, min_samples=3, max_samples=3,
+                          max_time_s=0.0)  # fmt: skip
+    first = evaluate(w, Settings(amp="bf16"), CPU, "train", space, gate, policy=policy)
+    assert first.status == "rejected" and first.rejection == "precision"
+    assert first.measurement is not None  # it paid its timing before its training check
+    again = evaluate(w, Settings(amp="bf16", memory_format="channels_last"), CPU, "train", space,
+                     gate, policy=policy)  # fmt: skip
+    assert again.status == "rejected" and again.rejection == "precision"
+    assert again.measurement is None and again.reason == first.reason
+    assert again.rejected_by == first.rejected_by and len(gate.checks) == 1
+
+
 @pytest.mark.slow  # an fp16 training check past its range (6 s)
 def test_fp16_activations_past_its_range_are_rejected() -> None:
     checks = _verdicts("fp16_overflow.py", "fp16")

@@ -26,10 +26,7 @@ from advisor.compiled import (
 from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.device.global_state import global_state
 from advisor.errors import first_line
-from advisor.execute.gating import Checked
-from advisor.execute.gating import close_candidate as _close
-from advisor.execute.gating import failed as _failed
-from advisor.execute.gating import verdict as _verdict
+from advisor.execute import gating
 from advisor.execute.park import Park, Parked
 from advisor.execute.payback import cannot_pay
 from advisor.gate.numeric import Gate
@@ -114,6 +111,9 @@ def evaluate(
     full timing resumes it (`advisor.execute.park`): the result then carries its screen.
     """
     started = time.perf_counter()
+    check = gate.precision_check(settings) if gate.judged(settings) else None
+    if check is not None and not check.accepted:  # its precision failed on this model: untimed
+        return gating.verdict(gate, settings, check.precision, gating.Checked(None), None)
     # One shape: a shape set is not raced, so not screened either.
     parked = park.take(settings) if park is not None and len(gate.cases) == 1 else None
     body = partial(
@@ -133,7 +133,7 @@ def _compiled(
     try:
         start_s = start_inductor(device)  # not the candidate's cost: once per process
     except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
-        return _failed(settings, f"torch.compile cannot start: {first_line(e)}",
+        return gating.failed(settings, f"torch.compile cannot start: {first_line(e)}",
                        gate.precision(settings))  # fmt: skip
     cold = cold_cache()
     with recompile_guard(len(gate.cases)), inductor_caches(cold):
@@ -169,7 +169,7 @@ def _evaluate(
     memory = PeakMemory(device)
     peak = 0.0
     per_shape: list[Measurement] = []
-    checked = Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
+    checked = gating.Checked(0.0 if mode == "train" else None)  # the gate's errors over the shapes
     pristine = global_state()  # before any candidate's flags: a payback check builds a second
     allowance = race.allowance_s if race is not None else None  # a one-off's, where bounded
     horizon = race.horizon_steps if race is not None else None
@@ -257,9 +257,9 @@ def _evaluate(
         if cand is not None:
             # After a sticky CUDA error (an illegal memory access) closing raises it again: the
             # first failure is the reason, and the closing one tells a failure closing found.
-            failure = failure or _close(cand)
+            failure = failure or gating.close_candidate(cand)
         if failure is not None:
-            return _failed(settings, failure, precision)
+            return gating.failed(settings, failure, precision)
         if lost is not None:
             return _stopped(settings, precision, per_shape, workload, lost, payback)
     weights = [c.weight for c in workload.shape_cases]
@@ -275,7 +275,7 @@ def _evaluate(
         return TrialResult(settings=settings, status="ok", precision=precision, pending=pending,
                            **measured)  # fmt: skip
     try:
-        return _verdict(gate, settings, precision, checked, deadline, **measured)
+        return gating.verdict(gate, settings, precision, checked, deadline, **measured)
     except CheckOutOfTime:  # not judged: it cannot be picked, and a later run checks it
         return _stopped(settings, precision, per_shape, workload, Stop(kind="out_of_time"))
 

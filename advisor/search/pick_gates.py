@@ -7,9 +7,9 @@ above the bar of the fastest candidate so far wait, and the result says what it 
 (`TrialResult.pending`). `gated_pick` makes the pick (`pick.decide`) and, where a pending
 candidate is the pick, is the fastest and its verdict would change the pick, challenges a
 kept default (`pick.challenger`) or is the runner-up the final check times beside the pick
-(`pick.runner_up`: recommended where it beats the pick there), asks the evaluator for its gate, keeps the verdict in the
-ledger (a precision's verdict too, for every later candidate and study of the model) and
-decides again. So nothing is recommended ungated, and no verdict is paid for a candidate that
+(`pick.runner_up`: recommended where it beats the pick there), asks the evaluator for its
+gate, keeps the verdict in the ledger (a precision's verdict too, for every later candidate and
+study of the model) and decides again. So nothing is recommended ungated, and no verdict is paid for a candidate that
 cannot be picked.
 """
 
