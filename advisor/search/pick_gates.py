@@ -9,8 +9,8 @@ candidate is the pick, is the fastest and its verdict would change the pick, cha
 kept default (`pick.challenger`) or is the runner-up the final check times beside the pick
 (`pick.runner_up`: recommended where it beats the pick there), asks the evaluator for its
 gate, keeps the verdict in the ledger (a precision's verdict too, for every later candidate and
-study of the model) and decides again. So nothing is recommended ungated, and no verdict is paid for a candidate that
-cannot be picked.
+study of the model) and decides again. So nothing is recommended ungated, and no verdict is
+paid for a candidate that cannot be picked.
 """
 
 from __future__ import annotations
