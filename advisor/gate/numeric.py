@@ -197,7 +197,6 @@ class Gate:
         # too, or they would leave cuDNN's plan cache holding the other kind of plan for the
         # same convolutions (`advisor.execute.benchmark_processes`).
         self.cudnn_benchmark = cudnn_benchmark
-        self.param_dtype = workload.param_dtype
         # The fp32 answer per shape: computed now, with no candidate alive beside it (its memory
         # is a model's more), except in cudnn.benchmark's process. There the references'
         # convolutions would be searched before the twins' first calls, which would then read
@@ -264,7 +263,7 @@ class Gate:
         return self._noise
 
     def precision(self, settings: Settings) -> str:
-        return precision_of(settings, self.device, self.param_dtype)
+        return precision_of(settings, self.device, self.workload.param_dtype)
 
     own_path = staticmethod(own_path)
 
@@ -284,19 +283,20 @@ class Gate:
     def tolerance(
         self, settings: Settings, errors: Errors | None = None, deadline: float | None = None
     ) -> Tolerance:
-        """The model-level checks for a candidate with these settings (see `Bound`). Given the
-        candidate's `errors`, the yardstick and the noise floor, which only raise the space's
-        tolerance, are computed only where an error over it needs them (not for a precision
-        the training check rejected), and the floor's answers only until the candidate is
-        accepted. A precision check still to measure stops at `deadline` (`CheckOutOfTime`)."""
+        """The model-level checks for a candidate with these settings (see `Bound`). Given its
+        `errors`, the yardstick and the noise floor (which only raise the space's tolerance) are
+        measured only where an error over it needs them: the yardstick before the training check
+        (cudnn.benchmark's process runs the flag first), the floor after it for an accepted
+        precision, until the candidate passes. A check stops at `deadline` (`CheckOutOfTime`)."""
         precision = self.precision(settings)
-        check = self.precision_check(settings, deadline)
         zero = Errors(0.0, None if self.mode == "infer" else 0.0)
-        tol = self._tolerance(precision, None if precision == "fp32" else zero, zero, check)
+        own = None if precision == "fp32" else zero  # the yardstick: measured only where needed
+        if errors is None or self._tolerance(precision, own, zero, None).judge(errors) is not None:
+            own = self._yardstick(settings)
+        check = self.precision_check(settings, deadline)
+        tol = self._tolerance(precision, own, zero, check)
         verdict = None if errors is None else tol.judge(errors)
         if errors is None or (verdict is not None and verdict[0] == "tolerance"):
-            own = self._yardstick(settings)
-
             def accepts(noise: Errors) -> bool:
                 bound = self._tolerance(precision, own, noise, check)
                 return errors is not None and bound.judge(errors) is None
