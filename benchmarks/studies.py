@@ -145,6 +145,8 @@ def _verdict_cell(r) -> str:  # noqa: ANN001 - a TrialResult
     if r.status == "ok":
         grad = f", grad {r.grad_error:.1e} <= {r.grad_tolerance:.1e}" if r.grad_error else ""
         return f"ok (out {r.rel_error:.1e}{grad})"
+    if r.status == "rejected" and r.rejection == "not_finite":  # no training check needed
+        return "**rejected**: NaN or Inf in its outputs or gradients"
     if r.status == "rejected":
         c = r.precision_check
         if c is not None and not c.judged:
