@@ -1,51 +1,25 @@
 """Whether a reduced precision (bf16, fp16 with its GradScaler, TF32, oneDNN's bf16 fp32 convs)
-is acceptable for this model: decided by what it does to training (or, in infer mode, to the
-outputs' information), measured once per precision per model.
+is acceptable for this model: decided by what it does to training (in infer mode, to the
+outputs' information), measured once per precision per model. docs/numeric-gate.md section 3
+gives the method, why where training ends decides rather than one step's rounding, the
+published tolerances it follows and its limits.
 
-Where training ends decides, not one step's rounding (why, and the published tolerances it
-follows: docs/numeric-gate.md section 3). In train mode:
-
-- a task the model can learn at the scale of its own outputs (`advisor.gate.training`): fixed
-  synthetic batches drawn like the example inputs, targets from a *teacher* (the model with every
-  parameter moved by `teacher_noise` x its RMS), the relative squared error as the loss; the
-  **start** is the untrained model's mean loss over the batches;
-- `steps` Adam steps from the same initial weights at a rate where fp32 learns the task
-  (`advisor.gate.reference_runs`: steady, ending at most (1 - `min_learnt`) x the start): fp32,
-  and the precision through PyTorch's own path (autocast, the GradScaler for fp16, the TF32 or
-  oneDNN flags);
-- what is judged is **the weights each run trained, evaluated in fp32** on the task's batches,
-  not the losses the precision's own forward reported. Under autocast the weights stay fp32 and
-  are rounded at each forward: where an Adam step is below the precision's half-ulp of the
-  weights, its forward sees each update only in part and its curve lags (bf16 on ResNet-50 at
-  lr 1e-4), although the weights it trained are fp32's;
-- the **gap** is how far the precision's final loss ends behind fp32's, over the start (a
-  precision that ends ahead has a negative gap). It is accepted when its losses stay finite and
-  the gap is within `max_degradation` (0.01, the anchors' tolerance) x what fp32 learnt (its
-  drop over the start), or within `band_factor` x the **band**: how far fp32 itself ends on other
-  batches of the same kind (each over its own start), the mini-batch noise SGD lives with. The
-  band's runs are made only for a precision outside the first rule;
-- where it is outside both, its trained weights are also judged on held-out batches of the
-  task, against fp32's (`advisor.gate.held_out`): a deep network learns the check's four batches
-  nearly to nothing, and near that floor bf16 trails for a reason real training never meets.
-  The same two allowances there, where that look can tell;
-- where it is outside both still, the curves may not have steadied: a lag early in a run shrinks as
-  fp32's loss flattens. Both runs are trained again, twice as long, up to `max_steps`, while the gap
-  closes, and judged at the longest horizon;
-- **not judged** (so not accepted, the advice says why) where fp32 itself did not learn the task,
-  where its band is over `max_band` at every rate it learnt at, or where the precision stays outside
-  at a rate whose Adam step (about `lr` per weight) is below `visible_step` x the precision's
-  half-ulp of the weights' median size: there its lag can be its resolution, not its training, and
-  the check never rejects for a reason it did not measure.
+In train mode fp32 and the precision, through PyTorch's own path (autocast, the GradScaler for
+fp16, the TF32 or oneDNN flags), each take `steps` Adam steps from the same weights on a task
+the model can learn (`advisor.gate.training`), at a rate where fp32 learns it
+(`advisor.gate.reference_runs`). The weights each run trained are evaluated in fp32, and the
+**gap** is how far the precision's final loss ends behind fp32's, over the start. It is
+accepted when its losses stay finite and the gap is within `max_degradation` x what fp32
+learnt, or `band_factor` x the **band** (how far fp32 itself ends on other batches); outside
+both, on held-out batches by the same two allowances (`advisor.gate.held_out`); outside still,
+both runs are trained again, twice as long up to `max_steps`, while the gap closes. It is **not
+judged** (so not accepted, and the advice says why) where fp32 did not learn the task, its band
+is over `max_band`, or the precision lags at a rate whose Adam step is below `visible_step` x
+its half-ulp of the weights.
 
 In infer mode, the precision's output error relative to how much the outputs vary across the
-batch (the information they carry) must be within `signal_tolerance`, outputs finite; for a
-classifier-shaped output the top-1 agreement with fp32 is reported.
-
-Its limits, said plainly: a model that learns little in the runs makes every gap small
-(`min_learnt` bounds how little); a precision whose trouble shows only after `max_steps` is not
-caught; the band from a single other draw can be small or large by chance (`batch_runs`,
-`jitter_runs` add draws), and a wide one refuses to judge rather than accept. The per-layer check
-against float64 (`advisor.gate.layer`) still catches a wrong kernel at any precision.
+batch must be within `signal_tolerance`, outputs finite; for a classifier-shaped output the
+top-1 agreement with fp32 is reported.
 """
 
 from __future__ import annotations
