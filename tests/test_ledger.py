@@ -115,3 +115,33 @@ def test_a_study_stored_in_another_format_is_refused_in_one_line() -> None:
     message = str(e.value)
     assert "\n" not in message and "'infer-abc@fp'" in message and "--fresh" in message
     assert "record format 1" in message
+
+
+def test_a_candidate_waiting_for_its_precision_stands_by_that_precisions_verdict() -> None:
+    """A verdict on a precision, paid for one candidate, is every waiting candidate's at it: a
+    rejected precision rejects them unchecked; an accepted one leaves them waiting for their own
+    numeric checks, and their reason no longer says the training check was not paid."""
+    cl_bf16 = Settings(memory_format="channels_last", amp="bf16")
+    oneDNN = Settings(cpu_fp32="bf16")
+    ledger = Ledger.of([_r(DEFAULT, 10.0), _r(cl_bf16, 6.0, pending="precision", precision="bf16"),
+                        _r(oneDNN, 7.0, pending="precision", precision="bf16")], DEFAULT)  # fmt: skip
+    assert "training check was not paid" in ledger.standing(cl_bf16).reason  # type: ignore[union-attr,operator]
+
+    def judge(own: Settings, accepted: bool) -> PrecisionCheck:
+        check = PrecisionCheck(precision="bf16", own_path=own, mode="train", accepted=accepted,
+                               gap=0.1, band=0.01, summary="bf16: does not train like fp32")  # fmt: skip
+        ledger.precision(check)
+        return check
+
+    refused = judge(BF16, accepted=False)  # autocast's path: cl_bf16's, not oneDNN's
+    cl = ledger.standing(cl_bf16)
+    assert cl is not None and cl.status == "rejected" and cl.pending is None
+    assert cl.rejection == "precision" and cl.precision_check == refused
+    assert cl.reason == "bf16: does not train like fp32: bf16 is not accepted here"
+    assert cl.rejected_by == "precision_check.band_factor=10"
+    assert cl.measurement is not None and cl.measurement.median_ms == 6.0  # still as measured
+    assert ledger.standing(oneDNN).pending == "precision"  # type: ignore[union-attr]
+    judge(oneDNN, accepted=True)
+    waits = ledger.standing(oneDNN)
+    assert waits is not None and waits.status == "ok" and waits.pending == "checks"
+    assert waits.reason is not None and "numeric checks were not paid" in waits.reason

@@ -20,15 +20,17 @@ from advisor.compiled import (
 from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.errors import first_line
 from advisor.gate.layer import LayerVerdict
-from advisor.gate.numeric import Errors, Gate, compare, round_up
+from advisor.gate.numeric import Errors, Gate, compare, precision_rejected, round_up
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode
 from advisor.measure.results import Failure, Status, TrialResult
 from advisor.measure.stop import Stop
+from advisor.measure.verdict import PrecisionCheck
 from advisor.workload.build import Workload
 
-__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "with_verdict", "verdict"]
+__all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "verdict",
+           "with_precision", "with_verdict"]
 
 
 def capture(cand: Candidate, compiled: bool, dropout: bool) -> Captured:
@@ -261,3 +263,15 @@ def with_verdict(pending: TrialResult, verdict: TrialResult) -> TrialResult:
     if verdict.status == "failed":
         update["reason"] = f"its gate, once it could be picked: {verdict.reason}"
     return pending.model_copy(update=update)
+
+
+def with_precision(pending: TrialResult, check: PrecisionCheck) -> TrialResult:
+    """A result waiting for its precision's training check, that precision since judged on
+    another candidate (`check`): rejected by that verdict, or waiting for its own checks."""
+    if check.accepted:
+        return TrialResult.model_validate({**pending.model_dump(), "pending": "checks",
+                                           "reason": None, "precision_check": check})  # fmt: skip
+    rejection, reason, by = precision_rejected(check, pending.precision)
+    return pending.model_copy(update={"status": "rejected", "rejection": rejection, "reason": reason,
+                                      "rejected_by": by, "precision_check": check,
+                                      "pending": None})  # fmt: skip

@@ -114,7 +114,7 @@ class Bound:
         accept it, or "" when none would)."""
         p, check = self.precision, self.check
         if check is not None and not check.accepted:
-            return "precision", f"{check.summary}: {p} is not accepted here", _accepting(check)
+            return precision_rejected(check, p)
         if error > self.value:
             return (
                 "tolerance",
@@ -124,13 +124,16 @@ class Bound:
         return None
 
 
-def _accepting(check: PrecisionCheck) -> str:
-    """The precision_check setting that would have accepted a rejected precision."""
+def precision_rejected(check: PrecisionCheck, precision: str) -> tuple[Rejection, str, str]:
+    """A candidate at a rejected precision's verdict: its kind, reason, and the precision_check
+    setting that would have accepted it ("" where none would)."""
+    reason = f"{check.summary}: {precision} is not accepted here"
     if not math.isfinite(check.gap):
-        return ""  # Inf or NaN: nothing accepts it
+        return "precision", reason, ""  # Inf or NaN: nothing accepts it
     if check.mode == "infer":
-        return f"precision_check.signal_tolerance={round_up(check.gap)}"
-    return f"precision_check.band_factor={round_up(check.gap / max(check.band, 1e-12))}"
+        return "precision", reason, f"precision_check.signal_tolerance={round_up(check.gap)}"
+    factor = round_up(check.gap / max(check.band, 1e-12))
+    return "precision", reason, f"precision_check.band_factor={factor}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ __all__ = ["Failure", "Pending", "Rejection", "Status", "TrialResult"]
 Status = Literal["ok", "rejected", "failed", "stopped"]  # stopped: out of the pick, not gated
 # What a candidate measured without its gate waits for, gated only where the pick needs it:
 # its precision's training check, a compiled candidate's capture under dropout (a second
-# compile), or the checks of one measured above the bar of the fastest candidate of its time
+# compile), or its numeric checks (measured above the bar of the fastest candidate of its time,
+# or its precision accepted since on another candidate)
 Pending = Literal["precision", "capture", "checks"]
 # A failure's kind (out of memory; a device error, after which the worker is replaced; its
 # worker's crash, time limit or failed start) and a rejection's (NaN or Inf, an error over a
@@ -26,9 +27,9 @@ Pending = Literal["precision", "capture", "checks"]
 Failure = Literal["oom", "device", "crash", "timeout", "start"]
 Rejection = Literal["not_finite", "tolerance", "precision", "memory"]
 _WAITS = {
-    "precision": "its precision's training check",
-    "capture": "its gate's capture under dropout (a second compile)",
-    "checks": "its numeric checks (it was slower than the fastest candidate of its time)",
+    "precision": "its precision's training check was not paid",
+    "capture": "its gate's capture under dropout (a second compile) was not paid",
+    "checks": "its numeric checks were not paid",
 }
 
 
@@ -96,7 +97,7 @@ class TrialResult(BaseModel):
             object.__setattr__(self, "reason", self.stop.text())
         elif self.reason is None and self.pending is not None:
             object.__setattr__(self, "reason", f"not gated: the pick never needed its verdict "
-                                               f"({_WAITS[self.pending]} was not paid)")
+                                               f"({_WAITS[self.pending]})")
         return self
 
     @property

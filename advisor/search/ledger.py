@@ -7,8 +7,9 @@ entry of the study), a verdict given after its trial (its gate, asked for once t
 it), each interleaved re-time round, the final check and a precision's verdict. What a reader
 wants of a candidate, its *standing*, is derived from its entries by one function
 (`Ledger.results`): its latest measurement (the run's latest re-time round it took part in, or
-its trial), its latest verdict, the memory limit. One-off costs (a cold compile, cuDNN's
-search) and a screen are measured inside the trial and stay in its entry.
+its trial), its latest verdict (or its precision's, for one that waits for it), the memory
+limit. One-off costs (a cold compile, cuDNN's search) and a screen are measured inside the trial
+and stay in its entry.
 
 The entries live in the study's attributes under `ENTRY_PREFIX`; a study stores
 `RECORD_FORMAT`, and one stored in an earlier format is refused with one line rather than read
@@ -27,10 +28,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from advisor.config import FinalCheck
 from advisor.errors import StorageError
-from advisor.execute.gating import with_verdict
+from advisor.execute.gating import with_precision, with_verdict
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
-from advisor.measure.verdict import PrecisionCheck
+from advisor.measure.verdict import PrecisionCheck, own_path
 
 __all__ = ["ENTRY_PREFIX", "RECORD_FORMAT", "Entry", "Ledger", "check_format", "memory_checked"]
 
@@ -201,6 +202,7 @@ class Ledger:
         if self._view is not None:
             return self._view
         latest = self.rounds()
+        judged = {e.key: e.check for e in self.of_kind("precision") if e.check is not None}
         retimed: dict[str, Entry] = {}
         verdicts: dict[str, Entry] = {}
         for e in self._added:
@@ -220,6 +222,8 @@ class Ledger:
             verdict = verdicts.get(e.key)
             if verdict is not None and verdict.result is not None and r.pending is not None:
                 r = with_verdict(r, verdict.result)
+            if r.pending == "precision" and (check := judged.get(key_of(own_path(r.settings)))):
+                r = with_precision(r, check)  # judged since, on another candidate
             out.append(memory_checked(r, self.max_memory_mb, self.default))
         self._view = out
         return out
