@@ -22,6 +22,7 @@ __all__ = [
     "beats",
     "beyond_noise",
     "challenger",
+    "check_subjects",
     "choose",
     "decide",
     "family",
@@ -109,6 +110,18 @@ def runner_up(
     return min(others, key=lambda r: r.median_ms, default=None)
 
 
+def check_subjects(
+    results: Sequence[TrialResult], chosen: TrialResult, baseline: TrialResult
+) -> tuple[TrialResult | None, TrialResult | None]:
+    """What the final check times against the default, gated or not: `chosen`, or where the
+    default is chosen its `challenger` (None where there is none); and the `runner_up` beside
+    it (none beside a cudnn.benchmark candidate: the check times that one a process each)."""
+    checked = challenger(results, baseline) if chosen.settings == baseline.settings else chosen
+    if checked is None or checked.settings.cudnn_benchmark:
+        return checked, None
+    return checked, runner_up(results, checked, baseline)
+
+
 def beyond_noise(
     pick: Pick, results: Sequence[TrialResult], baseline: TrialResult, contest: Contest
 ) -> str | None:
@@ -116,11 +129,10 @@ def beyond_noise(
     interleaved re-time lies beyond noise (`Contest.beyond_noise`); or, where the default is
     the pick, its `challenger` was measured slower than the default beyond noise (the
     interval's high end below 1.0x). None where it does not, or where nothing is checked."""
-    chosen = pick.chosen
-    if chosen.settings == baseline.settings:
-        other = challenger(results, baseline)
-        if other is None:
-            return None
+    chosen, (other, _) = pick.chosen, check_subjects(results, pick.chosen, baseline)
+    if other is None:
+        return None
+    if other is not chosen:  # the default is the pick: its challenger
         ratio, lo, hi = speedup_over(baseline, other)
         if hi >= 1.0:
             return None

@@ -23,7 +23,7 @@ from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOutcome
-from advisor.search.pick import Pick, beyond_noise, challenger, decide, runner_up
+from advisor.search.pick import Pick, beyond_noise, check_subjects, decide
 
 __all__ = ["gated_pick", "needed"]
 
@@ -48,15 +48,9 @@ def needed(
         not check_always and beyond_noise(pick, results, baseline, contest)
     ):
         return None
-    checked = pick.chosen
-    if checked.settings == baseline.settings:
-        other = challenger(results, baseline)
-        if other is None or other.pending is not None:
-            return other
-        checked = other
-    if checked.settings.cudnn_benchmark:  # timed a process each, with no runner-up (`confirm`)
-        return None
-    runner = runner_up(results, checked, baseline)
+    checked, runner = check_subjects(results, pick.chosen, baseline)
+    if checked is None or checked.pending is not None:
+        return checked
     return runner if runner is not None and runner.pending is not None else None
 
 

@@ -26,7 +26,7 @@ from advisor.config import FinalCheck
 from advisor.measure.machine_load import BUSY_SHARE
 from advisor.measure.results import TrialResult
 from advisor.search.options import Progress, SearchOptions, SearchOutcome
-from advisor.search.pick import Pick, challenger, decide, runner_up
+from advisor.search.pick import Pick, check_subjects, decide
 from advisor.space import SearchSpace
 from advisor.stages.budget import BudgetPlan
 from advisor.stages.final_check import (
@@ -61,13 +61,10 @@ def check_pick(
     default is the pick, its `challenger` is checked in its place (the check says so); nothing
     is checked where there is none."""
     pick = decide(outcome.results, outcome.baseline, sp.contest(options.steps))
-    chosen, challenging = pick.chosen, False
-    if chosen.settings == outcome.baseline.settings:
-        found = challenger(outcome.results, outcome.baseline)
-        if found is None or found.pending is not None:  # its gate was not paid in time
-            return None, None
-        chosen, challenging = found, True
-    runner = runner_up(outcome.results, chosen, outcome.baseline)
+    chosen, runner = check_subjects(outcome.results, pick.chosen, outcome.baseline)
+    if chosen is None or chosen.pending is not None:  # none, or its gate was not paid in time
+        return None, None
+    challenging = chosen is not pick.chosen
     if runner is not None and runner.pending is not None:  # its gate was not paid in time
         runner = None
     if dev.type == "cuda" and chosen.settings.cudnn_benchmark:
