@@ -20,13 +20,13 @@ from advisor.compiled import (
 from advisor.device.allocator import keep_cpu_buffers_resident
 from advisor.errors import first_line
 from advisor.gate.layer import LayerVerdict
-from advisor.gate.numeric import Errors, Gate, compare, precision_rejected, round_up
+from advisor.gate.numeric import Errors, Gate, compare
 from advisor.gate.precision import CheckOutOfTime
 from advisor.knobs import Settings
 from advisor.measure.candidate import Candidate, Captured, Mode
 from advisor.measure.results import Failure, Status, TrialResult
 from advisor.measure.stop import Stop
-from advisor.measure.verdict import PrecisionCheck
+from advisor.measure.verdict import PrecisionCheck, round_up
 from advisor.workload.build import Workload
 
 __all__ = ["Checked", "capture", "close_candidate", "failed", "gate_only", "verdict",
@@ -271,7 +271,7 @@ def with_precision(pending: TrialResult, check: PrecisionCheck) -> TrialResult:
     if check.accepted:
         return TrialResult.model_validate({**pending.model_dump(), "pending": "checks",
                                            "reason": None, "precision_check": check})  # fmt: skip
-    rejection, reason, by = precision_rejected(check, pending.precision)
+    rejection, reason, by = check.rejection()
     return pending.model_copy(update={"status": "rejected", "rejection": rejection, "reason": reason,
                                       "rejected_by": by, "precision_check": check,
                                       "pending": None})  # fmt: skip

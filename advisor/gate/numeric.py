@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from advisor.measure.verdict import (
     judged,
     own_path,
     path_name,
+    round_up,
 )
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
@@ -114,7 +114,7 @@ class Bound:
         accept it, or "" when none would)."""
         p, check = self.precision, self.check
         if check is not None and not check.accepted:
-            return precision_rejected(check, p)
+            return check.rejection()
         if error > self.value:
             return (
                 "tolerance",
@@ -122,18 +122,6 @@ class Bound:
                 f"{self.space_key}={round_up(error)}",
             )
         return None
-
-
-def precision_rejected(check: PrecisionCheck, precision: str) -> tuple[Rejection, str, str]:
-    """A candidate at a rejected precision's verdict: its kind, reason, and the precision_check
-    setting that would have accepted it ("" where none would)."""
-    reason = f"{check.summary}: {precision} is not accepted here"
-    if not math.isfinite(check.gap):
-        return "precision", reason, ""  # Inf or NaN: nothing accepts it
-    if check.mode == "infer":
-        return "precision", reason, f"precision_check.signal_tolerance={round_up(check.gap)}"
-    factor = round_up(check.gap / max(check.band, 1e-12))
-    return "precision", reason, f"precision_check.band_factor={factor}"
 
 
 @dataclass(frozen=True)
@@ -389,12 +377,3 @@ class Gate:
         float64 references no other fp32 candidate needs."""
         same = settings.model_copy(update={"cudnn_benchmark": False, "tf32": "off"})
         return self.precision(settings) == "fp32" and same == REFERENCE
-
-
-def round_up(x: float) -> str:
-    """`x` rounded up to two significant digits, for a setting that accepts it."""
-    if x <= 0 or not math.isfinite(x):
-        return f"{x:g}"
-    exp = math.floor(math.log10(x)) - 1
-    return f"{math.ceil(x / 10**exp) * 10**exp:.2g}"
-

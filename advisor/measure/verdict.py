@@ -3,6 +3,7 @@ pydantic models, stored with trial results and in search spaces."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Literal
 
@@ -16,6 +17,7 @@ __all__ = [
     "judged",
     "own_path",
     "path_name",
+    "round_up",
 ]
 
 
@@ -154,3 +156,22 @@ class PrecisionCheck(BaseModel):
     # judged before this run (an earlier run of the study, or another study of the model):
     # `seconds` were not this run's (advisor.search.shared_checks)
     reused: bool = False
+
+    def rejection(self) -> tuple[Literal["precision"], str, str]:
+        """A candidate at this precision, where it was not accepted: its rejection's kind, its
+        reason, and the precision_check setting that would accept it ("" where none would)."""
+        reason = f"{self.summary}: {self.precision} is not accepted here"
+        if not math.isfinite(self.gap):
+            return "precision", reason, ""  # Inf or NaN: nothing accepts it
+        if self.mode == "infer":
+            return "precision", reason, f"precision_check.signal_tolerance={round_up(self.gap)}"
+        factor = round_up(self.gap / max(self.band, 1e-12))
+        return "precision", reason, f"precision_check.band_factor={factor}"
+
+
+def round_up(x: float) -> str:
+    """`x` rounded up to two significant digits, for a setting that accepts it."""
+    if x <= 0 or not math.isfinite(x):
+        return f"{x:g}"
+    exp = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10**exp) * 10**exp:.2g}"
