@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from functools import partial
 
+from advisor.config import FinalCheck
 from advisor.execute.retime import decided_with_or_without_compile, pick_decided, rounds
+from advisor.knobs import Settings
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.stopping import TimingPolicy
 from advisor.measure.timing import DECIDE_AFTER_S, interleave
-from advisor.stages.final_check import MIN_ROUNDS, check_decided, holds
+from advisor.stages.final_check import MIN_ROUNDS, check_decided, holds, runner_up_check
 
 
 def _samplers(*series: list[float]) -> list:
@@ -29,6 +31,14 @@ class _Clock:
     def __call__(self) -> float:
         self.t += 1e-3
         return self.t
+
+
+def _order(base: list[float], pick: list[float], runner: list[float]) -> str:
+    """What the final check says of the pick and the runner-up from these rounds."""
+    check = FinalCheck(where="fresh process", speedup=2.0, speedup_ci=(1.9, 2.1), rounds=len(base),
+                       held=True)  # fmt: skip
+    ms = [Measurement(samples_ms=s) for s in (base, pick, runner)]
+    return runner_up_check(check, Settings(amp="bf16"), ms, None, 0.02).order  # type: ignore[arg-type]
 
 
 def test_rounds_stop_at_the_first_decided_round_and_never_before_the_minimum() -> None:
@@ -112,8 +122,17 @@ def test_a_runner_up_is_decided_only_once_it_and_the_pick_are_ordered() -> None:
     assert check_decided([base[:7], pick[:7], faster[:7]])
     assert check_decided([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
     assert not check_decided([base, pick, same])  # never, however many rounds: within noise
-    # Ordered by less than min_gain: not decided, whatever the rounds say about the order.
-    assert not check_decided([base, pick, [x / 1.01 for x in pick]], min_gain=0.02)
+    # 1% faster than the pick in every round: neither can beat the other by min_gain, so more
+    # rounds cannot order them: decided, and the check says it cannot order the two
+    one = [x / 1.01 for x in pick]
+    assert check_decided([base[:7], pick[:7], one[:7]], min_gain=0.02)
+    assert _order(base[:7], pick[:7], one[:7]) == "undecided"
+    # The seeds' Conv3d: the runner-up 2-3% slower than the pick in every round. The check's
+    # verdict (the pick beat it) is decided once the strict interval says it, not at 200 rounds
+    # (the strict interval wholly beyond min_gain, as before, took all 200).
+    slower = [x * (1.022 + 0.008 * (i % 2)) for i, x in enumerate(pick)]
+    n = next(n for n in range(MIN_ROUNDS, 31) if check_decided([base[:n], pick[:n], slower[:n]]))
+    assert n < 30 and _order(base[:n], pick[:n], slower[:n]) == "pick"
     # The pick decided against the default, the runner-up not (it is as slow as the default).
     assert not check_decided([base, pick, [*base[1:], base[0]]])
 

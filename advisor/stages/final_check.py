@@ -107,25 +107,26 @@ def check_decided(samples: list[list[float]], min_gain: float = 0.02) -> bool:
     """Whether the rounds so far (the default's, the pick's, then a runner-up's if any)
     decide the check: each change's paired interval over the default at `STRICT_Z` lies above
     1.0x with the usual one reaching 1 + `min_gain` (it holds), or wholly below 1 + `min_gain`
-    (it fails); a runner-up and the pick are ordered by more than `min_gain` (never decided
-    within it). The usual 95% intervals, which the check reports, lie inside the strict ones
-    and give the same verdicts; they are only wider than the full rounds' would have been."""
+    (it fails); the pick and a runner-up are ordered as `runner_up_check` orders them, or each
+    beats the other by less than `min_gain` (undecided), at the strict interval. The 95% ones
+    the check reports lie inside: the same verdicts, only wider than all the rounds' would be."""
     base, pick, *runner = samples
     if len(base) < MIN_ROUNDS:
         return False
 
-    def strict(a: list[float], b: list[float]) -> tuple[float, float]:
-        _, lo, hi = paired_speedup(Measurement(samples_ms=a), Measurement(samples_ms=b), STRICT_Z)
-        return lo, hi
+    def strict(a: list[float], b: list[float]) -> tuple[float, float, float]:
+        return paired_speedup(Measurement(samples_ms=a), Measurement(samples_ms=b), STRICT_Z)
 
     for change in (pick, *runner):
-        lo, hi = strict(base, change)
+        _, lo, hi = strict(base, change)
         usual_hi = paired_speedup(Measurement(samples_ms=base), Measurement(samples_ms=change))[2]
         if not ((lo > 1.0 and usual_hi >= 1.0 + min_gain) or hi < 1.0 + min_gain):
             return False
     if runner:
-        lo, hi = strict(pick, runner[0])
-        return lo > 1.0 + min_gain or hi * (1.0 + min_gain) < 1.0
+        ratio, lo, hi = strict(pick, runner[0])
+        gain = 1.0 + min_gain
+        ordered = (lo > 1.0 and ratio >= gain) or (hi < 1.0 and ratio * gain <= 1.0)
+        return ordered or (lo * gain > 1.0 and hi < gain)  # or neither beats the other by it
     return True
 
 
