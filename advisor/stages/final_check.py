@@ -107,9 +107,9 @@ def check_decided(samples: list[list[float]], min_gain: float = 0.02) -> bool:
     """Whether the rounds so far (the default's, the pick's, then a runner-up's if any)
     decide the check: each change's paired interval over the default at `STRICT_Z` lies above
     1.0x with the usual one reaching 1 + `min_gain` (it holds), or wholly below 1 + `min_gain`
-    (it fails); the pick and a runner-up are ordered as `runner_up_check` orders them, or each
-    beats the other by less than `min_gain` (undecided), at the strict interval. The 95% ones
-    the check reports lie inside: the same verdicts, only wider than all the rounds' would be."""
+    (it fails); a runner-up cannot beat the pick by `min_gain`, or does as `runner_up_check`
+    orders them (it is then recommended), at the strict interval. The 95% ones the check
+    reports lie inside: the same verdicts, only wider than all the rounds' would be."""
     base, pick, *runner = samples
     if len(base) < MIN_ROUNDS:
         return False
@@ -124,9 +124,7 @@ def check_decided(samples: list[list[float]], min_gain: float = 0.02) -> bool:
             return False
     if runner:
         ratio, lo, hi = strict(pick, runner[0])
-        gain = 1.0 + min_gain
-        ordered = (lo > 1.0 and ratio >= gain) or (hi < 1.0 and ratio * gain <= 1.0)
-        return ordered or (lo * gain > 1.0 and hi < gain)  # or neither beats the other by it
+        return hi < 1.0 + min_gain or (lo > 1.0 and ratio >= 1.0 + min_gain)
     return True
 
 
