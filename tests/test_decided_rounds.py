@@ -120,6 +120,7 @@ def test_a_runner_up_is_decided_only_once_it_and_the_pick_are_ordered() -> None:
     faster = [x / 1.1 for x in pick]  # 10% faster than the pick in every round
     same = [20.2 - (i % 2) * 0.4 for i in range(30)]  # within noise of the pick
     assert check_decided([base[:7], pick[:7], faster[:7]])
+    assert _order(base[:7], pick[:7], faster[:7]) == "runner-up"  # recommended in its place
     assert check_decided([base[:7], pick[:7], [x * 1.1 for x in pick[:7]]])  # the pick is faster
     assert not check_decided([base, pick, same])  # never, however many rounds: within noise
     # 1% faster than the pick in every round: it cannot beat the pick by min_gain, so no more
