@@ -266,8 +266,8 @@ def with_verdict(pending: TrialResult, verdict: TrialResult) -> TrialResult:
 
 
 def with_precision(pending: TrialResult, check: PrecisionCheck) -> TrialResult:
-    """A result waiting for its precision's training check, that precision since judged on
-    another candidate (`check`): rejected by that verdict, or waiting for its own checks."""
+    """A result without its gate (measured, or not yet) whose precision another candidate's
+    training check has judged (`check`): rejected by that verdict, or waiting for its checks."""
     if check.accepted:
         return TrialResult.model_validate({**pending.model_dump(), "pending": "checks",
                                            "reason": None, "precision_check": check})  # fmt: skip

@@ -113,7 +113,8 @@ def evaluate(
     started = time.perf_counter()
     check = gate.precision_check(settings) if gate.judged(settings) else None
     if check is not None and not check.accepted:  # its precision failed on this model: untimed
-        return gating.verdict(gate, settings, check.precision, gating.Checked(None), None)
+        untimed = TrialResult(settings=settings, status="ok", precision=check.precision)
+        return gating.with_precision(untimed, check)
     # One shape: a shape set is not raced, so not screened either.
     parked = park.take(settings) if park is not None and len(gate.cases) == 1 else None
     body = partial(
@@ -134,7 +135,7 @@ def _compiled(
         start_s = start_inductor(device)  # not the candidate's cost: once per process
     except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
         return gating.failed(settings, f"torch.compile cannot start: {first_line(e)}",
-                       gate.precision(settings))  # fmt: skip
+                             gate.precision(settings))  # fmt: skip
     cold = cold_cache()
     with recompile_guard(len(gate.cases)), inductor_caches(cold):
         result = body()
