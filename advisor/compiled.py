@@ -43,6 +43,7 @@ from advisor.knobs import Settings
 
 __all__ = [
     "CACHE_ENV",
+    "cache_reads",
     "cold_cache",
     "compile_model",
     "graph_breaks",
@@ -150,6 +151,19 @@ def graph_breaks(limit: int = 20) -> list[str]:
         if len(places) >= limit:
             break
     return places
+
+
+def cache_reads() -> tuple[int, int]:
+    """Graphs this process has read from Inductor's and AOTAutograd's caches, and graphs it
+    compiled because they were not there: (hits, misses) so far. (0, 0) where this torch keeps
+    no such counts."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - another torch version
+        return 0, 0
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    return (inductor["fxgraph_cache_hit"] + aot["autograd_cache_hit"],
+            inductor["fxgraph_cache_miss"] + aot["autograd_cache_miss"])  # fmt: skip
 
 
 def _short_place(func: str) -> str:

@@ -94,6 +94,13 @@ class Settings(BaseModel):
         """These settings without torch.compile: the eager model a compiled one is made from."""
         return self.model_copy(update={"compile": "off", "compile_dynamic": None})
 
+    def graph(self) -> Settings:
+        """What torch.compile's graph of these settings depends on: all but the CPU's fp32 conv
+        precision, which oneDNN reads as each conv runs (Inductor calls convs as ATen kernels,
+        and its caches key a graph without it). Two compiled candidates that differ only in it
+        compile one graph: the first compile's artifacts serve the second."""
+        return self.model_copy(update={"cpu_fp32": "ieee"})
+
     def label(self) -> str:
         """Short human label, e.g. 'channels_last+bf16' or 'default'."""
         parts = []

@@ -19,7 +19,7 @@ from advisor.knobs import Settings
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement
-from advisor.search.compile_bill import benchmark_note, benchmark_search_s, paying, searched_by
+from advisor.search.compile_bill import benchmark_note, benchmark_search_s, paid_by, paying
 from advisor.space import candidates, load_space
 from tests._cli import advisor_cli
 from tests.conftest import DATA
@@ -100,15 +100,15 @@ def test_the_search_cost_is_the_first_call_of_the_twin_that_searched() -> None:
     second = _result(on.model_copy(update={"cudnn_benchmark": True}), 19.0, 2.0)
     off = _result(on, 20.5, 30.0)
     results = [_result(Settings(), 22.0, 30.0), _result(conv, 21.0, 30.0), off, first, second]
-    assert searched_by(second, results) is first
-    assert searched_by(first, results) is first
+    assert paid_by(second, results) is first
+    assert paid_by(first, results) is first
     cost = benchmark_search_s(results, second)
     assert cost == pytest.approx(12.57)
     note = benchmark_note(results, second)
     assert note is not None and "12.6 s" in note and "8,380 steps" in note
     # Another layout has plans of its own: its first call is its own search.
     cl = _result(Settings(memory_format="channels_last", cudnn_benchmark=True), 18.0, 5_000.0)
-    assert searched_by(cl, [*results, cl]) is cl
+    assert paid_by(cl, [*results, cl]) is cl
     # The Worth it line adds the search a training start pays to the tuning's own time.
     assert "paid back after 24,190 steps" in payback(60.0, results[0], second, 22.0 / 19.0, cost)
 

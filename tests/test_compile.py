@@ -26,7 +26,14 @@ from advisor.measure.candidate import Candidate
 from advisor.measure.contest import Contest
 from advisor.measure.results import TrialResult
 from advisor.measure.stats import Measurement, Race
-from advisor.search.compile_bill import alternative, bill, compile_note, paying
+from advisor.search.compile_bill import (
+    alternative,
+    bill,
+    compile_note,
+    one_off_s,
+    paid_by,
+    paying,
+)
 from advisor.search.options import SearchOutcome
 from advisor.search.pick import decide
 from advisor.space import SearchSpace, candidates, compile_modes, load_space
@@ -494,6 +501,47 @@ def test_a_compile_is_billed_against_its_eager_twin_when_noise_kept_the_default(
     assert pick.chosen is twin and "10,000-step horizon" in pick.text()
     note = compile_note([base, twin, slow], twin, twin, Contest())
     assert note is not None and "10,000-step horizon" in note and "not recommended" in note
+
+
+def test_a_compile_of_a_graph_compiled_for_another_candidate_is_billed_that_ones_cold_compile(
+) -> None:
+    # MobileNetV3-Small train on a Zen 4: channels_last + bf16 fp32 convs and channels_last,
+    # both compiled, are one graph (oneDNN reads the precision as each conv runs); the second
+    # read it from the first's caches, and its bill is the first's cold compile, named.
+    cl = Settings(memory_format="channels_last", compile="default")
+    first = _r(cl, 33.0, cold=66.0)
+    second = _r(cl.model_copy(update={"cpu_fp32": "bf16"}), 31.0, first_ms=900.0)
+    eager = _r(Settings(memory_format="channels_last", cpu_fp32="bf16"), 33.7, first_ms=100.0)
+    results = [eager, first, second]
+    assert paid_by(second, results) is first and paid_by(first, results) is first
+    assert bill(second, eager, results).overhead_s == pytest.approx(65.9)  # not its 0.9 s read
+    note = compile_note(results, eager, eager, Contest())
+    assert note is not None and "65.9 s more with empty caches (measured compiling " in note
+    assert "memory_format=channels_last, compile=default: the same graph)" in note
+    # Another graph (autocast) or a layout is not the same compile: it paid its own or nothing.
+    amp = _r(cl.model_copy(update={"amp": "bf16"}), 20.0, first_ms=900.0)
+    assert paid_by(amp, [*results, amp]) is amp
+
+
+@pytest.mark.slow
+def test_a_graph_compiled_for_one_candidate_is_read_not_compiled_again_for_its_twin() -> None:
+    """Two compiled candidates that differ only in the fp32 conv precision: the second reads
+    the first's graph from its caches (no cold compile of its own), and runs its own precision."""
+    workload = make_workload(model_file=str(DATA / "tiny_cnn.py"))
+    space = load_space(str(DATA / "fast_cpu.yaml"), CPU)
+    gate = Gate(workload, CPU, "train", space)
+    cl = Settings(memory_format="channels_last", compile="default")
+    first = evaluate(workload, cl, CPU, "train", space, gate)
+    second = evaluate(workload, cl.model_copy(update={"cpu_fp32": "bf16"}), CPU, "train",
+                      space, gate)  # fmt: skip
+    assert first.status == second.status == "ok", (first.reason, second.reason)
+    assert first.compile_cold_s is not None and second.compile_cold_s is None
+    assert first.measurement is not None and second.measurement is not None
+    read = (second.measurement.first_call_ms or 0.0) / 1e3
+    assert read < first.compile_cold_s / 2  # read, not compiled
+    assert one_off_s(second, [first, second]) == first.compile_cold_s  # billed the cold compile
+    other = evaluate(workload, cl.model_copy(update={"amp": "bf16"}), CPU, "train", space, gate)
+    assert other.status == "ok" and other.compile_cold_s is not None  # another graph: cold
 
 
 def test_a_compiled_candidate_races_the_fastest_eager_one() -> None:

@@ -7,7 +7,7 @@ not the gate's references (fp32 with TF32 off, whose plans a `tf32=off` twin wou
 not another twin. So the flag's process is told the twins
 first (`prime`): it runs each one's first call, in order, each on a freshly built model, and
 keeps the times; the twin's trial then reports that first call (`with_first_calls`), and
-`compile_bill.searched_by` reads a later twin with the same plan keys as the first one's.
+`compile_bill.paid_by` reads a later twin with the same plan keys as the first one's.
 """
 
 from __future__ import annotations

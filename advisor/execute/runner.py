@@ -15,10 +15,12 @@ import torch
 
 from advisor.allowance import over_allowance, stop_after
 from advisor.compiled import (
+    cache_reads,
     cold_cache,
     graph_breaks,
     inductor_caches,
     keep_artifacts,
+    measurement_cache,
     recompile_guard,
     recompile_reason,
     start_inductor,
@@ -130,19 +132,37 @@ def evaluate(
 def _compiled(
     settings: Settings, gate: Gate, device: torch.device, body: Callable[[], TrialResult]
 ) -> TrialResult:
-    """`body` (`_evaluate`, for a compiled candidate) run with empty compiler caches."""
+    """`body` (`_evaluate`, for a compiled candidate) run with empty compiler caches; or, where
+    this process has compiled its graph for another candidate (`Settings.graph`), with that
+    compile's artifacts: the graph is then read, not compiled again, and its cold compile is the
+    other's (`compile_bill.paid_by`). Where it was not read after all, it is compiled cold."""
     try:
         start_s = start_inductor(device)  # not the candidate's cost: once per process
     except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
         return gating.failed(settings, f"torch.compile cannot start: {first_line(e)}",
                              gate.precision(settings))  # fmt: skip
+    graph = (str(measurement_cache()), settings.graph().model_dump_json())
+    done: dict[str, object] = {"compile_start_s": start_s or None}
+    if graph in _COMPILED:
+        hits, misses = cache_reads()
+        with recompile_guard(len(gate.cases)), inductor_caches(measurement_cache()):
+            result = body()
+            done["graph_breaks"] = graph_breaks()
+        now_hits, now_misses = cache_reads()
+        if now_hits > hits and now_misses == misses:
+            return result.model_copy(update={**done, "compile_cold_s": None})
     cold = cold_cache()
     with recompile_guard(len(gate.cases)), inductor_caches(cold):
         result = body()
-        breaks = graph_breaks()  # Dynamo's record, reset as the caches were entered
+        done["graph_breaks"] = graph_breaks()  # Dynamo's record, reset as the caches were entered
     keep_artifacts(cold)
-    return result.model_copy(update={"compile_start_s": start_s or None,
-                                      "graph_breaks": breaks})  # fmt: skip
+    if result.compile_cold_s is not None and result.measurement is not None:
+        _COMPILED.add(graph)
+    return result.model_copy(update=done)
+
+
+# The graphs this process compiled cold, by the folder their artifacts were kept in
+_COMPILED: set[tuple[str, str]] = set()
 
 
 def _evaluate(

@@ -5,10 +5,11 @@ algorithm search, run again for every new shape, dtype and layout).
 A compiled candidate's one-off cost is its first call(s) with empty compile caches (cold; every
 shape of a shape set compiles), less the eager alternative's own first call; with the caches
 filled by an earlier run (warm) it is less. A cudnn.benchmark candidate's is its first call in a
-process where no other candidate ran its convolutions with the flag on (`searched_by`): what a
-training run pays at its start. Its saving is per step, against the settings the user would run
-instead (`alternative`): the eager pick, or the candidate's own twin without the one-off setting
-where that is faster (an eager pick can be PyTorch's default only because a noisy round left the
+process where no other candidate ran its convolutions with the flag on: what a training run
+pays at its start. Each is paid once per key, by the first candidate measured with it
+(`paid_by`). Its saving is per step, against the settings the user would run instead
+(`alternative`): the eager pick, or the candidate's own twin without the one-off setting where
+that is faster (an eager pick can be PyTorch's default only because a noisy round left the
 twin's interval touching 1.0x; the user who compiles would still run the twin's settings).
 Break-even = cost / saving, in steps. Such a candidate competes only if it pays within the
 training steps the user expects (`--steps N`), or within `HORIZON_STEPS` when not told, with a
@@ -32,8 +33,9 @@ __all__ = [
     "alternative",
     "bill",
     "first_call_s",
+    "one_off_s",
     "one_off_text",
-    "searched_by",
+    "paid_by",
     "compile_note",
     "horizon_text",
     "paying",
@@ -76,16 +78,26 @@ def _conv_key(s: Settings) -> tuple[object, ...]:
             s.compile)  # fmt: skip
 
 
-def searched_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
-    """The cudnn.benchmark candidate whose first call ran cuDNN's search for `r`'s convolutions:
-    the first measured with the same plan keys (`_conv_key`). Twins are measured in one process
-    for the flag, the best first (`advisor.stages.benchmark_twins`), so that one's first call
-    is a fresh process's; a later twin with the same keys finds its plans cached, and its own
-    first call says nothing of the search."""
-    key = _conv_key(r.settings)
+def _one_off_key(s: Settings) -> tuple[object, ...]:
+    """What a one-off cost is paid once for: a compile's graph (`Settings.graph`), or the plan
+    keys of cuDNN's search (`_conv_key`)."""
+    return ("graph", s.graph().model_dump_json()) if s.compiled else _conv_key(s)
+
+
+def paid_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
+    """The candidate whose first call paid `r`'s one-off cost: the first measured with the same
+    key (`_one_off_key`), `r` itself where it paid its own. cudnn.benchmark twins are measured in
+    one process for the flag, the best first (`advisor.stages.benchmark_twins`), so that one's
+    first call is a fresh process's, and a later twin with the same plan keys finds its plans
+    cached. A compiled candidate whose graph its process had compiled for another (the worker
+    reads it warm: `execute.runner`) has no cold compile of its own: the other's is its."""
+    if not one_off(r.settings) or (r.settings.compiled and r.compile_cold_s is not None):
+        return r
+    key = _one_off_key(r.settings)
     for other in results:
-        if (other.settings.cudnn_benchmark and other.measurement is not None
-                and _conv_key(other.settings) == key):  # fmt: skip
+        paid = other.compile_cold_s is not None if other.settings.compiled else (
+            other.settings.cudnn_benchmark)
+        if paid and other.measurement is not None and _one_off_key(other.settings) == key:
             return other
     return r
 
@@ -93,11 +105,10 @@ def searched_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
 def one_off_s(r: TrialResult, results: Sequence[TrialResult]) -> float:
     """What `r` costs once per training run: a cold compile, cuDNN's search in a fresh process,
     or just its first call."""
-    if r.settings.compiled and r.compile_cold_s is not None:
-        return r.compile_cold_s
-    if r.settings.cudnn_benchmark:
-        return first_call_s(searched_by(r, results))
-    return first_call_s(r)
+    payer = paid_by(r, results)
+    if r.settings.compiled and payer.compile_cold_s is not None:
+        return payer.compile_cold_s
+    return first_call_s(payer)
 
 
 def bill(
@@ -199,8 +210,8 @@ def compile_note(
         return (
             f"torch.compile ({best.settings.label()}) was slower per step than "
             f"{alt.settings.label()} ({best.median_ms:.3f} vs {alt.median_ms:.3f} ms; its cold "
-            f"compile took {best.compile_cold_s or 0.0:.1f} s): it never pays, and was not "
-            f"checked further{_breaks(best)}"
+            f"compile took {one_off_s(best, results):.1f} s{_compiled_by(best, results)}): it "
+            f"never pays, and was not checked further{_breaks(best)}"
         )
     if not ok:
         r = compiled[0]
@@ -209,7 +220,8 @@ def compile_note(
     eager = alternative(best, results, eager)
     b = bill(best, eager, results)
     warm = f" ({b.warm_overhead_s:.1f} s warm)" if b.warm_overhead_s is not None else ""
-    cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches{warm}"
+    cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches"
+    cost += f"{_compiled_by(best, results)}{warm}"
     if b.saving_ms <= 0:
         return (
             f"torch.compile ({best.settings.label()}) was no faster per step than "
@@ -227,6 +239,14 @@ def compile_note(
     return line + _breaks(best)
 
 
+def _compiled_by(r: TrialResult, results: Sequence[TrialResult]) -> str:
+    """Where `r`'s cold compile was another candidate's (`paid_by`): which, said."""
+    payer = paid_by(r, results)
+    if payer is r or not r.settings.compiled:
+        return ""
+    return f" (measured compiling {payer.settings.label()}: the same graph)"
+
+
 def _breaks(r: TrialResult) -> str:
     """Where Dynamo broke the compiled model's graph, where it did: often why a compile saves
     little (each break a trip back to Python, each piece compiled and guarded on its own)."""
@@ -240,12 +260,12 @@ def _breaks(r: TrialResult) -> str:
 def benchmark_search_s(results: list[TrialResult], chosen: TrialResult) -> float:
     """What cudnn.benchmark's search costs the pick at a training run's start: its first call
     in a process where no candidate had run its convolutions with the flag on
-    (`compile_bill.searched_by`), less its twin's without the flag. 0 without the flag."""
+    (`paid_by`), less its twin's without the flag. 0 without the flag."""
     if not chosen.settings.cudnn_benchmark or chosen.settings.compiled:
         return 0.0
     off = chosen.settings.model_copy(update={"cudnn_benchmark": False})
     r_off = next((r for r in results if r.settings == off and r.measurement is not None), None)
-    paid = first_call_s(searched_by(chosen, results))
+    paid = first_call_s(paid_by(chosen, results))
     return max(0.0, paid - (first_call_s(r_off) if r_off is not None else 0.0))
 
 

@@ -11,7 +11,7 @@ They run in the flag's own process (`advisor.execute.benchmark_processes`: cuDNN
 cache ignores it), which loads the model beside the search and runs nothing before the twins'
 first calls (`advisor.execute.first_calls`): each is a fresh process's search, what the user
 pays at the start of training, and what the cudnn.benchmark note, the `Worth it:` line and the
-`--steps` bill read (`compile_bill.searched_by`). Each twin races the fastest accepted
+`--steps` bill read (`compile_bill.paid_by`). Each twin races the fastest accepted
 candidate as a trial does: one that cannot win stops before its gate.
 """
 
