@@ -336,10 +336,17 @@ def cold_cache() -> Path:
 
 
 def _merge(folder: Path, into: Path) -> bool:
-    """Copy `folder`'s files into `into` (kept files of the same name are replaced); whether the
-    copy succeeded."""
+    """Copy `folder`'s files into `into`, but for those `into` has already; whether the copy
+    succeeded. A file of the same name is the same artifact (Inductor names them by what made
+    them), and one this process has loaded must not be rewritten under it: a kernel library
+    rewritten in place crashes the process that runs it."""
+
+    def new_only(src: str, dst: str) -> None:
+        if not os.path.exists(dst):
+            shutil.copy2(src, dst)
+
     try:
-        shutil.copytree(folder, into, dirs_exist_ok=True)
+        shutil.copytree(folder, into, dirs_exist_ok=True, copy_function=new_only)
     except (OSError, shutil.Error):
         return False
     return True

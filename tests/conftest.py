@@ -26,6 +26,7 @@ from hypothesis import settings  # noqa: E402
 import advisor
 from advisor.config import Config
 from advisor.device.environment import current_environment
+from advisor.execute import runner
 from advisor.knobs import Settings
 from tests._cli import python_code, run_env
 
@@ -62,6 +63,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stored studies go to a temporary cache, never the user's."""
     monkeypatch.setenv("ADVISOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's compiled candidates compile cold: a graph an earlier test compiled in this
+    process for the same model is not read from its caches (`execute.runner._compiled`)."""
+    monkeypatch.setattr(runner, "_COMPILED", {})
 
 
 @pytest.fixture(autouse=True)

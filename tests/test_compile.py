@@ -595,6 +595,23 @@ def test_in_place_activations_and_dropout_compile_and_train_under_the_canonical_
     assert gate.tolerance(compiled, errors).judge(errors) is not None
 
 
+def test_a_kept_artifact_is_never_rewritten_by_a_later_compiles() -> None:
+    # A kernel library this process loaded from the run's folder, rewritten in place by the
+    # next cold compile's copy, crashed it (the tests' process, then a worker reading a graph).
+    with advisor.compiled.shared_measurement_cache() as run:
+        kept = advisor.compiled.measurement_cache() / "kernels" / "k1.so"
+        kept.parent.mkdir()
+        kept.write_bytes(b"loaded")
+        cold = advisor.compiled.cold_cache()
+        (cold / "kernels").mkdir()
+        (cold / "kernels" / "k1.so").write_bytes(b"same name, built elsewhere")
+        (cold / "kernels" / "k2.so").write_bytes(b"new")
+        advisor.compiled.keep_artifacts(cold)
+        assert kept.read_bytes() == b"loaded" and not cold.exists()
+        assert (kept.parent / "k2.so").read_bytes() == b"new"
+        assert run.is_dir()
+
+
 USER_COMPILE = """
 import torch
 from torch._dynamo.utils import counters

@@ -48,11 +48,13 @@ def cannot_pay(
     case: int,
     policy: TimingPolicy,
     pristine: dict[str, object],
+    cold_s: float | None = None,
 ) -> tuple[Stop | None, list[Measurement] | None]:
     """Why the live candidate `compiled` stops before the gate's capture (`Contest.payback`),
     or None (an eager candidate, a race without a rival, a trial the race or the budget already
     stopped), and the rounds' measurements, its and the rival's (None: no rounds ran). Its cold
-    compile is the trial's first call (`trial`); the rival (`race.rival`) is built beside it and
+    compile is the trial's first call (`trial`), or `cold_s` where its first call read a graph
+    another candidate's cold compile made (`execute.runner`); the rival (`race.rival`) is built beside it and
     timed with it in rounds of the trial's policy (a decided bill stops them early). `pristine`
     is PyTorch's state before either was built; its flags are set again on return."""
     if race is None or race.rival is None or race.horizon_steps is None:
@@ -73,7 +75,8 @@ def cannot_pay(
             before[i]()
             return sampler(cands[i].step, trial.reps)
 
-        cold_s = (trial.first_call_ms or 0.0) / 1e3
+        if cold_s is None:
+            cold_s = (trial.first_call_ms or 0.0) / 1e3
         overhead_s = max(0.0, cold_s - first_ms[1] / 1e3)
         samples = interleave([partial(one, 0), partial(one, 1)], sampler.clock,
                              **rounds(policy),

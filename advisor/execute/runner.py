@@ -130,7 +130,7 @@ def evaluate(
 
 
 def _compiled(
-    settings: Settings, gate: Gate, device: torch.device, body: Callable[[], TrialResult]
+    settings: Settings, gate: Gate, device: torch.device, body: Callable[..., TrialResult]
 ) -> TrialResult:
     """`body` (`_evaluate`, for a compiled candidate) run with empty compiler caches; or, where
     this process has compiled its graph for another candidate (`Settings.graph`), with that
@@ -141,12 +141,13 @@ def _compiled(
     except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
         return gating.failed(settings, f"torch.compile cannot start: {first_line(e)}",
                              gate.precision(settings))  # fmt: skip
-    graph = (str(measurement_cache()), settings.graph().model_dump_json())
+    graph = (str(measurement_cache()), gate.workload.info.model_dump_json(), gate.mode,
+             settings.graph().model_dump_json())  # fmt: skip
     done: dict[str, object] = {"compile_start_s": start_s or None}
     if graph in _COMPILED:
         hits, misses = cache_reads()
         with recompile_guard(len(gate.cases)), inductor_caches(measurement_cache()):
-            result = body()
+            result = body(compiled_s=_COMPILED[graph])
             done["graph_breaks"] = graph_breaks()
         now_hits, now_misses = cache_reads()
         if now_hits > hits and now_misses == misses:
@@ -157,12 +158,13 @@ def _compiled(
         done["graph_breaks"] = graph_breaks()  # Dynamo's record, reset as the caches were entered
     keep_artifacts(cold)
     if result.compile_cold_s is not None and result.measurement is not None:
-        _COMPILED.add(graph)
+        _COMPILED[graph] = result.compile_cold_s
     return result.model_copy(update=done)
 
 
-# The graphs this process compiled cold, by the folder their artifacts were kept in
-_COMPILED: set[tuple[str, str]] = set()
+# The graphs this process compiled cold, by the folder their artifacts were kept in, the
+# workload and its mode: the cold compile's seconds
+_COMPILED: dict[tuple[str, str, str, str], float] = {}
 
 
 def _evaluate(
@@ -177,8 +179,10 @@ def _evaluate(
     time_left_s: float | None,
     park: Park | None = None,
     parked: Parked | None = None,
+    compiled_s: float | None = None,
 ) -> TrialResult:
-    """`evaluate`'s body for one candidate; `parked`: its screen's built candidate, resumed."""
+    """`evaluate`'s body for one candidate; `parked`: its screen's built candidate, resumed;
+    `compiled_s`: the cold compile of its graph, where another candidate's made it."""
     deadline = None if time_left_s is None else time.perf_counter() + time_left_s
     precision = gate.precision(settings)
     policy = policy or space.timing.policy()
@@ -245,7 +249,7 @@ def _evaluate(
             per_shape.append(m)
             unpaid, payback = cannot_pay(cand, m, race, workload=workload, device=device,
                                          mode=mode, seed=gate.seed, case=case, policy=policy,
-                                         pristine=pristine)  # fmt: skip
+                                         pristine=pristine, cold_s=compiled_s)  # fmt: skip
             if unpaid is not None:
                 lost = unpaid
             elif race is not None and (raced := _raced(m, race)) is not None:

@@ -97,7 +97,7 @@ class Stop(BaseModel):
             return (
                 f"its cold compile cannot pay back within {self.horizon_steps:,} steps: timed "
                 f"beside {self.rival} in one process, interleaved ({self.ms:.3f} vs "
-                f"{self.rival_ms:.3f} ms), {most}, and its first call took {self.cold_s:.1f} s "
-                "with empty caches; not checked further"
+                f"{self.rival_ms:.3f} ms), {most}, and it took {self.cold_s:.1f} s with empty "
+                "caches; not checked further"
             )
         return "the budget ran out during its precision check"  # out_of_time
