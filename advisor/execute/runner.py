@@ -96,9 +96,10 @@ def evaluate(
     before the model is built: the first call (compilation, autotuning) is inside it, and a raced
     candidate whose first call runs past it stops there, unmeasured and not gated.
 
-    A compiled candidate (`settings.compile`) compiles with empty caches: each shape's first call
-    is its cold compile (`compile_cold_s`, never in the samples; the warm cost of the pick is its
-    first call in the final check's fresh process). Raced out, it stops before the gate's
+    A compiled candidate (`settings.compile`) compiles with empty caches, or reads a graph this
+    process compiled for another (`_compiled`): each shape's first call is its cold compile
+    (`compile_cold_s`, never in the samples; the warm cost of the pick is its first call in the
+    final check's fresh process). Raced out, it stops before the gate's
     capture like any candidate. Its numerics are checked at model level only (the per-layer check
     runs conv modules alone: it cannot see inside a compiled graph, and the eager modules are
     its eager twin's, checked there); a recompile on every call fails it.
