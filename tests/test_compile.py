@@ -518,9 +518,12 @@ def test_a_compile_of_a_graph_compiled_for_another_candidate_is_billed_that_ones
     note = compile_note(results, eager, eager, Contest())
     assert note is not None and "65.9 s more with empty caches (measured compiling " in note
     assert "memory_format=channels_last, compile=default: the same graph)" in note
-    # Another graph (autocast) or a layout is not the same compile: it paid its own or nothing.
+    # Another graph (autocast) is not the same compile; a read whose compile is not among the
+    # results has no bill to pay back with: it never pays.
     amp = _r(cl.model_copy(update={"amp": "bf16"}), 20.0, first_ms=900.0)
     assert paid_by(amp, [*results, amp]) is amp
+    assert one_off_s(second, [eager, second]) == math.inf
+    assert paying([eager, second], eager, Contest())[0] == [eager]
 
 
 @pytest.mark.slow

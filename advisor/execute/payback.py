@@ -54,9 +54,10 @@ def cannot_pay(
     or None (an eager candidate, a race without a rival, a trial the race or the budget already
     stopped), and the rounds' measurements, its and the rival's (None: no rounds ran). Its cold
     compile is the trial's first call (`trial`), or `cold_s` where its first call read a graph
-    another candidate's cold compile made (`execute.runner`); the rival (`race.rival`) is built beside it and
-    timed with it in rounds of the trial's policy (a decided bill stops them early). `pristine`
-    is PyTorch's state before either was built; its flags are set again on return."""
+    another candidate's cold compile made (`execute.runner`); the rival (`race.rival`) is built
+    beside it and timed with it in rounds of the trial's policy (a decided bill stops them
+    early). `pristine` is PyTorch's state before either was built; its flags are set again on
+    return."""
     if race is None or race.rival is None or race.horizon_steps is None:
         return None, None
     if not compiled.tuned.settings.compiled or trial.stop is not None or not trial.samples_ms:

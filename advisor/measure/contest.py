@@ -40,7 +40,7 @@ SCREEN_DROP = 1.5  # TunableOp's first stage drops candidates above 1.5x the bes
 
 def break_even(overhead_s: float, saving_ms: float) -> float:
     """Steps until a one-off `overhead_s` is paid back at `saving_ms` a step (inf: never)."""
-    if saving_ms <= 0:
+    if saving_ms <= 0 or math.isinf(overhead_s):
         return math.inf
     return math.ceil(max(0.0, overhead_s) * 1e3 / saving_ms)
 

@@ -104,10 +104,11 @@ def paid_by(r: TrialResult, results: Sequence[TrialResult]) -> TrialResult:
 
 def one_off_s(r: TrialResult, results: Sequence[TrialResult]) -> float:
     """What `r` costs once per training run: a cold compile, cuDNN's search in a fresh process,
-    or just its first call."""
+    or just its first call. A compile whose graph was read from a candidate not in `results`
+    has no bill here: it never pays (inf)."""
     payer = paid_by(r, results)
-    if r.settings.compiled and payer.compile_cold_s is not None:
-        return payer.compile_cold_s
+    if r.settings.compiled:
+        return math.inf if payer.compile_cold_s is None else payer.compile_cold_s
     return first_call_s(payer)
 
 
