@@ -153,14 +153,17 @@ def graph_breaks(limit: int = 20) -> list[str]:
     return places
 
 
-def cache_reads() -> tuple[int, int]:
+def cache_reads() -> tuple[int, int] | None:
     """Graphs this process has read from Inductor's and AOTAutograd's caches, and graphs it
-    compiled because they were not there: (hits, misses) so far. (0, 0) where this torch keeps
-    no such counts."""
+    compiled because they were not there: (hits, misses) so far. None where Inductor's graph
+    cache is off (nothing is read) or this torch keeps no such counts."""
     try:
         from torch._dynamo.utils import counters
+        from torch._inductor import config
     except ImportError:  # pragma: no cover - another torch version
-        return 0, 0
+        return None
+    if not config.fx_graph_cache:
+        return None
     inductor, aot = counters["inductor"], counters["aot_autograd"]
     return (inductor["fxgraph_cache_hit"] + aot["autograd_cache_hit"],
             inductor["fxgraph_cache_miss"] + aot["autograd_cache_miss"])  # fmt: skip

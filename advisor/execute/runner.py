@@ -136,7 +136,8 @@ def _compiled(
     """`body` (`_evaluate`, for a compiled candidate) run with empty compiler caches; or, where
     this process has compiled its graph for another candidate (`Settings.graph`), with that
     compile's artifacts: the graph is then read, not compiled again, and its cold compile is the
-    other's (`compile_bill.paid_by`). Where it was not read after all, it is compiled cold."""
+    other's (`compile_bill.paid_by`). Where it was not read after all, or Inductor's graph cache
+    is off, it is compiled cold."""
     try:
         start_s = start_inductor(device)  # not the candidate's cost: once per process
     except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler: this candidate fails
@@ -145,13 +146,13 @@ def _compiled(
     graph = (str(measurement_cache()), gate.workload.info.model_dump_json(), gate.mode,
              settings.graph().model_dump_json())  # fmt: skip
     done: dict[str, object] = {"compile_start_s": start_s or None}
-    if graph in _COMPILED:
-        hits, misses = cache_reads()
+    before = cache_reads() if graph in _COMPILED else None
+    if before is not None:
         with recompile_guard(len(gate.cases)), inductor_caches(measurement_cache()):
             result = body(compiled_s=_COMPILED[graph])
             done["graph_breaks"] = graph_breaks()
-        now_hits, now_misses = cache_reads()
-        if now_hits > hits and now_misses == misses:
+        hits, misses = cache_reads() or before
+        if hits > before[0] and misses == before[1]:
             return result.model_copy(update={**done, "compile_cold_s": None})
     cold = cold_cache()
     with recompile_guard(len(gate.cases)), inductor_caches(cold):
