@@ -186,7 +186,6 @@ def trial_row(origin: tuple[int, Stage], r: TrialResult, baseline: TrialResult) 
         warmup_s=own.warmup_s if own and own.warmup_s is not None else math.nan,
         sampling_s=own.sampling_s if own and own.sampling_s is not None else math.nan,
         compile_cold_s=r.compile_cold_s if r.compile_cold_s is not None else math.nan,
-        compile_warm_s=r.compile_warm_s if r.compile_warm_s is not None else math.nan,
         compile_start_s=r.compile_start_s if r.compile_start_s is not None else math.nan,
         compile_check_s=r.compile_check_s if r.compile_check_s is not None else math.nan,
         speedup=baseline.median_ms / m.median_ms if m else math.nan,

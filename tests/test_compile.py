@@ -59,13 +59,12 @@ def _space(tmp_path: Path, knobs: str, **extra: str) -> str:
 
 
 def _r(settings: Settings, ms: float, *, first_ms: float = 1.0, cold: float | None = None,
-       warm: float | None = None, retimed: bool = True) -> TrialResult:  # fmt: skip
+       retimed: bool = True) -> TrialResult:  # fmt: skip
     return TrialResult(
         settings=settings,
         status="ok",
         measurement=Measurement(samples_ms=[ms] * 7, first_call_ms=first_ms),
         compile_cold_s=cold,
-        compile_warm_s=warm,
         retimed=retimed,
     )
 
@@ -204,11 +203,11 @@ def test_apply_compiles_last_and_keeps_the_model_itself(tmp_path: Path) -> None:
 
 def test_break_even_is_the_compile_over_the_saving_per_step() -> None:
     eager = _r(Settings(), 10.0, first_ms=500.0)
-    compiled = _r(Settings(compile="default"), 8.0, cold=20.5, warm=2.5)
+    compiled = _r(Settings(compile="default"), 8.0, cold=20.5)
     b = bill(compiled, eager)
     # (20.5 s - the eager first call's 0.5 s) / 2 ms per step
     assert b.overhead_s == pytest.approx(20.0) and b.saving_ms == pytest.approx(2.0)
-    assert b.steps == 10_000 and b.warm_steps == 1_000
+    assert b.steps == 10_000
     assert bill(_r(Settings(compile="default"), 11.0, cold=5.0), eager).steps == math.inf
     kept, out = paying([eager, compiled], eager, Contest(steps=9_999))
     assert kept == [eager] and out[0][0] is compiled
@@ -219,7 +218,7 @@ def test_break_even_is_the_compile_over_the_saving_per_step() -> None:
 def test_a_compile_wins_only_if_it_pays_within_the_steps() -> None:
     base = _r(Settings(), 10.0)
     cl = _r(Settings(memory_format="channels_last"), 9.0)
-    compiled = _r(Settings(compile="default"), 5.0, cold=30.0, warm=3.0)
+    compiled = _r(Settings(compile="default"), 5.0, cold=30.0)
     results = [base, cl, compiled]
     pick = decide(results, base, Contest())
     eager = pick.eager
@@ -229,7 +228,7 @@ def test_a_compile_wins_only_if_it_pays_within_the_steps() -> None:
     assert "7,500 steps, more than the 1,000 steps" in pick.text()
     assert decide(results, base, Contest(steps=7_500)).chosen is compiled
     note = compile_note(results, compiled, cl, Contest())
-    assert note is not None and "4.000 ms per step" in note and "7,500 steps (750 with warm" in note
+    assert note is not None and "4.000 ms per step" in note and "pays after about 7,500 steps" in note
     slower = _r(Settings(compile="default"), 12.0, cold=30.0)
     note = compile_note([base, slower], base, base, Contest())
     assert note is not None and "no faster per step" in note

@@ -115,6 +115,9 @@ def test_a_study_stored_in_another_format_is_refused_in_one_line() -> None:
     message = str(e.value)
     assert "\n" not in message and "'infer-abc@fp'" in message and "--fresh" in message
     assert "record format 1" in message
+    old.set_user_attr("record_format", RECORD_FORMAT - 1)  # its results had a field no more read
+    with pytest.raises(StorageError, match=f"record format {RECORD_FORMAT - 1}, this one reads"):
+        check_format(old, "infer-abc@fp")
 
 
 def test_a_candidate_waiting_for_its_precision_stands_by_that_precisions_verdict() -> None:

@@ -63,7 +63,6 @@ class TrialResult(BaseModel):
     # torch.compile's cost, kept out of the samples: the first call of every shape with empty
     # compile caches (cold), and again in a fresh compiler state with the caches filled (warm)
     compile_cold_s: float | None = None
-    compile_warm_s: float | None = None
     # Inductor's one-off start in the trial's process (imports, the C++ compiler's checks), paid
     # by its first compiled candidate before its cold compile: the machine's cost, not the model's
     compile_start_s: float | None = None

@@ -45,19 +45,12 @@ __all__ = [
 @dataclass(frozen=True)
 class Bill:
     overhead_s: float  # cold compile or cuDNN's search, over the alternative's first call
-    warm_overhead_s: float | None  # the same from warm caches (None: not measured)
     saving_ms: float  # per step, against the eager alternative
 
     @property
     def steps(self) -> float:
         """Steps until the cold compile is paid back (inf: it never is)."""
         return break_even(self.overhead_s, self.saving_ms)
-
-    @property
-    def warm_steps(self) -> float | None:
-        if self.warm_overhead_s is None:
-            return None
-        return break_even(self.warm_overhead_s, self.saving_ms)
 
 
 def first_call_s(r: TrialResult) -> float:
@@ -118,12 +111,7 @@ def bill(
     """`candidate`'s cost and saving against the alternative `eager`."""
     base = first_call_s(eager)
     cold = one_off_s(candidate, results) if one_off(candidate.settings) else 0.0
-    warm = candidate.compile_warm_s
-    return Bill(
-        overhead_s=max(0.0, cold - base),
-        warm_overhead_s=None if warm is None else max(0.0, warm - base),
-        saving_ms=eager.median_ms - candidate.median_ms,
-    )
+    return Bill(overhead_s=max(0.0, cold - base), saving_ms=eager.median_ms - candidate.median_ms)
 
 
 def one_off_text(r: TrialResult, b: Bill) -> str:
@@ -183,8 +171,7 @@ def paying(
 
 
 def _pays(b: Bill) -> str:
-    warm = f" ({b.warm_steps:,.0f} with warm caches)" if b.warm_steps is not None else ""
-    return f"it pays after about {b.steps:,.0f} steps{warm}"
+    return f"it pays after about {b.steps:,.0f} steps"
 
 
 def compile_note(
@@ -220,9 +207,8 @@ def compile_note(
     best = chosen if chosen.settings.compiled else min(ok, key=lambda r: r.median_ms)
     eager = alternative(best, results, eager)
     b = bill(best, eager, results)
-    warm = f" ({b.warm_overhead_s:.1f} s warm)" if b.warm_overhead_s is not None else ""
     cost = f"its first call costs {b.overhead_s:.1f} s more with empty caches"
-    cost += f"{_compiled_by(best, results)}{warm}"
+    cost += _compiled_by(best, results)
     if b.saving_ms <= 0:
         return (
             f"torch.compile ({best.settings.label()}) was no faster per step than "

@@ -35,7 +35,7 @@ from advisor.measure.verdict import PrecisionCheck, own_path
 
 __all__ = ["ENTRY_PREFIX", "RECORD_FORMAT", "Entry", "Ledger", "check_format", "memory_checked"]
 
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3
 ENTRY_PREFIX = "entry:"
 FORMAT_ATTR = "record_format"
 

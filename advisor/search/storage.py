@@ -20,6 +20,7 @@ from advisor.device.environment import cache_dir
 from advisor.errors import StorageError, first_line
 from advisor.knobs import Settings
 from advisor.measure.results import TrialResult
+from advisor.search.ledger import RECORD_FORMAT
 from advisor.search.sqlite_claim import local_lock
 
 HEARTBEAT_S = 2  # a worker's trial is alive while it beats this often...
@@ -154,9 +155,9 @@ def _redact(url: str) -> str:
     return url
 
 
-# The shared layer measurements' study; its name carries the record's format (2), so measurements
+# The shared layer measurements' study; its name carries the record's format, so measurements
 # stored by an earlier format are never read as this one's.
-SHARED_LAYERS = "advisor-layers-2"
+SHARED_LAYERS = f"advisor-layers-{RECORD_FORMAT}"
 
 
 def measured_under(settings: Settings) -> str:
