@@ -13,10 +13,11 @@ import torch
 import yaml
 
 import advisor
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, StorageError
 from advisor.report.importance import knob_importance
 from advisor.report.load import load_report_data
 from advisor.report.write import png_dir, write_report
+from advisor.search.ledger import RECORD_FORMAT
 from tests._cli import advisor_cli, advisor_cli_many, one_line_error
 from tests.conftest import FAST_SPACE
 
@@ -209,10 +210,11 @@ def test_time_plot_marks_failed_candidates(tuned: tuple[Path, str, str], tmp_pat
     assert _png(fig)[:8] == PNG_MAGIC
 
 
-@pytest.mark.parametrize("min_gain", [None, 0.02, 0.5])  # None: a study from before the attr
-def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | None) -> None:
-    """channels_last is 10% faster beyond noise: picked under 0.02 (the fallback for old
-    studies), not under a space asking for 50%; the report's summary must follow the study."""
+@pytest.mark.parametrize("min_gain", [0.02, 0.5])
+def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float) -> None:
+    """channels_last is 10% faster beyond noise: picked under 0.02, not under a space asking for
+    50%; the report's summary must follow the study. A study stored in an earlier record format
+    is refused in one line."""
     import optuna
     from optuna.trial import create_trial
 
@@ -228,11 +230,14 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float | N
 
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(study_name="gain", storage=storage)
-    if min_gain is not None:
-        study.set_user_attr("min_gain", min_gain)
+    study.set_user_attr("min_gain", min_gain)
+    study.set_user_attr("record_format", RECORD_FORMAT - 1)
     for r in (result(10.0), result(9.0, memory_format="channels_last")):
         user_attrs = {"result": r.model_dump(mode="json")}
         study.add_trial(create_trial(value=r.median_ms, user_attrs=user_attrs))
+    with pytest.raises(StorageError, match=r"^study 'gain' was stored by an earlier version"):
+        load_report_data("gain", storage)
+    study.set_user_attr("record_format", RECORD_FORMAT)
     summary = load_report_data("gain", storage).summary
     assert summary is not None
     picked = "default" if min_gain == 0.5 else "memory_format=channels_last"

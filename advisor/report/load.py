@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from advisor.measure.results import TrialResult
 
 REQUIRED_CSV_COLUMNS = ("label", "status", "median_ms", "ci_low_ms", "ci_high_ms")
-# Studies made before the search recorded its space's min_gain were picked with this one.
-DEFAULT_MIN_GAIN = 0.02
 
 
 @dataclass
@@ -126,7 +124,7 @@ def _from_study(stored: StoredStudy) -> ReportData:
     trials, results, base = _trials_from_study(stored)
     env = attrs.get("environment") or {}
     mode = str(attrs.get("mode", "?"))
-    min_gain = float(attrs.get("min_gain", DEFAULT_MIN_GAIN))  # the space's, set by the search
+    min_gain = float(attrs["min_gain"])  # the space's, set by the search
     data = ReportData(
         title=str(workload.get("description") or workload.get("target") or study.study_name),
         mode=mode,
@@ -154,10 +152,11 @@ def _sqlite_missing(url: str) -> bool:
 
 def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
     """The stored study called `name` (or `name@<fingerprint>` when only one matches) with its
-    companion; None if the storage has no such study. A storage that cannot be opened is a
-    StorageError."""
+    companion; None if the storage has no such study. A storage that cannot be opened, or a
+    study stored in another record format (`check_format`), is a StorageError."""
     import optuna
 
+    from advisor.search.ledger import check_format
     from advisor.search.storage import default_storage_url, open_storage
 
     url = storage_url or default_storage_url()
@@ -179,6 +178,7 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
             return None
         name = matches[0]
     study = optuna.load_study(study_name=name, storage=storage)
+    check_format(study, name)
     layers = None
     if f"{name}/layers" in names:  # the search made per-layer measurements
         layers = optuna.load_study(study_name=f"{name}/layers", storage=storage)

@@ -72,12 +72,10 @@ def key_of(settings: Settings) -> str:
 
 
 def check_format(study: optuna.Study, name: str) -> None:
-    """Mark a new study with the record's format; refuse one stored in another format."""
+    """Refuse a study stored in another format than `RECORD_FORMAT` (one with no trials is new:
+    the search marks it with its format, `FORMAT_ATTR`)."""
     stored = study.user_attrs.get(FORMAT_ATTR)
-    if stored == RECORD_FORMAT:
-        return
-    if stored is None and not study.get_trials(deepcopy=False):
-        study.set_user_attr(FORMAT_ATTR, RECORD_FORMAT)
+    if stored == RECORD_FORMAT or (stored is None and not study.get_trials(deepcopy=False)):
         return
     raise StorageError(
         f"study {name!r} was stored by an earlier version of the advisor (record format "

@@ -26,7 +26,7 @@ from advisor.impls import why_not as impl_why_not
 from advisor.knobs import KNOB_NAMES, Settings, precision_of
 from advisor.measure.candidate import LAYER_STEP, Mode
 from advisor.measure.results import TrialResult
-from advisor.search.ledger import check_format
+from advisor.search.ledger import FORMAT_ATTR, RECORD_FORMAT, check_format
 from advisor.search.options import SearchOptions
 from advisor.search.shared_checks import SharedChecks
 from advisor.search.storage import GRACE_S, RETRIES, open_storage
@@ -202,6 +202,7 @@ def open_plan(
             directions=["minimize", "minimize"] if multi else ["minimize"],
         )
         check_format(study, name)
+        study.set_user_attr(FORMAT_ATTR, RECORD_FORMAT)
         study.set_user_attr("workload", workload.info.model_dump(mode="json"))
         study.set_user_attr("mode", options.mode)
         study.set_user_attr("space", space.name)
