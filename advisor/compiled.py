@@ -7,10 +7,10 @@ was measured is what runs. The rest is for measuring:
   call (a guard on a changing Python value) is a failed candidate with that reason instead of a
   silent fall back to eager after the limit.
 - `inductor_caches`: Inductor's on-disk cache at a given folder, its in-memory caches cleared on
-  the way in and out. A compile's *cold* cost is its first call with an empty folder; its *warm*
-  cost a second compile in a fresh Dynamo state with the folder filled (a training run that
-  starts again on the same machine). Without clearing the in-memory caches, a second compile in
-  the same process is neither: it reads them, several times faster than a warm compile.
+  the way in and out. A compile's *cold* cost is its first call with an empty folder; a *warm*
+  compile, in a fresh Dynamo state with the folder filled, is a training run that starts again
+  on the same machine. Without clearing the in-memory caches, a second compile in the same
+  process is neither: it reads them, several times faster than a warm compile.
 - `measurement_cache`: this process's folder that every measured compile's artifacts are merged
   into: the re-time and the final check compile warm from it instead of paying a cold compile
   again.

@@ -61,7 +61,7 @@ class TrialResult(BaseModel):
     first_call_peak_mb: float | None = None  # the first call's (autotuning, benchmark search)
     per_shape: list[Measurement] | None = None  # a shape set: one measurement per shape
     # torch.compile's cost, kept out of the samples: the first call of every shape with empty
-    # compile caches (cold), and again in a fresh compiler state with the caches filled (warm)
+    # compile caches (None where it read a graph another candidate compiled: `compile_bill`)
     compile_cold_s: float | None = None
     # Inductor's one-off start in the trial's process (imports, the C++ compiler's checks), paid
     # by its first compiled candidate before its cold compile: the machine's cost, not the model's
