@@ -12,14 +12,6 @@ if TYPE_CHECKING:
 __all__ = ["default_precision", "layer_rows", "roofline_of"]
 
 
-def layer_label(attrs: dict[str, Any]) -> str:
-    """'0, 2: Conv3d(4, 4, (1, 3, 3), ...) on 1x4x4x12x12' (older studies: the raw key)."""
-    names, desc = attrs.get("names"), attrs.get("description")
-    if names and desc:
-        return f"{', '.join(names)}: {desc}"
-    return str(attrs.get("key", "?"))
-
-
 def layer_rows(layers: optuna.Study | None, mode: str, env: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-layer measurements from the companion study: one row per layer group and impl."""
     from advisor.measure.results import TrialResult
@@ -28,22 +20,20 @@ def layer_rows(layers: optuna.Study | None, mode: str, env: dict[str, Any]) -> l
         return []
     rows = []
     for t in layers.get_trials(deepcopy=False):
-        if "result" not in t.user_attrs or t.user_attrs.get("kind") == "model":
-            continue
-        r = TrialResult.model_validate(t.user_attrs["result"])
+        a = t.user_attrs  # as `advisor.stages.per_layer` stores them
+        r = TrialResult.model_validate(a["result"])
         row: dict[str, Any] = {
-            "layer": layer_label(t.user_attrs),
-            "impl": str(t.user_attrs.get("impl", r.settings.conv_impl)),
+            "layer": f"{', '.join(a['names'])}: {a['description']}",  # '0, 2: Conv3d(...) on ...'
+            "impl": str(a["impl"]),
             # the global settings it ran under: a resume under others measures layers again
             "under": r.settings.global_only().label(),
             "status": r.status,
             "median_ms": r.median_ms if r.measurement else math.nan,
             "reason": r.reason or "",
         }
-        spec = t.user_attrs.get("spec")
-        if isinstance(spec, dict) and r.measurement is not None:
+        if r.measurement is not None:
             row["roofline"], row["roofline_at"] = roofline_of(
-                spec, mode, r.median_ms, env, r.precision
+                a["spec"], mode, r.median_ms, env, r.precision
             )
         rows.append(row)
     return rows

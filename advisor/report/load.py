@@ -2,8 +2,8 @@
 
 The source is a config file or a study name. A config's study is looked up in the storage; when
 it is gone, the trials CSV beside the config stands in, and failing that the config's own result.
-A study is read with its companion "<study>/layers" (per-layer measurements, and the whole-model
-measurements of per-layer combinations), both from the one storage opened here.
+A study is read with its companion "<study>/layers" (per-layer measurements), both from the one
+storage opened here.
 
 This module also owns the summary (baseline vs recommendation); `advisor.report.layer_rows` the
 per-layer rows and the optional roofline column.
