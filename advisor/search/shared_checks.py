@@ -8,8 +8,8 @@ under another space, would train the same check again.
 A verdict depends on the workload, the mode, the device, the space's `precision_check` settings
 and the precision's own path (`PrecisionCheck.own_path`), and on the machine and library
 versions; not on the effort, the timing, the tolerances or which knobs are searched. So it is
-kept under a key of those in the study "advisor-precision@<fingerprint>" of the run's storage,
-beside `LayerStore`'s shared layer measurements. Nothing is shared through `--storage memory`
+kept under a key of those in the study "advisor-precision-<record format>@<fingerprint>" of the
+run's storage, beside `LayerStore`'s shared layer measurements. Nothing is shared through `--storage memory`
 (a new store each run); `--fresh` judges again, and keeps the new verdict.
 
 A verdict read back here is marked `reused`: the run did not spend its seconds (the stage
@@ -26,12 +26,15 @@ import optuna
 import torch
 
 from advisor.measure.verdict import PrecisionCheck
+from advisor.search.ledger import RECORD_FORMAT
 from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
 __all__ = ["SharedChecks", "reused"]
 
-STUDY_PREFIX = "advisor-precision@"
+# Its name carries the record's format, as the shared layer study's does: verdicts stored in an
+# earlier format are never read as this one's
+STUDY_PREFIX = f"advisor-precision-{RECORD_FORMAT}@"
 
 
 class SharedChecks:
