@@ -237,6 +237,10 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float) ->
         study.add_trial(create_trial(value=r.median_ms, user_attrs=user_attrs))
     with pytest.raises(StorageError, match=r"^study 'gain' was stored by an earlier version"):
         load_report_data("gain", storage)
+    if min_gain == 0.5:  # the command: one line, exit 2, no page written
+        r = advisor_cli("report", "gain", "--storage", storage, "--out", str(tmp_path / "r.html"))
+        one_line_error(r, f"record format {RECORD_FORMAT - 1}, this one reads {RECORD_FORMAT}")
+        assert not (tmp_path / "r.html").exists()
     study.set_user_attr("record_format", RECORD_FORMAT)
     summary = load_report_data("gain", storage).summary
     assert summary is not None
