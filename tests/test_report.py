@@ -130,6 +130,23 @@ def test_report_without_study_uses_trials_csv(tuned: tuple[Path, str, str], tmp_
     assert not (png_dir(out) / "history.png").exists()
 
 
+def test_a_config_whose_study_has_another_record_format_is_reported_from_its_csv(
+    tuned: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    import optuna
+
+    config, storage, study = tuned
+    copy = tmp_path / "studies.db"
+    shutil.copy(storage.removeprefix("sqlite:///"), copy)
+    old = optuna.load_study(study_name=study, storage=f"sqlite:///{copy}")
+    old.set_user_attr("record_format", RECORD_FORMAT - 1)
+    text = write_report(str(config), tmp_path / "r.html", f"sqlite:///{copy}").read_text()
+    assert "study not read (study" in text and f"record format {RECORD_FORMAT - 1}" in text
+    assert "tuned.trials.csv" in text
+
+
 def test_a_trials_csv_row_without_a_kind_reads_its_status_words(tmp_path: Path) -> None:
     # A CSV's empty cell comes back as NaN: a failure of no known kind reads "raised an error",
     # not the words of a kind spelt "nan"; a rejection's kind reads its own words.
