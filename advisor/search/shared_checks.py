@@ -9,8 +9,8 @@ A verdict depends on the workload, the mode, the device, the space's `precision_
 and the precision's own path (`PrecisionCheck.own_path`), and on the machine and library
 versions; not on the effort, the timing, the tolerances or which knobs are searched. So it is
 kept under a key of those in the study "advisor-precision-<record format>@<fingerprint>" of the
-run's storage, beside `LayerStore`'s shared layer measurements. Nothing is shared through `--storage memory`
-(a new store each run); `--fresh` judges again, and keeps the new verdict.
+run's storage, beside `LayerStore`'s shared layer measurements. Nothing is shared through
+`--storage memory` (a new store each run); `--fresh` judges again, and keeps the new verdict.
 
 A verdict read back here is marked `reused`: the run did not spend its seconds (the stage
 breakdown leaves them out) and the advice says where it came from.
