@@ -175,6 +175,29 @@ def cpu_config(picked: Settings, mode: str = "train") -> Config:
     )
 
 
+def as_searched(study: Any, min_gain: float = 0.02, record_format: int | None = None) -> None:
+    """A hand-made study marked with the attributes `advise` stores on a new one
+    (`advisor.search.study`): the report reads them."""
+    from advisor.search.ledger import RECORD_FORMAT
+
+    attrs = {
+        "record_format": RECORD_FORMAT if record_format is None else record_format,
+        "workload": {
+            "kind": "model",
+            "target": "<Net>",
+            "architecture": "0",
+            "description": "",
+            "input_shapes": [[2, 3, 8, 8]],
+        },
+        "mode": "train",
+        "space": "cpu",
+        "min_gain": min_gain,
+        "environment": current_environment("cpu").model_dump(mode="json"),
+    }
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+
+
 def capture_on_cpu(workload: Any, settings: Settings, seed: int = 0) -> Any:
     """One training step of `settings` on `workload` as the gate captures it, on the CPU."""
     from advisor.measure.candidate import Candidate

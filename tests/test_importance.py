@@ -19,7 +19,7 @@ from advisor.measure.stats import Measurement
 from advisor.report.importance import EXACT, FANOVA, Importance, knob_importance
 from advisor.report.plots import importance_title
 from advisor.report.write import write_report
-from advisor.search.ledger import RECORD_FORMAT
+from tests.conftest import as_searched
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -153,8 +153,7 @@ def result_attrs(p: dict[str, Any], ms: float) -> dict[str, Any]:
 def test_report_names_the_method(tmp_path: Path, complete: bool) -> None:
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(study_name="imp", storage=storage)
-    study.set_user_attr("record_format", RECORD_FORMAT)  # as the search makes it
-    study.set_user_attr("min_gain", 0.02)
+    as_searched(study)
     for p in grid_points()[: 8 if complete else 7]:
         add(study, p, grid_time(p), **result_attrs(p, grid_time(p)))
     out = write_report("imp", tmp_path / "r.html", storage)

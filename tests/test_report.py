@@ -19,7 +19,7 @@ from advisor.report.load import load_report_data
 from advisor.report.write import png_dir, write_report
 from advisor.search.ledger import RECORD_FORMAT
 from tests._cli import advisor_cli, advisor_cli_many, one_line_error
-from tests.conftest import FAST_SPACE
+from tests.conftest import FAST_SPACE, as_searched
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -112,8 +112,8 @@ def test_report_from_study_name(tuned: tuple[Path, str, str], tmp_path: Path) ->
     for name in (study, "report-test"):  # the fingerprint suffix may be left out
         out = write_report(name, tmp_path / f"{len(name)}.html", storage)
         data = load_report_data(name, storage)
-        assert data.summary is not None and data.summary.trials == len(data.trials)
-        assert data.summary.rejected >= 1
+        assert data.config is not None and data.config.result is not None
+        assert data.config.result.trials == len(data.trials) and data.config.result.rejected >= 1
         check_self_contained(out.read_text())
         check_png(png_dir(out) / "time.png")
 
@@ -247,8 +247,7 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float) ->
 
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(study_name="gain", storage=storage)
-    study.set_user_attr("min_gain", min_gain)
-    study.set_user_attr("record_format", RECORD_FORMAT - 1)
+    as_searched(study, min_gain, record_format=RECORD_FORMAT - 1)
     for r in (result(10.0), result(9.0, memory_format="channels_last")):
         user_attrs = {"result": r.model_dump(mode="json")}
         study.add_trial(create_trial(value=r.median_ms, user_attrs=user_attrs))
@@ -259,11 +258,11 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float) ->
         one_line_error(r, f"record format {RECORD_FORMAT - 1}, this one reads {RECORD_FORMAT}")
         assert not (tmp_path / "r.html").exists()
     study.set_user_attr("record_format", RECORD_FORMAT)
-    summary = load_report_data("gain", storage).summary
-    assert summary is not None
+    config = load_report_data("gain", storage).config
+    assert config is not None and config.result is not None
     picked = "default" if min_gain == 0.5 else "memory_format=channels_last"
-    assert summary.tuned_label == picked, summary.why
-    assert summary.baseline_label == "default"
+    assert config.settings.label() == picked, config.result.why
+    assert config.result.min_gain == min_gain and config.result.trials == 2
 
 
 def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:

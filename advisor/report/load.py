@@ -5,8 +5,9 @@ it is gone, the trials CSV beside the config stands in, and failing that the con
 A study is read with its companion "<study>/layers" (per-layer measurements), both from the one
 storage opened here.
 
-This module also owns the summary (baseline vs recommendation); `advisor.report.layer_rows` the
-per-layer rows and the optional roofline column.
+The summary (baseline vs recommendation) is a config's `result`: the file's own, or for a study
+the one `advise` would write from it as it stands. `advisor.report.layer_rows` makes the per-layer
+rows and the optional roofline column.
 """
 
 from __future__ import annotations
@@ -23,30 +24,9 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-    from advisor.measure.results import TrialResult
+    from advisor.search.ledger import Ledger
 
 REQUIRED_CSV_COLUMNS = ("label", "status", "median_ms", "ci_low_ms", "ci_high_ms")
-
-
-@dataclass
-class Summary:
-    """Baseline vs recommended: what the config's `result` holds, or what a study implies."""
-
-    baseline_label: str
-    tuned_label: str
-    baseline: tuple[float, float, float]  # median, CI low, CI high (ms)
-    tuned: tuple[float, float, float]
-    speedup: float
-    speedup_ci: tuple[float, float]
-    rel_error: float | None
-    precision: str
-    tolerance: float | None
-    why: str
-    trials: int
-    rejected: int
-    failed: int
-    precisions: list[str] = field(default_factory=list)  # how each precision was judged
-    path: list[str] = field(default_factory=list)  # how the pick got there, a sentence a step
 
 
 @dataclass
@@ -56,8 +36,7 @@ class ReportData:
     source: str
     environment: dict[str, Any]
     trials: pd.DataFrame
-    summary: Summary | None
-    config: Config | None = None
+    config: Config | None  # the config file, or the one the study implies (`_config_of_study`)
     study: optuna.Study | None = None
     layer_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -88,7 +67,6 @@ def _from_config(path: Path, storage: str | None) -> ReportData:
     cfg = load_config(path)
     env = cfg.environment.model_dump(mode="json")
     title = str(cfg.workload.get("description") or cfg.workload.get("target") or path.name)
-    summary = _summary_from_config(cfg)
     notes: list[str] = []
     study_name = cfg.workload.get("study")
     stored = None
@@ -106,36 +84,33 @@ def _from_config(path: Path, storage: str | None) -> ReportData:
     elif csv.is_file():
         trials = _trials_from_csv(csv)
         notes.append(f"study not found in the storage: trials from {csv.name}")
-    elif summary is not None:
-        trials = _trials_from_summary(summary)
+    elif cfg.result is not None:
+        trials = _trials_from_result(cfg)
         notes.append("neither the study nor the trials table found: only the config's result")
     else:
         raise ConfigError(f"{path} has no result, and neither its study nor {csv.name} exists")
     study = stored.study if stored is not None else None
-    return ReportData(
-        title, cfg.mode, str(path), env, trials, summary, cfg, study, layer_rows, notes
-    )
+    return ReportData(title, cfg.mode, str(path), env, trials, cfg, study, layer_rows, notes)
 
 
 def _from_study(stored: StoredStudy) -> ReportData:
     study = stored.study
     attrs = study.user_attrs
     workload = attrs.get("workload") or {}
-    trials, results, base = _trials_from_study(stored)
+    trials, ledger = _trials_from_study(stored)
     env = attrs.get("environment") or {}
     mode = str(attrs.get("mode", "?"))
-    min_gain = float(attrs["min_gain"])  # the space's, set by the search
     data = ReportData(
         title=str(workload.get("description") or workload.get("target") or study.study_name),
         mode=mode,
         source=f"study {study.study_name!r}",
         environment=env,
         trials=trials,
-        summary=_summary_from_results(results, base, min_gain),
+        config=_config_of_study(study, ledger),
         study=study,
     )
     data.layer_rows = read_layer_rows(stored.layers, mode, env)
-    if data.summary is None:
+    if data.config is None:
         data.notes.append("PyTorch's default has no valid measurement: no speedup to report")
     return data
 
@@ -188,13 +163,11 @@ def _open_study(name: str, storage_url: str | None) -> StoredStudy | None:
 # ---------------------------------------------------------------- trials and summary
 
 
-def _trials_from_study(
-    stored: StoredStudy,
-) -> tuple[pd.DataFrame, list[TrialResult], TrialResult]:
+def _trials_from_study(stored: StoredStudy) -> tuple[pd.DataFrame, Ledger]:
     """The trials table, every measured candidate's standing from the study's ledger
     (`advisor.search.ledger`: the search's trials by number, then the later stages', numbered
-    -1), and the baseline: PyTorch's default where it was measured (the search enqueues it
-    first), else the first."""
+    -1), each against PyTorch's default where it was measured (the search enqueues it first),
+    else the first; and the ledger."""
     import pandas as pd
 
     from advisor.advice import trial_row
@@ -207,66 +180,31 @@ def _trials_from_study(
         raise StorageError(f"study {stored.study.study_name!r} has no measured trials yet")
     base = ledger.baseline() or results[0]
     rows = [trial_row(o, r, base) for o, r in zip(ledger.origins(), results, strict=True)]
-    return pd.DataFrame(rows), results, base
+    return pd.DataFrame(rows), ledger
 
 
-def _summary_from_config(cfg: Config) -> Summary | None:
-    """The config's own result: its pick was made (with its `min_gain`) when it was written."""
-    r = cfg.result
-    if r is None:
-        return None
-    return Summary(
-        baseline_label="default",
-        tuned_label=cfg.settings.label(),
-        baseline=(r.baseline.median_ms, r.baseline.ci_low_ms, r.baseline.ci_high_ms),
-        tuned=(r.tuned.median_ms, r.tuned.ci_low_ms, r.tuned.ci_high_ms),
-        speedup=r.speedup,
-        speedup_ci=r.speedup_ci,
-        rel_error=r.rel_error,
-        precision=r.precision,
-        tolerance=r.tolerance,
-        why=r.why,
-        trials=r.trials,
-        rejected=r.rejected,
-        failed=r.failed,
-        precisions=list(r.precisions),
-        path=list(r.path),
-    )
-
-
-def _summary_from_results(
-    results: list[TrialResult], base: TrialResult, min_gain: float
-) -> Summary | None:
-    """What the search would have recommended from these trials against `base` (same pick rule
-    as `advise`, with the search space's `min_gain`)."""
-    from advisor.advice import precision_verdicts
+def _config_of_study(study: optuna.Study, ledger: Ledger) -> Config | None:
+    """The config `advise` would write from the study as it stands (`advice.build_advice` on
+    its ledger, under the space's `min_gain`); None where PyTorch's default has no valid
+    measurement. A study the search did not make (without its attributes) is a StorageError."""
+    from advisor.advice import build_advice
+    from advisor.device.environment import Environment
     from advisor.measure.contest import Contest
-    from advisor.search.pick import decide, speedup_over
+    from advisor.search.options import SearchOutcome
+    from advisor.workload.info import parse_info
 
-    if base.status != "ok" or base.measurement is None:
+    base = ledger.baseline()
+    if base is None or base.status != "ok" or base.measurement is None:
         return None
-    pick = decide(results, base, Contest(min_gain=min_gain))
-    chosen = pick.chosen
-    assert chosen.measurement is not None
-    ratio, lo, hi = speedup_over(base, chosen)
-    bm, cm = base.measurement, chosen.measurement
-    return Summary(
-        baseline_label=base.settings.label(),
-        tuned_label=chosen.settings.label(),
-        baseline=(bm.median_ms, bm.ci_low_ms, bm.ci_high_ms),
-        tuned=(cm.median_ms, cm.ci_low_ms, cm.ci_high_ms),
-        speedup=ratio,
-        speedup_ci=(lo, hi),
-        rel_error=chosen.rel_error,
-        precision=chosen.precision,
-        tolerance=chosen.tolerance,
-        why=pick.why,
-        path=list(pick.path),
-        trials=len(results),
-        rejected=sum(r.status == "rejected" for r in results),
-        failed=sum(r.status == "failed" for r in results),
-        precisions=precision_verdicts(results),
-    )
+    attrs = study.user_attrs
+    needed = ("workload", "mode", "space", "environment", "min_gain")
+    if missing := [k for k in needed if k not in attrs]:
+        raise StorageError(f"study {study.study_name!r} lacks what advise stores: {missing}")
+    env = Environment.model_validate(attrs["environment"])
+    outcome = SearchOutcome(study_name=study.study_name, environment=env, ledger=ledger)
+    advice = build_advice(outcome, parse_info(attrs["workload"]), attrs["mode"], attrs["space"],
+                          contest=Contest(min_gain=float(attrs["min_gain"])))  # fmt: skip
+    return advice.config
 
 
 def _trials_from_csv(path: Path) -> pd.DataFrame:
@@ -287,21 +225,15 @@ def _trials_from_csv(path: Path) -> pd.DataFrame:
     return df
 
 
-def _trials_from_summary(s: Summary) -> pd.DataFrame:
+def _trials_from_result(cfg: Config) -> pd.DataFrame:
     """Only the config survives: its two timings are all there is to plot."""
     import pandas as pd
 
-    rows = []
-    for i, (label, t) in enumerate(((s.baseline_label, s.baseline), (s.tuned_label, s.tuned))):
-        rows.append(
-            dict(
-                trial=i,
-                label=label,
-                status="ok",
-                reason="",
-                median_ms=t[0],
-                ci_low_ms=t[1],
-                ci_high_ms=t[2],
-            )
-        )
+    r = cfg.result
+    assert r is not None
+    labelled = (("default", r.baseline), (cfg.settings.label(), r.tuned))
+    rows = [
+        {"trial": i, "label": label, "status": "ok", "reason": "", **t.model_dump()}
+        for i, (label, t) in enumerate(labelled)
+    ]
     return pd.DataFrame(rows).drop_duplicates(subset="label")

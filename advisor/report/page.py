@@ -18,7 +18,8 @@ from advisor.report.progress import kind_beside
 if TYPE_CHECKING:
     import pandas as pd
 
-    from advisor.report.load import ReportData, Summary
+    from advisor.config import Config
+    from advisor.report.load import ReportData
     from advisor.report.plots import Plots
 
 CSS = """
@@ -63,28 +64,28 @@ def _status(status: str) -> tuple[str, str]:
     return ("html", f'<span class="{_e(status)}">{_e(status)}</span>')
 
 
-def _summary_html(s: Summary | None) -> str:
-    if s is None:
+def _summary_html(cfg: Config | None) -> str:
+    s = cfg.result if cfg is not None else None
+    if cfg is None or s is None:
         return '<p class="note">No summary: PyTorch\'s default has no valid measurement.</p>'
     rows = [
-        ["PyTorch default", s.baseline_label, *s.baseline, "1.00x"],
+        ["PyTorch default", "default", s.baseline, "1.00x"],
         [
             "recommended",
-            s.tuned_label,
-            *s.tuned,
+            cfg.settings.label(),
+            s.tuned,
             f"{s.speedup:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]",
         ],
     ]
     table = _table(
         ["", "settings", "median ms", "CI low ms", "CI high ms", "speedup [95% CI]"],
-        [[r[0], r[1], _num(r[2]), _num(r[3]), _num(r[4]), r[5]] for r in rows],
+        [
+            [a, b, _num(t.median_ms), _num(t.ci_low_ms), _num(t.ci_high_ms), c]
+            for a, b, t, c in rows
+        ],
         {2, 3, 4},
     )
-    err = (
-        f"{s.rel_error:.1e} ({s.precision}, tolerance {s.tolerance:.0e})"
-        if s.rel_error is not None and s.tolerance is not None
-        else s.precision
-    )
+    err = f"{s.rel_error:.1e} ({s.precision}, tolerance {s.tolerance:.0e})"
     return (
         f'<p class="big">{s.speedup:.2f}x faster than PyTorch\'s default '
         f"(95% CI {s.speedup_ci[0]:.2f}–{s.speedup_ci[1]:.2f})</p>{table}"
@@ -198,15 +199,18 @@ def _layers_html(data: ReportData) -> str:
 
 def _workload_roofline(data: ReportData) -> str | None:
     """For a single-layer workload: how close default and recommended came to the floor."""
-    cfg, s = data.config, data.summary
+    cfg = data.config
+    s = cfg.result if cfg is not None else None
     if cfg is None or s is None or cfg.workload.get("kind") != "layer":
         return None
     spec = cfg.workload.get("spec")
     if not isinstance(spec, dict):
         return None
     env = data.environment
-    base, base_at = roofline_of(spec, cfg.mode, s.baseline[0], env, default_precision(spec, env))
-    tuned, tuned_at = roofline_of(spec, cfg.mode, s.tuned[0], env, s.precision)
+    base, base_at = roofline_of(
+        spec, cfg.mode, s.baseline.median_ms, env, default_precision(spec, env)
+    )
+    tuned, tuned_at = roofline_of(spec, cfg.mode, s.tuned.median_ms, env, s.precision)
     if base is None or tuned is None:
         return None
     return (
@@ -279,7 +283,7 @@ def render_html(data: ReportData, plots: Plots, png_names: dict[str, str]) -> st
 
     files = ", ".join(png_names.values())
     sections = [
-        ("Summary", _summary_html(data.summary)),
+        ("Summary", _summary_html(data.config)),
         ("Time per candidate", _plot_html(plots, "time")),
         ("Optimisation history", _plot_html(plots, "history")),
         ("Knob importance", _plot_html(plots, "importance")),

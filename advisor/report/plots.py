@@ -126,8 +126,11 @@ class Plots:
 
 def make_plots(data: ReportData) -> Plots:
     plots = Plots()
-    s = data.summary
-    fig = time_figure(data.trials, s.baseline_label if s else None, s.tuned_label if s else None)
+    cfg = data.config
+    summed = cfg is not None and cfg.result is not None
+    fig = time_figure(
+        data.trials, "default" if summed else None, cfg.settings.label() if summed else None
+    )
     plots.png["time"] = _png(fig)
     study = data.study
     if study is None:
