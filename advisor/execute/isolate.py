@@ -231,7 +231,7 @@ class IsolatedEvaluator:
     def gate(self, settings: Settings, *, time_left_s: float | None = None) -> TrialResult:
         """The gate's verdict on a candidate measured without it (`gating.gate_only`), in the
         worker, under the trial limit."""
-        return self._task(("gate", settings.model_dump_json(), time_left_s,
+        return self._task(("gate", settings.model_dump_json(), None, time_left_s,
                            list(self._known.values())), settings)  # fmt: skip
 
     def _task(self, message: tuple[Any, ...], settings: Settings) -> TrialResult:

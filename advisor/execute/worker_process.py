@@ -100,7 +100,7 @@ def worker_main(
     cudnn_benchmark: bool = False,
 ) -> None:
     """Worker loop: start up, then receive ("evaluate", settings JSON, ...) and send back a
-    TrialResult (JSON); or receive ("gate", settings JSON, ...) and send back the gate's verdict on a candidate measured
+    TrialResult (JSON), or ("gate", ...) and send back the gate's verdict on a candidate measured
     without it; or receive ("retime", [TrialResult JSON, ...]) and send back the finalists
     re-timed together; or serve one re-time's samples one at a time ("retime_open",
     "retime_sample", ...); or ("prime", twins) to take cudnn.benchmark's first calls first; or
@@ -189,22 +189,16 @@ def worker_main(
                 reply = ("primed", None)
             except Exception as e:  # noqa: BLE001 - the twins' trials then say what fails
                 reply = ("error", first_line(e))
-        elif isinstance(msg, tuple) and msg[0] == "gate":
-            _, settings_json, time_left_s, known = msg
-            settings = Settings.model_validate_json(settings_json)
-            ev.know([PrecisionCheck.model_validate_json(j) for j in known])
-            try:
-                result = ev.gate(settings, time_left_s=time_left_s)
-            except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
-                result = failed(settings, first_line(e))
-            reply = ("result", result.model_dump_json())
-        else:
-            _, settings_json, race_kw, time_left_s, known = msg
+        else:  # ("evaluate" or "gate", settings JSON, race, time left, verdicts known)
+            kind, settings_json, race_kw, time_left_s, known = msg
             race = Race(**race_kw) if race_kw is not None else None
             settings = Settings.model_validate_json(settings_json)
             ev.know([PrecisionCheck.model_validate_json(j) for j in known])
             try:
-                result = ev(settings, race=race, time_left_s=time_left_s)
+                if kind == "gate":
+                    result = ev.gate(settings, time_left_s=time_left_s)
+                else:
+                    result = ev(settings, race=race, time_left_s=time_left_s)
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = failed(settings, first_line(e))
             if settings_json in primed:
