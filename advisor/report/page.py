@@ -68,14 +68,10 @@ def _summary_html(cfg: Config | None) -> str:
     s = cfg.result if cfg is not None else None
     if cfg is None or s is None:
         return '<p class="note">No summary: PyTorch\'s default has no valid measurement.</p>'
+    gain = f"{s.speedup:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]"
     rows = [
-        ["PyTorch default", "default", s.baseline, "1.00x"],
-        [
-            "recommended",
-            cfg.settings.label(),
-            s.tuned,
-            f"{s.speedup:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]",
-        ],
+        ("PyTorch default", "default", s.baseline, "1.00x"),
+        ("recommended", cfg.settings.label(), s.tuned, gain),
     ]
     table = _table(
         ["", "settings", "median ms", "CI low ms", "CI high ms", "speedup [95% CI]"],

@@ -127,10 +127,8 @@ class Plots:
 def make_plots(data: ReportData) -> Plots:
     plots = Plots()
     cfg = data.config
-    summed = cfg is not None and cfg.result is not None
-    fig = time_figure(
-        data.trials, "default" if summed else None, cfg.settings.label() if summed else None
-    )
+    tuned = cfg.settings.label() if cfg is not None and cfg.result is not None else None
+    fig = time_figure(data.trials, "default" if tuned is not None else None, tuned)
     plots.png["time"] = _png(fig)
     study = data.study
     if study is None:
