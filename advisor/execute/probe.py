@@ -32,10 +32,12 @@ from advisor.execute.worker_process import (
     leave,
     worker_main,
 )
+from advisor.measure.candidate import Candidate, Mode
+from advisor.workload.build import Workload
 from advisor.workload.deferred import DeferredWorkload
 from advisor.workload.info import ModelFileInfo, parse_info
 
-__all__ = ["ProbeChild", "hand_over", "probe_model", "user_failure"]
+__all__ = ["ProbeChild", "hand_over", "load_then_serve", "probe_model", "user_failure"]
 
 
 @dataclass
@@ -103,7 +105,8 @@ def probe_model(
     is returned, waiting to become a worker (the caller adopts or closes it), with the
     workload's description (`ProbeChild.deferred`)."""
     proc: Any
-    proc, parent = start_child(_child, workload_args, mode, device, role="probe")
+    step = (mode, device)
+    proc, parent = start_child(load_then_serve, ("args", workload_args), step, role="probe")
     what = f"the model's code (loading it and one {mode} step, in a separate process)"
     try:
         msg = receive(parent, proc, STARTUP_TIMEOUT_S)
@@ -138,31 +141,43 @@ def user_failure(e: BaseException) -> str:
     return f"it called sys.exit({e.code!r})" if isinstance(e, SystemExit) else first_line(e)
 
 
-def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: str) -> None:
+def load_then_serve(
+    conn: Connection,
+    source: tuple[str, Any],
+    step: tuple[Mode, str] | None,
+    then: Callable[[Connection, Workload, Any], None] | None = None,
+) -> None:
+    """A child that runs the user's code first: load the workload from `source` (("args",
+    make_workload's arguments) or ("info", its info's JSON)) and, with `step` (mode, device), one
+    step of PyTorch's default; reply ("ok", and after a step its info and its parameters' dtype)
+    or the failure, and wait. None ends it. With `then` (the final check's, which runs no step),
+    the next message goes to `then` with the workload; else ("serve", ...) makes it the run's
+    first worker."""
     become_child()
-    import torch
+    import json
 
     from advisor.device.global_state import global_state
     from advisor.knobs import Settings
-    from advisor.measure.candidate import Candidate
     from advisor.workload.args import make_workload
+    from advisor.workload.rebuild import workload_from_info
 
     pristine = global_state()  # before any user code: what a worker's trials start from
     conn.send(("started",))
+    workload: Any = None
     try:
-        workload = make_workload(**workload_args)
-        cand = Candidate(workload, Settings(), torch.device(device), mode)  # type: ignore[arg-type]
-        try:
-            outputs = cand.capture().outputs
-        finally:
-            cand.close()
-        info = workload.info.model_dump(mode="json")
-        dtype = str(workload.param_dtype).removeprefix("torch.")
-        del workload, cand
-        reply: tuple[Any, ...] = ("ok", info, dtype)
-        if not outputs:
-            reply = ("error", "it returned no tensor: there is nothing to time or check")
-        del outputs
+        kind, what = source
+        workload = make_workload(**what) if kind == "args" else workload_from_info(json.loads(what))
+        reply: tuple[Any, ...] = ("ok",)  # the final check's: nothing more runs before it
+        if step is not None:
+            cand = Candidate(workload, Settings(), torch.device(step[1]), step[0])
+            try:
+                outputs = bool(cand.capture().outputs)
+            finally:
+                cand.close()
+            dtype = str(workload.param_dtype).removeprefix("torch.")
+            reply = ("ok", workload.info.model_dump(mode="json"), dtype)
+            if not outputs:
+                reply = ("error", "it returned no tensor: there is nothing to time or check")
     except AdvisorError as e:  # already one line naming the problem
         reply = ("advisor_error", str(e))
     except BaseException as e:  # noqa: BLE001 - the user's code: any failure is a bad input
@@ -174,8 +189,12 @@ def _child(conn: Connection, workload_args: dict[str, Any], mode: str, device: s
         msg = conn.recv()
     except (EOFError, OSError):
         return
-    if isinstance(msg, tuple) and msg[0] == "serve":
-        rename("probe_worker")  # its profile, where there is one: the run's first worker
-        worker_main(conn, msg[1], device, mode, msg[2], pristine=pristine)  # type: ignore[arg-type]
-    elif msg is None:
+    if msg is None:
         leave()  # closed unused: its parent waits for it
+    if then is not None:
+        then(conn, workload, msg)
+        leave()  # the run waits for this process to end before it writes the advice
+    if isinstance(msg, tuple) and msg[0] == "serve" and step is not None:
+        del workload, cand  # the worker builds its own from the info it is sent
+        rename("probe_worker")  # its profile, where there is one: the run's first worker
+        worker_main(conn, msg[1], step[1], step[0], msg[2], pristine=pristine)

@@ -11,14 +11,15 @@ the load, not because of the worker process.
 So before a change is recommended, it is re-timed against PyTorch's default once more, after
 everything else, where the user runs it: in a fresh process that loads the model file (or layer
 spec) and builds both exactly as `advisor.apply` builds a model (`apply_settings`, `inputs`, the
-training step of advisor.measure.candidate), interleaved, paired by round (`stats.paired_speedup`). A
-workload no other process can rebuild (a live model) or an in-process run is checked in this
-process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
+training step of advisor.measure.candidate), interleaved, paired by round
+(`stats.paired_speedup`). A workload no other process can rebuild (a live model) or an
+in-process run is checked in this process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
 a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
 torch thread, and the change must win there too. Its time comes out of the run's budget
 (`budget.budget_plan` reserves it); it always gets at least `MIN_ROUNDS` rounds. For a model
 file, the fresh process is started beside the probe and loads the file while the probe does
-(`FreshProcess`): it runs nothing else before the check, which then costs its timing only.
+(`FreshProcess`, a child of `execute.probe.load_then_serve` that runs no step): it runs nothing
+else before the check, which then costs its timing only.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from typing import Any
 import torch
 
 from advisor.config import FinalCheck
-from advisor.errors import AdvisorError, first_line
+from advisor.errors import first_line
 from advisor.execute.isolate import receive
-from advisor.execute.probe import user_failure
+from advisor.execute.probe import load_then_serve
 from advisor.execute.profiling import kill
 from advisor.execute.retime import retime
 from advisor.execute.worker_process import LEAVE_S
@@ -271,7 +272,8 @@ class FreshProcess:
         from advisor.execute.children import start_child
 
         self.proc: Any
-        self.proc, self.conn = start_child(_child, source, role="final_check")
+        child = start_child(load_then_serve, source, None, _check, role="final_check")
+        self.proc, self.conn = child
         self._state: str | None = "loading"  # None: ready; else why not ("loading" meanwhile)
 
     def ready(self, timeout_s: float) -> str | None:
@@ -282,9 +284,11 @@ class FreshProcess:
                 self._state = f"its process ended while loading (exit code {self.proc.exitcode})"
             elif timeout_s > 0 or self.conn.poll(0):
                 msg = receive(self.conn, self.proc, timeout_s)
-                if msg == ("ready",):
+                if msg == ("started",):  # its interpreter is up: the load comes next
+                    msg = receive(self.conn, self.proc, timeout_s)
+                if isinstance(msg, tuple) and msg[0] == "ok":
                     self._state = None
-                elif isinstance(msg, tuple) and msg[0] == "error":
+                elif isinstance(msg, tuple) and msg[0] in ("error", "advisor_error"):
                     self._state = f"loading the workload failed: {msg[1]}"
                 elif msg == "dead":
                     self._state = f"its process ended while loading (exit code {self._code()})"
@@ -343,35 +347,14 @@ class FreshProcess:
         return self.proc.exitcode
 
 
-def _child(conn: Connection, source: tuple[str, Any]) -> None:
-    """The fresh process: load the workload, then (if asked) build both as `advisor.apply`
-    does and check."""
-    from advisor.execute.worker_process import become_child, leave
-
-    become_child()
-    from advisor.workload.args import make_workload
+def _check(conn: Connection, workload: Workload, msg: Any) -> None:
+    """The fresh process's check (`execute.probe.load_then_serve` loaded `workload`): both
+    built as `advisor.apply` builds them, then checked; the reply is the check or its failure."""
+    from advisor.device.ops import cuda_ops
     from advisor.workload.rebuild import workload_from_info
 
-    kind, what = source
-    try:
-        workload = make_workload(**what) if kind == "args" else workload_from_info(json.loads(what))
-    except AdvisorError as e:  # already one line naming the problem
-        conn.send(("error", str(e)))
-        return
-    except BaseException as e:  # noqa: BLE001 - the user's code: any failure, one line
-        conn.send(("error", user_failure(e)))
-        return
-    conn.send(("ready",))
-    try:
-        msg = conn.recv()
-    except (EOFError, OSError):
-        return
-    if msg is None:
-        leave()
     _, info_json, device, mode, pair_json, policy, busy, min_gain = msg
     try:
-        from advisor.device.ops import cuda_ops
-
         if workload.info.model_dump_json() != info_json:  # loaded from other arguments
             workload = workload_from_info(json.loads(info_json))
         dev = torch.device(device)
@@ -383,4 +366,3 @@ def _child(conn: Connection, source: tuple[str, Any]) -> None:
         conn.send(("checked", check.model_dump_json()))
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("error", first_line(e)))
-    leave()  # the run waits for this process to end before it writes the advice
