@@ -265,6 +265,34 @@ def test_report_pick_uses_the_study_min_gain(tmp_path: Path, min_gain: float) ->
     assert config.result.min_gain == min_gain and config.result.trials == 2
 
 
+def test_a_study_without_what_advise_stores_is_one_line(tmp_path: Path) -> None:
+    """A study of this record format that lacks an attribute the search stores, or holds one
+    this version cannot read, is refused in one line, not a traceback."""
+    import optuna
+    from optuna.trial import create_trial
+
+    from advisor.knobs import Settings
+    from advisor.measure.results import TrialResult
+    from advisor.measure.stats import Measurement
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name="bare", storage=storage)
+    as_searched(study)
+    r = TrialResult(settings=Settings(), status="ok", measurement=Measurement(samples_ms=[1.0] * 5))
+    study.add_trial(create_trial(value=1.0, user_attrs={"result": r.model_dump(mode="json")}))
+    assert load_report_data("bare", storage).config is not None
+    other = optuna.create_study(study_name="other", storage=storage)
+    other.set_user_attr("record_format", RECORD_FORMAT)  # and nothing else
+    other.add_trial(create_trial(value=1.0, user_attrs={"result": r.model_dump(mode="json")}))
+    with pytest.raises(StorageError, match=r"^study 'other' does not hold what .*\(no '\w+'\)$"):
+        load_report_data("other", storage)
+    study.set_user_attr("environment", {"device_type": "cpu"})  # its other fields missing
+    r_html = tmp_path / "r.html"
+    cli = advisor_cli("report", "bare", "--storage", storage, "--out", str(r_html))
+    one_line_error(cli, "study 'bare' does not hold what advise stores with a study (")
+    assert not r_html.exists()
+
+
 def test_layer_rows_take_the_roofline_at_the_precision_measured() -> None:
     """A layer measured under amp=bf16 (really, on this CPU) is judged against this machine's
     bf16 peak with 2-byte elements; a TF32 result, as a GPU records it, has no peak on a CPU and

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, load_config
-from advisor.errors import ConfigError, StorageError, first_line
+from advisor.errors import (
+    AdvisorError,
+    ConfigError,
+    StorageError,
+    first_line,
+    validation_message,
+)
 from advisor.report.layer_rows import layer_rows as read_layer_rows
 
 if TYPE_CHECKING:
@@ -186,7 +192,9 @@ def _trials_from_study(stored: StoredStudy) -> tuple[pd.DataFrame, Ledger]:
 def _config_of_study(study: optuna.Study, ledger: Ledger) -> Config | None:
     """The config `advise` would write from the study as it stands (`advice.build_advice` on
     its ledger, under the space's `min_gain`); None where PyTorch's default has no valid
-    measurement. A study the search did not make (without its attributes) is a StorageError."""
+    measurement. A study without the attributes the search stores is a StorageError."""
+    from pydantic import ValidationError
+
     from advisor.advice import build_advice
     from advisor.device.environment import Environment
     from advisor.measure.contest import Contest
@@ -197,14 +205,21 @@ def _config_of_study(study: optuna.Study, ledger: Ledger) -> Config | None:
     if base is None or base.status != "ok" or base.measurement is None:
         return None
     attrs = study.user_attrs
-    needed = ("workload", "mode", "space", "environment", "min_gain")
-    if missing := [k for k in needed if k not in attrs]:
-        raise StorageError(f"study {study.study_name!r} lacks what advise stores: {missing}")
-    env = Environment.model_validate(attrs["environment"])
+    try:
+        env = Environment.model_validate(attrs["environment"])
+        info, mode, space = parse_info(attrs["workload"]), attrs["mode"], attrs["space"]
+        contest = Contest(min_gain=float(attrs["min_gain"]))
+    except (KeyError, TypeError, ValueError, AdvisorError) as e:  # ValidationError: a ValueError
+        what = first_line(e, with_type=False)
+        if isinstance(e, KeyError):
+            what = f"no {e}"
+        elif isinstance(e, ValidationError):  # the environment's (the info's is a ConfigError)
+            what = validation_message(e, "environment")
+        raise StorageError(
+            f"study {study.study_name!r} does not hold what advise stores with a study ({what})"
+        ) from None
     outcome = SearchOutcome(study_name=study.study_name, environment=env, ledger=ledger)
-    advice = build_advice(outcome, parse_info(attrs["workload"]), attrs["mode"], attrs["space"],
-                          contest=Contest(min_gain=float(attrs["min_gain"])))  # fmt: skip
-    return advice.config
+    return build_advice(outcome, info, mode, space, contest=contest).config
 
 
 def _trials_from_csv(path: Path) -> pd.DataFrame:
