@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from advisor.config import Config, load_config
-from advisor.errors import (
-    AdvisorError,
-    ConfigError,
-    StorageError,
-    first_line,
-    validation_message,
-)
+from advisor.errors import AdvisorError, ConfigError, StorageError, first_line, validation_message
 from advisor.report.layer_rows import layer_rows as read_layer_rows
 
 if TYPE_CHECKING:
