@@ -107,27 +107,23 @@ class IsolatedEvaluator:
 
     def adopt(self, proc: Any, conn: Connection) -> None:
         """Take a live process that waits for ("serve", ...) as the first worker: the probe's
-        child (`advisor.execute.probe`), which has already imported torch and run the model once, so the
-        run does not pay a second start-up. It is told what to serve at the first task (a run
-        that finds everything stored measures nothing); if it cannot, it is ended and a fresh
-        worker is started, which then says what went wrong."""
+        child (`advisor.execute.probe`), which has already imported torch and run the model
+        once, so the run does not pay a second start-up. It is told what to serve at the first
+        task (a run that finds everything stored measures nothing); if it cannot, it is ended
+        and a fresh worker is started, which then says what went wrong."""
         self._kill()
         self._proc, self._conn, self._switch = proc, conn, False
         self._adopted = True
 
-    def _serve(self) -> None:
-        """Turn the adopted process into this evaluator's worker, or end it."""
-        self._adopted = False
+    def _readied(self, message: tuple[Any, ...]) -> bool:
+        """Send the live process `message` (it loads a workload); whether it then says ready."""
         assert self._conn is not None
         try:
-            self._conn.send(("serve", self.info.model_dump_json(), self.space.model_dump_json()))
+            self._conn.send(message)
             msg = self._receive(self.startup_timeout_s)
         except (BrokenPipeError, OSError):
             msg = "dead"
-        if isinstance(msg, tuple) and msg[0] == "ready":
-            self.starts += 1
-        else:
-            self._kill()
+        return isinstance(msg, tuple) and msg[0] == "ready"
 
     def launch(self) -> None:
         """Start the worker now without waiting for it: it imports torch and builds the
@@ -146,16 +142,14 @@ class IsolatedEvaluator:
             if why is not None:
                 return why
         if self._adopted and self._proc is not None and self._proc.is_alive():
-            self._serve()
+            self._adopted = False  # it becomes this evaluator's worker, or is ended
+            if self._readied(("serve", self.info.model_dump_json(), self.space.model_dump_json())):
+                self.starts += 1
+            else:
+                self._kill()  # a fresh worker says what went wrong
         if self._switch and self._proc is not None and self._proc.is_alive():
             self._switch = False
-            assert self._conn is not None
-            try:
-                self._conn.send(("workload", self.info.model_dump_json()))
-                msg = self._receive(self.startup_timeout_s)
-            except (BrokenPipeError, OSError):
-                msg = "dead"
-            if not (isinstance(msg, tuple) and msg[0] == "ready"):
+            if not self._readied(("workload", self.info.model_dump_json())):
                 self._kill()  # a fresh worker on the new workload says what went wrong
         if self._proc is None or not self._proc.is_alive():
             self._kill()
