@@ -11,13 +11,13 @@ the load, not because of the worker process.
 So before a change is recommended, it is re-timed against PyTorch's default once more, after
 everything else, where the user runs it: in a fresh process that loads the model file (or layer
 spec) and builds both exactly as `advisor.apply` builds a model (`apply_settings`, `inputs`, the
-training step of advisor.measure.candidate), interleaved, paired by round
-(`stats.paired_speedup`). A workload no other process can rebuild (a live model) or an
-in-process run is checked in this process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on
-a busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one
-torch thread, and the change must win there too. Its time comes out of the run's budget
-(`budget.budget_plan` reserves it); it always gets at least `MIN_ROUNDS` rounds. For a model
-file, the fresh process is started beside the probe and loads the file while the probe does
+training step of advisor.measure.candidate), interleaved, paired by round (`stats.paired_speedup`).
+A workload no other process can rebuild (a live model) or an in-process run is checked in this
+process, on fresh copies. The change is kept only when the paired interval lies above 1.0x; on a
+busy CPU (other processes' share over `machine_load.BUSY_SHARE`) both are also timed at one torch
+thread, and the change must win there too. Its time comes out of the run's budget
+(`budget.budget_plan` reserves it); it always gets at least `MIN_ROUNDS` rounds. For a model file,
+the fresh process is started beside the probe and loads the file while the probe does
 (`FreshProcess`, a child of `execute.probe.load_then_serve` that runs no step): it runs nothing
 else before the check, which then costs its timing only.
 """
