@@ -201,7 +201,7 @@ def worker_main(
                     result = ev(settings, race=race, time_left_s=time_left_s)
             except Exception as e:  # noqa: BLE001 - the reason, not "worker exited with code 1"
                 result = failed(settings, first_line(e))
-            if settings_json in primed:
+            if kind != "gate" and settings_json in primed:
                 result = with_first_calls(result, primed.pop(settings_json))
             reply = ("result", result.model_dump_json())
         restore_global_state(pristine)  # the next trial starts from the same state

@@ -283,9 +283,10 @@ class FreshProcess:
             if not self.proc.is_alive() and not self.conn.poll(0):
                 self._state = f"its process ended while loading (exit code {self.proc.exitcode})"
             elif timeout_s > 0 or self.conn.poll(0):
+                until = time.monotonic() + timeout_s
                 msg = receive(self.conn, self.proc, timeout_s)
                 if msg == ("started",):  # its interpreter is up: the load comes next
-                    msg = receive(self.conn, self.proc, timeout_s)
+                    msg = receive(self.conn, self.proc, until - time.monotonic())
                 if isinstance(msg, tuple) and msg[0] == "ok":
                     self._state = None
                 elif isinstance(msg, tuple) and msg[0] in ("error", "advisor_error"):
