@@ -8,6 +8,7 @@ to check which first call the note and the payback read."""
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -159,3 +160,40 @@ def test_ctrl_c_during_a_split_re_time_stays_ctrl_c(monkeypatch: pytest.MonkeyPa
     with pytest.raises(KeyboardInterrupt):
         split.retime(results)
     assert events == ["close", "close"]  # both sessions were still asked to close
+
+
+class _Steady:
+    """A re-time session whose finalists step in fixed times (`ms`, by finalist): the rounds'
+    control flow, not a measurement. Each sample takes 10 ms of wall time, so the rounds pass
+    the least time a decided re-time must span."""
+
+    def __init__(self, ms: list[float]) -> None:
+        self.ms = ms
+
+    def sample(self, i: int) -> float:
+        time.sleep(0.01)
+        return self.ms[i]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_split_re_time_stops_once_the_pick_is_decided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds driven across the two processes stop by the rule that stops them in one
+    (`retime.stop_rule`): a twin twice as fast as the default is decided in a few rounds, where
+    the policy's budget would take 200."""
+    from advisor.execute.benchmark_processes import BenchmarkSplit
+    from advisor.workload.build import model_workload
+
+    space = load_space(str(DATA / "fast_cpu.yaml"), torch.device("cpu"))
+    space = space.model_copy(update={"timing": space.timing.model_copy(
+        update={"max_samples": 200, "max_time_s": 10.0})})  # fmt: skip
+    on = SimpleNamespace(know=lambda checks: None)
+    split = BenchmarkSplit(object(), lambda wl: on, model_workload(str(DATA / "tiny_cnn.py")), space)  # type: ignore[arg-type]
+    times = iter([[10.0], [5.0]])  # the default's process, then the flag's
+    monkeypatch.setattr(BenchmarkSplit, "_open", lambda *a: _Steady(next(times)))
+    results = [_result(Settings(), 10.0, 1.0), _result(Settings(cudnn_benchmark=True), 5.0, 1.0)]
+    fresh = split.retime(results)
+    rounds = [len(r.measurement.samples_ms) for r in fresh if r.measurement is not None]
+    assert rounds[0] == rounds[1] and 5 <= rounds[0] < 50, rounds
+    assert all(r.retimed for r in fresh) and fresh[1].median_ms == 5.0

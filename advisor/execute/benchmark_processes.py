@@ -4,9 +4,11 @@ cuDNN keeps its plans in a cache that lives as long as the process, keyed withou
 flag, and it caches the plan its heuristics chose too. So a `cudnn_benchmark=True` candidate
 measured in a process that already ran the same convolutions with the flag off reuses those plans
 and never benchmarks; in the other order, PyTorch's default is timed with benchmarked plans. So on
-CUDA, candidates go to a process per `cudnn_benchmark` value: the run's own evaluator takes `False` (PyTorch's default), a worker of
-its own takes `True`. Finalists of both kinds are re-timed in rounds driven from here, each
-sample taken by the process that holds its finalist, so the pairing of the pick survives.
+CUDA, candidates go to a process per `cudnn_benchmark` value: the run's own evaluator takes
+`False` (PyTorch's default), a worker of its own takes `True`. Finalists of both kinds are
+re-timed in rounds driven from here, each sample taken by the process that holds its finalist,
+so the pairing of the pick survives; the rounds stop where the pick is decided, as in one
+process (`retime.stop_rule`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from advisor.device.global_state import global_state, restore_global_state
 from advisor.execute.evaluators import Evaluator, InProcessEvaluator
 from advisor.execute.isolate import IsolatedEvaluator, RetimeFailed
-from advisor.execute.retime import RetimeSession, retime_policy, retimed_results, rounds
+from advisor.execute.retime import RetimeSession, retime_policy, retimed_results, rounds, stop_rule
 from advisor.knobs import Settings, precision_of
 from advisor.measure.candidate import Mode
 from advisor.measure.results import TrialResult
@@ -185,7 +187,8 @@ class BenchmarkSplit:
         policy = retime_policy(self.space.timing.policy(), len(results), time_left_s)
         groups = {k: [i for i, r in enumerate(results) if r.settings.cudnn_benchmark == k]
                   for k in (False, True)}  # fmt: skip
-        per_case = []
+        one_shape = len(self.workload.shape_cases) == 1
+        per_case, rule = [], stop_rule(results, self.space.min_gain) if one_shape else None
         for case in range(len(self.workload.shape_weights)):
             sessions: dict[bool, Session] = {}
             try:
@@ -195,7 +198,8 @@ class BenchmarkSplit:
                 where = {i: (k, pos) for k, idx in groups.items() for pos, i in enumerate(idx)}
                 samplers = [partial(sessions[where[i][0]].sample, where[i][1])
                             for i in range(len(results))]  # fmt: skip
-                per_case.append(interleave(samplers, time.perf_counter, **rounds(policy)))
+                per_case.append(interleave(samplers, time.perf_counter, **rounds(policy),
+                                           decided=rule))  # fmt: skip
             except BaseException:
                 # the first failure is the one to tell, Ctrl-C too: a worker asked to close
                 # while its reply to a sample is unread answers with that reply instead

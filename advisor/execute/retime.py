@@ -61,8 +61,8 @@ def retime_policy(policy: TimingPolicy, n: int, time_left_s: float | None) -> Ti
 class RetimeSession:
     """The finalists of one shape case, built and warmed up, sampled one at a time: `sample(i)`
     is one sample of finalist i after PyTorch's state is put back and its flags set. The rounds
-    may be driven from another process (`advisor.execute.benchmark_processes`: finalists that must not
-    share a process)."""
+    may be driven from another process (`advisor.execute.benchmark_processes`: finalists that
+    must not share a process)."""
 
     def __init__(
         self,
@@ -140,13 +140,8 @@ def retime(
     `min_gain`, the rounds of a single shape stop once `pick_decided`; with `decided`, once it
     holds. `first_s` (one per result) receives each one's first calls (seconds over the shapes)."""
     per_case: list[list[list[float]]] = []
-    one_shape = len(workload.shape_cases) == 1
-    rule = decided if one_shape else None
-    if min_gain is not None and one_shape:
-        changes = [len(r.settings.changes()) for r in results]
-        eager = [i for i, r in enumerate(results) if not r.settings.compiled]
-        rule = partial(decided_with_or_without_compile, complexity=changes, eager=eager,
-                       min_gain=min_gain)  # fmt: skip
+    rule = stop_rule(results, min_gain) if min_gain is not None else decided
+    rule = rule if len(workload.shape_cases) == 1 else None  # a shape set's rounds are summed
     for case in range(len(workload.shape_cases)):
         session = RetimeSession(workload, results, device, mode, policy, case)
         try:
@@ -160,6 +155,14 @@ def retime(
         finally:
             session.close()
     return retimed_results(workload, results, per_case)
+
+
+def stop_rule(results: Sequence[TrialResult], min_gain: float) -> Callable[..., bool]:
+    """What ends the rounds of a single shape early: the pick among `results` decided."""
+    changes = [len(r.settings.changes()) for r in results]
+    eager = [i for i, r in enumerate(results) if not r.settings.compiled]
+    return partial(decided_with_or_without_compile, complexity=changes, eager=eager,
+                   min_gain=min_gain)  # fmt: skip
 
 
 def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain: float) -> bool:
