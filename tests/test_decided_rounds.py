@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 from advisor.config import FinalCheck
-from advisor.execute.retime import decided_with_or_without_compile, pick_decided, rounds
+from advisor.execute.retime import decided_with_or_without_one_offs, pick_decided, rounds
 from advisor.knobs import Settings
 from advisor.measure.stats import STRICT_Z, Measurement, paired_speedup
 from advisor.measure.stopping import TimingPolicy
@@ -185,10 +185,29 @@ def test_a_compiled_leader_decides_a_re_time_only_once_the_eager_pick_is_decided
     compiled = [b / 2 for b in base]  # compiled, far ahead of both
     samples, changes = [base, close, compiled], [0, 1, 2]
     assert pick_decided(samples, changes, 0.02)
-    assert not decided_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    assert not decided_with_or_without_one_offs(samples, changes, subsets=([0, 1],), min_gain=0.02)
     clear = [b / 1.5 for b in base]  # an eager pick 1.5x faster than the default in every round
     samples = [base, clear, compiled]
-    assert decided_with_or_without_compile(samples, changes, eager=[0, 1], min_gain=0.02)
+    assert decided_with_or_without_one_offs(samples, changes, subsets=([0, 1],), min_gain=0.02)
     # without a compiled finalist it is pick_decided itself
-    assert decided_with_or_without_compile([base, close], [0, 1], eager=[0, 1], min_gain=0.02) \
-        == pick_decided([base, close], [0, 1], 0.02)  # fmt: skip
+    alone = decided_with_or_without_one_offs([base, close], [0, 1], ([0, 1],), min_gain=0.02)
+    assert alone == pick_decided([base, close], [0, 1], 0.02)
+
+
+def test_a_cudnn_benchmark_twin_decides_only_once_the_pick_without_it_is_decided_too() -> None:
+    """cuDNN's search is billed as a compile is (`compile_bill.paying`): a twin far ahead may
+    still not pay, and the pick is then the plain finalists', whose order the rounds must give."""
+    from advisor.execute.retime import stop_rule
+    from advisor.measure.results import TrialResult
+
+    cl = Settings(memory_format="channels_last")
+    twin_of_cl = cl.model_copy(update={"cudnn_benchmark": True})
+    finalists = [TrialResult(settings=s, status="ok", precision="fp32")
+                 for s in (Settings(), cl, twin_of_cl)]  # fmt: skip
+    rule = stop_rule(finalists, 0.02)
+    base = [20.0 + (i % 3) * 0.3 for i in range(7)]
+    close = [b / (1.06 if i % 2 else 0.99) for i, b in enumerate(base)]  # 1-6% faster
+    twin = [b / 2 for b in base]
+    assert pick_decided([base, close, twin], [0, 1, 2], 0.02)  # the twin alone is decided
+    assert not rule([base, close, twin])
+    assert rule([base, [b / 1.5 for b in base], twin])

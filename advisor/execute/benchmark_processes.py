@@ -18,7 +18,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -36,14 +36,6 @@ from advisor.space import SearchSpace
 from advisor.workload.build import Workload
 
 __all__ = ["BenchmarkSplit", "needs_split", "split_by_benchmark"]
-
-
-class Session(Protocol):
-    """One re-time's finalists in one process, sampled one at a time."""
-
-    def sample(self, i: int) -> float: ...
-
-    def close(self) -> None: ...
 
 
 def needs_split(device: torch.device, space: SearchSpace) -> bool:
@@ -86,6 +78,10 @@ class _LocalSession(RetimeSession):
             super().close()
         finally:
             restore_global_state(self._saved)
+
+
+# One re-time's finalists in one process, sampled one at a time: held here or by a worker.
+Session = RetimeSession | _WorkerSession
 
 
 class _Unmeasurable:

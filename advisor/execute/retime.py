@@ -158,10 +158,12 @@ def retime(
 
 
 def stop_rule(results: Sequence[TrialResult], min_gain: float) -> Callable[..., bool]:
-    """What ends the rounds of a single shape early: the pick among `results` decided."""
+    """What ends the rounds of a single shape early: the pick among `results` decided, with and
+    without the finalists whose one-off cost may not pay (compiled; then cuDNN's search too)."""
     changes = [len(r.settings.changes()) for r in results]
     eager = [i for i, r in enumerate(results) if not r.settings.compiled]
-    return partial(decided_with_or_without_compile, complexity=changes, eager=eager,
+    plain = [i for i in eager if not results[i].settings.cudnn_benchmark]
+    return partial(decided_with_or_without_one_offs, complexity=changes, subsets=(eager, plain),
                    min_gain=min_gain)  # fmt: skip
 
 
@@ -197,18 +199,21 @@ def pick_decided(samples: list[list[float]], complexity: Sequence[int], min_gain
     return any(decides(c) for c in order)
 
 
-def decided_with_or_without_compile(
-    samples: list[list[float]], complexity: Sequence[int], eager: Sequence[int], min_gain: float
+def decided_with_or_without_one_offs(
+    samples: list[list[float]],
+    complexity: Sequence[int],
+    subsets: Sequence[Sequence[int]],
+    min_gain: float,
 ) -> bool:
-    """`pick_decided` among all the finalists and, where some are compiled, among the eager ones
-    (indices `eager`) too: a compiled leader whose cold compile then does not pay leaves the pick
-    to the eager finalists (`search.pick.decide`), and their order must be decided by the same
+    """`pick_decided` among all the finalists and among each of `subsets` (indices): a leader
+    whose one-off cost (a cold compile, cuDNN's search) then does not pay leaves the pick to the
+    finalists without it (`search.pick.decide`), and their order must be decided by the same
     rounds."""
     if not pick_decided(samples, complexity, min_gain):
         return False
-    if len(eager) == len(samples) or len(eager) < 2:
-        return True
-    return pick_decided([samples[i] for i in eager], [complexity[i] for i in eager], min_gain)
+    return all(len(s) in (0, 1, len(samples))
+               or pick_decided([samples[i] for i in s], [complexity[i] for i in s], min_gain)
+               for s in subsets)  # fmt: skip
 
 
 def rounds(policy: TimingPolicy) -> dict[str, Any]:
