@@ -103,6 +103,17 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+def _harness(r: dict[str, Any]) -> str:
+    """'62% (2.7 s)': the run's share outside its timed samples, the gate's checks counted
+    apart, and those seconds (what a faster sampling leaves the share blind to)."""
+    from advisor.stages.walltime import TIMED, gate_s
+
+    share, stage_s = r.get("harness_share_gate_apart"), r.get("stage_s") or {}
+    if share is None or "total" not in stage_s or TIMED not in stage_s:
+        return _pct(share)
+    return f"{share:.0%} ({stage_s['total'] - stage_s[TIMED] - gate_s(stage_s):.1f} s)"
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "/").replace("\n", " ")
 
@@ -231,7 +242,8 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
         "`advisor advise MODEL --mode M --device D --effort E --storage memory`, end to end "
         "(Python's start-up included). Eager: when the eager answer was printed. Harness: the "
         "run's time outside the candidates' timed samples, with the numeric gate's checks counted "
-        "apart. Claimed: the pick over the default in the run's own re-time.",
+        "apart, as a share and in seconds. Claimed: the pick over the default in the run's own "
+        "re-time.",
         "",
         "| model | mode | effort | wall s | eager s | harness | pick | claimed | final check "
         "| status | date | commits old | source |",
@@ -240,7 +252,7 @@ def render_machine(rows: list[dict[str, Any]], head: str | None) -> str:
     for r in shown:
         lines.append(
             f"| {r['model']} | {r['mode']} | {r['effort']} | {_s(r.get('wall_s'))} "
-            f"| {_s(r.get('eager_s'))} | {_pct(r.get('harness_share_gate_apart'))} "
+            f"| {_s(r.get('eager_s'))} | {_harness(r)} "
             f"| {_cell(r.get('pick') or '-')} | {_claimed(r)} | {final_check(r.get('final_check'))} "
             f"| {_cell(r['status'])} | {(r.get('date') or '-')[:10]} | {_age(r, head)} "
             f"| {_source(r)} |"

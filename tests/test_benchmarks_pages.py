@@ -54,6 +54,10 @@ def _row(commit: str, date: str, **kw: Any) -> dict[str, Any]:
             "status": "ok", "wall_s": 10.0, "source": None, **kw}  # fmt: skip
 
 
+_STAGES = {"global knobs": 20.0, "global knobs: precision checks": 4.0,
+           "global knobs: output and layer checks": 1.0, "total": 30.0, "timed samples": 8.0}
+
+
 def _worth(pick_ms: float, hand_ms: float) -> dict[str, Any]:
     def role(label: str, ms: float, first: float, one_off: str | None = None) -> dict[str, Any]:
         return {"label": label, "process": label, "median_ms": ms, "ci_ms": [ms, ms],
@@ -77,13 +81,16 @@ def test_a_page_shows_each_keys_newest_row_its_age_and_where_the_pick_loses() ->
     rows = [_row(head, "2026-01-01", wall_s=5.0, pick="memory_format=channels_last",
                  worth=_worth(8.0, 4.0)),
             _row(old, "2026-02-01", wall_s=99.0),  # later, but of an older commit: not shown
-            _row(head, "2026-01-01", effort="default", wall_s=30.0, eager_s=12.0, dirty=True)]  # fmt: skip
+            _row(head, "2026-01-01", effort="default", wall_s=30.0, eager_s=12.0, dirty=True,
+                 harness_share_gate_apart=0.68, stage_s=_STAGES)]  # fmt: skip
     text = pages.render_machine(rows, head)
     assert f"Figures as of commit `{head}`" in text and "(2 of 3 rows)" in text
     costs = [ln for ln in text.split("## What a run costs")[1].split("##")[0].splitlines()
              if ln.startswith("| small_cnn")]  # fmt: skip
     assert len(costs) == 2 and "| 5.0 |" in costs[1] and "99.0" not in text
     assert "| 30.0 | 12.0 |" in costs[0] and "| 0 (uncommitted changes) |" in costs[0]
+    # the harness as a share and in seconds: 30 s less 8 s of samples and 5 s of the gate's
+    assert "| 12.0 | 68% (17.0 s) |" in costs[0] and "| 5.0 | - | - |" in costs[1]
     worth = next(ln for ln in text.split("## What the advice is worth")[1].splitlines()
                  if ln.startswith("| small_cnn"))  # fmt: skip
     assert "| 1.25x [1.25, 1.25] |" in worth  # the pick against the default
