@@ -137,7 +137,7 @@ def retime(
 ) -> list[TrialResult]:
     """`results` with fresh, interleaved measurements (weighted over a shape set), marked
     `retimed`. Each finalist keeps the calls per sample its trial used, per shape. With
-    `min_gain`, the rounds of a single shape stop once `pick_decided`; with `decided`, once it
+    `min_gain`, the rounds of a single shape stop by `stop_rule`; with `decided`, once it
     holds. `first_s` (one per result) receives each one's first calls (seconds over the shapes)."""
     per_case: list[list[list[float]]] = []
     rule = stop_rule(results, min_gain) if min_gain is not None else decided
